@@ -1,0 +1,74 @@
+package db
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Message roles.
+const (
+	RoleSystem    = "system"
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+	RoleTool      = "tool"
+)
+
+// ToolCall is a call the model asked for. Arguments is the raw JSON text the
+// model produced, kept as is even when it is not valid JSON.
+type ToolCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// Message is one entry of a thread's checkpointed conversation.
+type Message struct {
+	ID         int64      `db:"id"`
+	ThreadID   int64      `db:"thread_id"`
+	Role       string     `db:"role"`
+	Content    string     `db:"content"`
+	ToolCalls  []ToolCall `db:"tool_calls"`
+	ToolCallID string     `db:"tool_call_id"`
+	ToolName   string     `db:"tool_name"`
+	IsError    bool       `db:"is_error"`
+	CreatedAt  time.Time  `db:"created_at"`
+}
+
+const messageColumns = `m.id, m.thread_id, m.role, m.content, m.tool_calls, m.tool_call_id, m.tool_name, m.is_error, m.created_at`
+
+// AddMessage appends a message to a thread. Callers have already checked that
+// the thread is the user's (or are the runtime, acting for its owner).
+func AddMessage(ctx context.Context, q Querier, m Message) (Message, error) {
+	calls := m.ToolCalls
+	if calls == nil {
+		calls = []ToolCall{}
+	}
+	raw, err := json.Marshal(calls)
+	if err != nil {
+		return Message{}, fmt.Errorf("add message: %w", err)
+	}
+	out, err := one[Message](q.Query(ctx, `
+		INSERT INTO messages AS m (thread_id, role, content, tool_calls, tool_call_id, tool_name, is_error)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)
+		RETURNING `+messageColumns,
+		m.ThreadID, m.Role, m.Content, raw, m.ToolCallID, m.ToolName, m.IsError))
+	if err != nil {
+		return Message{}, fmt.Errorf("add message to thread %d: %w", m.ThreadID, err)
+	}
+	return out, nil
+}
+
+// ListMessages returns the conversation of one of the user's threads, oldest
+// first.
+func ListMessages(ctx context.Context, q Querier, userID, threadID int64) ([]Message, error) {
+	ms, err := all[Message](q.Query(ctx, `SELECT `+messageColumns+`
+		FROM messages m JOIN threads t ON t.id = m.thread_id
+		WHERE t.user_id = $1 AND m.thread_id = $2
+		ORDER BY m.id`, userID, threadID))
+	if err != nil {
+		return nil, fmt.Errorf("list messages of thread %d: %w", threadID, err)
+	}
+	return ms, nil
+}

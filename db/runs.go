@@ -1,0 +1,201 @@
+package db
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Lease outcomes: what a step job may do with its thread.
+type LeaseOutcome int
+
+// The outcomes of TakeLease.
+const (
+	LeaseTaken    LeaseOutcome = iota // the job owns the run now
+	LeaseObsolete                     // the run moved on, or is not running: nothing to do
+	LeaseBusy                         // another live job holds the run: try later
+)
+
+// TakeLease lets step job jobID work on the thread's run at generation gen.
+// The job gets the run when it is running at that generation and no other job
+// has proved alive within staleAfter. Call it in a transaction.
+func TakeLease(ctx context.Context, q Querier, threadID, gen, jobID int64, staleAfter time.Duration) (LeaseOutcome, error) {
+	var (
+		status    string
+		curGen    int64
+		leaseJob  *int64
+		heartbeat *time.Time
+		now       time.Time
+	)
+	err := q.QueryRow(ctx, `SELECT status, run_gen, run_lease_job, run_heartbeat_at, now()
+		FROM threads WHERE id = $1 FOR UPDATE`, threadID).Scan(&status, &curGen, &leaseJob, &heartbeat, &now)
+	if err != nil {
+		if isNoRows(err) {
+			return LeaseObsolete, nil
+		}
+		return 0, fmt.Errorf("lease thread %d: %w", threadID, err)
+	}
+	if status != StatusRunning || curGen != gen {
+		return LeaseObsolete, nil
+	}
+	if leaseJob != nil && *leaseJob != jobID && heartbeat != nil && now.Sub(*heartbeat) < staleAfter {
+		return LeaseBusy, nil
+	}
+	_, err = q.Exec(ctx, `UPDATE threads SET run_lease_job = $2, run_heartbeat_at = now() WHERE id = $1`, threadID, jobID)
+	if err != nil {
+		return 0, fmt.Errorf("lease thread %d: %w", threadID, err)
+	}
+	return LeaseTaken, nil
+}
+
+// Heartbeat proves job jobID still works on the thread. It reports false when
+// the job has lost the run (cancelled, rescued by another job).
+func Heartbeat(ctx context.Context, q Querier, threadID, jobID int64) (bool, error) {
+	tag, err := q.Exec(ctx, `UPDATE threads SET run_heartbeat_at = now()
+		WHERE id = $1 AND run_lease_job = $2 AND status = 'running'`, threadID, jobID)
+	if err != nil {
+		return false, fmt.Errorf("heartbeat thread %d: %w", threadID, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// ReleaseLease gives the run back without moving it on, e.g. when a step is
+// interrupted by shutdown and will be taken up again.
+func ReleaseLease(ctx context.Context, q Querier, threadID, jobID int64) error {
+	_, err := q.Exec(ctx, `UPDATE threads SET run_lease_job = NULL
+		WHERE id = $1 AND run_lease_job = $2`, threadID, jobID)
+	if err != nil {
+		return fmt.Errorf("release thread %d: %w", threadID, err)
+	}
+	return nil
+}
+
+// HoldsLease reports whether job jobID holds the thread's run at generation
+// gen. Steps check it inside their committing transaction.
+func HoldsLease(ctx context.Context, q Querier, threadID, gen, jobID int64) (bool, error) {
+	var ok bool
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM threads
+		WHERE id = $1 AND run_gen = $2 AND run_lease_job = $3 AND status = 'running' FOR UPDATE)`,
+		threadID, gen, jobID).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("check lease of thread %d: %w", threadID, err)
+	}
+	return ok, nil
+}
+
+// AdvanceRun moves the thread's run to its next generation in the running
+// state, clearing any lease and error, and returns the new generation: the
+// caller queues the step job for it in the same transaction.
+func AdvanceRun(ctx context.Context, q Querier, threadID int64) (int64, error) {
+	var gen int64
+	err := q.QueryRow(ctx, `UPDATE threads
+		SET status = 'running', error = '', run_gen = run_gen + 1,
+		    run_lease_job = NULL, run_heartbeat_at = NULL, updated_at = now()
+		WHERE id = $1 RETURNING run_gen`, threadID).Scan(&gen)
+	if err != nil {
+		if isNoRows(err) {
+			return 0, fmt.Errorf("advance thread %d: %w", threadID, ErrNotFound)
+		}
+		return 0, fmt.Errorf("advance thread %d: %w", threadID, err)
+	}
+	return gen, nil
+}
+
+// EndRun stops the thread's run in status (waiting, done, failed or
+// cancelled), clears the lease and bumps the generation so no queued job acts
+// on it. Waiting, done and failed runs become unread.
+func EndRun(ctx context.Context, q Querier, threadID int64, status, errMsg string) error {
+	tag, err := q.Exec(ctx, `UPDATE threads
+		SET status = $2, error = $3, run_gen = run_gen + 1,
+		    run_lease_job = NULL, run_heartbeat_at = NULL, updated_at = now(),
+		    unread = CASE WHEN $2 IN ('done', 'failed', 'waiting') THEN true ELSE unread END,
+		    archived = CASE WHEN $2 IN ('done', 'failed', 'waiting') THEN false ELSE archived END
+		WHERE id = $1`, threadID, status, errMsg)
+	if err != nil {
+		return fmt.Errorf("end run of thread %d: %w", threadID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("end run of thread %d: %w", threadID, ErrNotFound)
+	}
+	return nil
+}
+
+// LockThread locks one of the user's threads for a state change and returns it.
+func LockThread(ctx context.Context, q Querier, userID, threadID int64) (Thread, error) {
+	t, err := one[Thread](q.Query(ctx, `SELECT `+threadColumns+threadFrom+
+		`WHERE t.user_id = $1 AND t.id = $2 FOR UPDATE OF t`, userID, threadID))
+	if err != nil {
+		return Thread{}, fmt.Errorf("lock thread %d: %w", threadID, err)
+	}
+	return t, nil
+}
+
+// RunRef names a run at a generation.
+type RunRef struct {
+	ThreadID int64 `db:"id"`
+	Gen      int64 `db:"run_gen"`
+	LeaseJob *int64 `db:"run_lease_job"`
+}
+
+// RescueStaleRuns finds running threads whose step job stopped proving alive
+// for staleAfter (its process died), clears their lease and returns them so
+// the caller queues a fresh step job for each, in the same transaction.
+func RescueStaleRuns(ctx context.Context, q Querier, staleAfter time.Duration, limit int) ([]RunRef, error) {
+	refs, err := all[RunRef](q.Query(ctx, `UPDATE threads SET run_lease_job = NULL, run_heartbeat_at = now()
+		WHERE id IN (
+			SELECT id FROM threads
+			WHERE status = 'running' AND run_lease_job IS NOT NULL
+			  AND run_heartbeat_at < now() - make_interval(secs => $1)
+			ORDER BY run_heartbeat_at LIMIT $2
+			FOR UPDATE SKIP LOCKED)
+		RETURNING id, run_gen, NULL::bigint AS run_lease_job`, staleAfter.Seconds(), limit))
+	if err != nil {
+		return nil, fmt.Errorf("rescue stale runs: %w", err)
+	}
+	return refs, nil
+}
+
+// Step records one step of a run and its token usage.
+type Step struct {
+	ThreadID         int64
+	Kind             string // model | tools
+	Model            string
+	PromptTokens     int64
+	CompletionTokens int64
+	Error            string
+	StartedAt        time.Time
+}
+
+// InsertStep records a finished step.
+func InsertStep(ctx context.Context, q Querier, s Step) error {
+	_, err := q.Exec(ctx, `INSERT INTO steps (thread_id, kind, model, prompt_tokens, completion_tokens, error, started_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`, s.ThreadID, s.Kind, s.Model, s.PromptTokens, s.CompletionTokens, s.Error, s.StartedAt)
+	if err != nil {
+		return fmt.Errorf("record step of thread %d: %w", s.ThreadID, err)
+	}
+	return nil
+}
+
+// Usage sums the tokens a thread's steps used.
+type Usage struct {
+	Steps            int64
+	PromptTokens     int64
+	CompletionTokens int64
+}
+
+// ThreadUsage sums the token usage of one of the user's threads.
+func ThreadUsage(ctx context.Context, q Querier, userID, threadID int64) (Usage, error) {
+	var u Usage
+	err := q.QueryRow(ctx, `SELECT count(s.id), coalesce(sum(s.prompt_tokens), 0), coalesce(sum(s.completion_tokens), 0)
+		FROM threads t LEFT JOIN steps s ON s.thread_id = t.id
+		WHERE t.user_id = $1 AND t.id = $2`, userID, threadID).Scan(&u.Steps, &u.PromptTokens, &u.CompletionTokens)
+	if err != nil {
+		return Usage{}, fmt.Errorf("usage of thread %d: %w", threadID, err)
+	}
+	return u, nil
+}
+
+func isNoRows(err error) bool {
+	return errors.Is(err, errNoRows)
+}

@@ -1,0 +1,48 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// ScratchFile is a file of a thread's scratch space.
+type ScratchFile struct {
+	Path      string    `db:"path"`
+	Size      int64     `db:"size"`
+	UpdatedAt time.Time `db:"updated_at"`
+}
+
+// ListScratch lists a thread's scratch files by path.
+func ListScratch(ctx context.Context, q Querier, threadID int64) ([]ScratchFile, error) {
+	fs, err := all[ScratchFile](q.Query(ctx, `SELECT path, octet_length(content)::bigint AS size, updated_at
+		FROM scratch_files WHERE thread_id = $1 ORDER BY path`, threadID))
+	if err != nil {
+		return nil, fmt.Errorf("list scratch files: %w", err)
+	}
+	return fs, nil
+}
+
+// ReadScratch returns the content of a scratch file.
+func ReadScratch(ctx context.Context, q Querier, threadID int64, path string) (string, error) {
+	var content string
+	err := q.QueryRow(ctx, `SELECT content FROM scratch_files WHERE thread_id = $1 AND path = $2`, threadID, path).Scan(&content)
+	if isNoRows(err) {
+		return "", ErrNotFound
+	}
+	if err != nil {
+		return "", fmt.Errorf("read scratch file: %w", err)
+	}
+	return content, nil
+}
+
+// WriteScratch creates or replaces a scratch file.
+func WriteScratch(ctx context.Context, q Querier, threadID int64, path, content string) error {
+	_, err := q.Exec(ctx, `INSERT INTO scratch_files (thread_id, path, content) VALUES ($1, $2, $3)
+		ON CONFLICT (thread_id, path) DO UPDATE SET content = EXCLUDED.content, updated_at = now()`,
+		threadID, path, content)
+	if err != nil {
+		return fmt.Errorf("write scratch file: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,290 @@
+package db
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Thread statuses.
+const (
+	StatusRunning   = "running"
+	StatusWaiting   = "waiting" // paused for an approval, an edit or an answer: the Action queue
+	StatusDone      = "done"
+	StatusFailed    = "failed"
+	StatusCancelled = "cancelled"
+)
+
+// Trigger kinds: what started a run.
+const (
+	TriggerManual   = "manual"
+	TriggerSchedule = "schedule"
+	TriggerCatchup  = "catchup"
+	TriggerWebhook  = "webhook"
+)
+
+// Thread is a unit of work: a conversation with an agent and its run.
+type Thread struct {
+	ID          int64     `db:"id"`
+	UserID      int64     `db:"user_id"`
+	FolderID    *int64    `db:"folder_id"`
+	FolderName  string    `db:"folder_name"`
+	Title       string    `db:"title"`
+	Skill       string    `db:"skill"`
+	Model       string    `db:"model"`
+	Status      string    `db:"status"`
+	Unread      bool      `db:"unread"`
+	Archived    bool      `db:"archived"`
+	TriggerKind string    `db:"trigger_kind"`
+	TriggerAt   time.Time `db:"trigger_at"`
+	TriggerRef  string    `db:"trigger_ref"`
+	Error       string    `db:"error"`
+	CreatedAt   time.Time `db:"created_at"`
+	UpdatedAt   time.Time `db:"updated_at"`
+}
+
+// Finished reports whether the thread's run has ended.
+func (t Thread) Finished() bool {
+	return t.Status == StatusDone || t.Status == StatusFailed || t.Status == StatusCancelled
+}
+
+const threadColumns = `t.id, t.user_id, t.folder_id, coalesce(f.name, '') AS folder_name,
+	t.title, t.skill, t.model, t.status, t.unread, t.archived,
+	t.trigger_kind, t.trigger_at, t.trigger_ref, t.error, t.created_at, t.updated_at`
+
+const threadFrom = ` FROM threads t LEFT JOIN folders f ON f.id = t.folder_id `
+
+// Queue names one of the inbox's three queues.
+type Queue string
+
+// The queues.
+const (
+	QueueAll    Queue = "all"    // every thread: the archive
+	QueueUnread Queue = "unread" // finished runs not read yet
+	QueueAction Queue = "action" // runs paused for a human
+)
+
+// ParseQueue maps a URL segment to a queue.
+func ParseQueue(s string) (Queue, bool) {
+	switch q := Queue(s); q {
+	case QueueAll, QueueUnread, QueueAction:
+		return q, true
+	}
+	return "", false
+}
+
+// ThreadFilter selects the threads of a listing.
+type ThreadFilter struct {
+	Queue    Queue
+	FolderID int64  // 0: any folder
+	Trigger  string // "": any trigger kind
+}
+
+// Cursor marks a position in a listing ordered by (updated_at, id) descending.
+type Cursor struct {
+	UpdatedAt time.Time
+	ID        int64
+}
+
+// String encodes the cursor for a URL.
+func (c Cursor) String() string {
+	raw := strconv.FormatInt(c.UpdatedAt.UnixMicro(), 10) + "." + strconv.FormatInt(c.ID, 10)
+	return base64.RawURLEncoding.EncodeToString([]byte(raw))
+}
+
+// ParseCursor decodes a cursor made by Cursor.String.
+func ParseCursor(s string) (Cursor, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return Cursor{}, errors.New("invalid cursor")
+	}
+	us, id, ok := strings.Cut(string(b), ".")
+	micros, err1 := strconv.ParseInt(us, 10, 64)
+	n, err2 := strconv.ParseInt(id, 10, 64)
+	if !ok || err1 != nil || err2 != nil {
+		return Cursor{}, errors.New("invalid cursor")
+	}
+	return Cursor{UpdatedAt: time.UnixMicro(micros).UTC(), ID: n}, nil
+}
+
+// ListThreads returns one page of the user's threads, newest activity first,
+// starting after the cursor (nil: the first page). The returned cursor is nil
+// on the last page.
+func ListThreads(ctx context.Context, q Querier, userID int64, f ThreadFilter, after *Cursor, limit int) ([]Thread, *Cursor, error) {
+	where := []string{"t.user_id = $1"}
+	args := []any{userID}
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	switch f.Queue {
+	case QueueUnread:
+		where = append(where, "t.unread AND NOT t.archived")
+	case QueueAction:
+		where = append(where, "t.status = 'waiting'")
+	}
+	if f.FolderID != 0 {
+		where = append(where, "t.folder_id = "+arg(f.FolderID))
+	}
+	if f.Trigger != "" {
+		where = append(where, "t.trigger_kind = "+arg(f.Trigger))
+	}
+	if after != nil {
+		where = append(where, "(t.updated_at, t.id) < ("+arg(after.UpdatedAt)+", "+arg(after.ID)+")")
+	}
+	sql := `SELECT ` + threadColumns + threadFrom + ` WHERE ` + strings.Join(where, " AND ") +
+		` ORDER BY t.updated_at DESC, t.id DESC LIMIT ` + arg(limit+1)
+	ts, err := all[Thread](q.Query(ctx, sql, args...))
+	if err != nil {
+		return nil, nil, fmt.Errorf("list threads: %w", err)
+	}
+	var next *Cursor
+	if len(ts) > limit {
+		ts = ts[:limit]
+		last := ts[limit-1]
+		next = &Cursor{UpdatedAt: last.UpdatedAt, ID: last.ID}
+	}
+	return ts, next, nil
+}
+
+// Counts are the sizes of the three queues.
+type Counts struct {
+	All    int64 `db:"all_count"`
+	Unread int64 `db:"unread_count"`
+	Action int64 `db:"action_count"`
+}
+
+// CountThreads returns the sizes of the user's queues. Each count is served
+// by its queue's partial index.
+func CountThreads(ctx context.Context, q Querier, userID int64) (Counts, error) {
+	var c Counts
+	err := q.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM threads WHERE user_id = $1),
+		(SELECT count(*) FROM threads WHERE user_id = $1 AND unread AND NOT archived),
+		(SELECT count(*) FROM threads WHERE user_id = $1 AND status = 'waiting')`, userID).
+		Scan(&c.All, &c.Unread, &c.Action)
+	if err != nil {
+		return Counts{}, fmt.Errorf("count threads: %w", err)
+	}
+	return c, nil
+}
+
+// GetThread returns one of the user's threads.
+func GetThread(ctx context.Context, q Querier, userID, id int64) (Thread, error) {
+	t, err := one[Thread](q.Query(ctx, `SELECT `+threadColumns+threadFrom+
+		`WHERE t.user_id = $1 AND t.id = $2`, userID, id))
+	if err != nil {
+		return Thread{}, fmt.Errorf("get thread %d: %w", id, err)
+	}
+	return t, nil
+}
+
+// NewThread is what CreateThread needs.
+type NewThread struct {
+	UserID      int64
+	FolderID    *int64
+	Title       string
+	Skill       string
+	Model       string
+	TriggerKind string    // default manual
+	TriggerAt   time.Time // default now
+	TriggerRef  string
+}
+
+// MaxTitle is the longest thread title, in characters.
+const MaxTitle = 200
+
+// TitleFromPrompt makes a thread title from the first line of a prompt.
+func TitleFromPrompt(prompt string) string {
+	line, _, _ := strings.Cut(strings.TrimSpace(prompt), "\n")
+	line = strings.Join(strings.Fields(line), " ")
+	if line == "" {
+		return "Untitled"
+	}
+	if utf8.RuneCountInString(line) > 80 {
+		r := []rune(line)
+		line = strings.TrimSpace(string(r[:79])) + "…"
+	}
+	return line
+}
+
+// CreateThread creates a thread in the running state.
+func CreateThread(ctx context.Context, q Querier, n NewThread) (Thread, error) {
+	if n.TriggerKind == "" {
+		n.TriggerKind = TriggerManual
+	}
+	if n.TriggerAt.IsZero() {
+		n.TriggerAt = time.Now()
+	}
+	var id int64
+	err := q.QueryRow(ctx, `
+		INSERT INTO threads (user_id, folder_id, title, skill, model, trigger_kind, trigger_at, trigger_ref)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`,
+		n.UserID, n.FolderID, n.Title, n.Skill, n.Model, n.TriggerKind, n.TriggerAt, n.TriggerRef).Scan(&id)
+	if err != nil {
+		return Thread{}, fmt.Errorf("create thread: %w", err)
+	}
+	return GetThread(ctx, q, n.UserID, id)
+}
+
+// MarkRead sets the read state of the user's threads and returns how many
+// changed. It does not touch updated_at: reading is not activity.
+func MarkRead(ctx context.Context, q Querier, userID int64, ids []int64, read bool) (int64, error) {
+	tag, err := q.Exec(ctx, `UPDATE threads SET unread = $3
+		WHERE user_id = $1 AND id = ANY($2) AND unread <> $3`, userID, ids, !read)
+	if err != nil {
+		return 0, fmt.Errorf("mark threads read: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// SetArchived archives or restores the user's threads. Archiving also marks
+// them read; a thread waiting for a decision stays in Action regardless.
+func SetArchived(ctx context.Context, q Querier, userID int64, ids []int64, archived bool) (int64, error) {
+	tag, err := q.Exec(ctx, `UPDATE threads
+		SET archived = $3, unread = CASE WHEN $3 THEN false ELSE unread END
+		WHERE user_id = $1 AND id = ANY($2)`, userID, ids, archived)
+	if err != nil {
+		return 0, fmt.Errorf("archive threads: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// MoveThreads puts the user's threads into one of their folders, or takes
+// them out of any folder when folderID is nil. A folder of another user is
+// ErrNotFound.
+func MoveThreads(ctx context.Context, q Querier, userID int64, ids []int64, folderID *int64) (int64, error) {
+	if folderID != nil {
+		if _, err := GetFolder(ctx, q, userID, *folderID); err != nil {
+			return 0, err
+		}
+	}
+	tag, err := q.Exec(ctx, `UPDATE threads SET folder_id = $3 WHERE user_id = $1 AND id = ANY($2)`,
+		userID, ids, folderID)
+	if err != nil {
+		return 0, fmt.Errorf("move threads: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}
+
+// SetThreadStatus records a run's new status. A run that finishes or stops
+// for a human becomes unread and leaves the archive, so it is seen.
+func SetThreadStatus(ctx context.Context, q Querier, threadID int64, status, errMsg string) error {
+	tag, err := q.Exec(ctx, `UPDATE threads
+		SET status = $2, error = $3, updated_at = now(),
+		    unread = CASE WHEN $2 IN ('done', 'failed', 'waiting') THEN true ELSE unread END,
+		    archived = CASE WHEN $2 IN ('done', 'failed', 'waiting') THEN false ELSE archived END
+		WHERE id = $1`, threadID, status, errMsg)
+	if err != nil {
+		return fmt.Errorf("set thread %d status: %w", threadID, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("set thread %d status: %w", threadID, ErrNotFound)
+	}
+	return nil
+}

@@ -1,0 +1,188 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Tool call states; see the tool_calls table.
+const (
+	CallPending = "pending"
+	CallReady   = "ready"
+	CallRunning = "running"
+	CallUnknown = "unknown"
+	CallDone    = "done"
+)
+
+// Why a tool call waits for a human.
+const (
+	WaitApproval = "approval" // the skill's interruptOn names the tool
+	WaitQuestion = "question" // ask_user: the model asks the user
+	WaitUnknown  = "unknown"  // the process died during the call
+)
+
+// Decisions a human can take on a waiting call.
+const (
+	DecisionApprove = "approve"
+	DecisionEdit    = "edit"
+	DecisionReject  = "reject"
+	DecisionRespond = "respond" // answers an ask_user question
+	DecisionRetry   = "retry"   // runs an unknown-outcome call again
+	DecisionSkip    = "skip"    // gives up an unknown-outcome call
+)
+
+// ToolCallRow is a tool call of a run, with its state and decision.
+type ToolCallRow struct {
+	ID               int64      `db:"id"`
+	ThreadID         int64      `db:"thread_id"`
+	MessageID        int64      `db:"message_id"`
+	CallID           string     `db:"call_id"`
+	Name             string     `db:"name"`
+	Arguments        string     `db:"arguments"`
+	State            string     `db:"state"`
+	WaitKind         string     `db:"wait_kind"`
+	AllowedDecisions []string   `db:"allowed_decisions"`
+	Description      string     `db:"description"`
+	Decision         string     `db:"decision"`
+	DecidedBy        *int64     `db:"decided_by"`
+	DecidedByName    string     `db:"decided_by_name"`
+	DecidedAt        *time.Time `db:"decided_at"`
+	EditedArguments  *string    `db:"edited_arguments"`
+	DecisionMessage  string     `db:"decision_message"`
+	Result           string     `db:"result"`
+	IsError          bool       `db:"is_error"`
+	CreatedAt        time.Time  `db:"created_at"`
+	UpdatedAt        time.Time  `db:"updated_at"`
+}
+
+// EffectiveArguments are the arguments the call runs with: the edited ones
+// when a human edited them.
+func (c ToolCallRow) EffectiveArguments() string {
+	if c.EditedArguments != nil {
+		return *c.EditedArguments
+	}
+	return c.Arguments
+}
+
+const toolCallColumns = `c.id, c.thread_id, c.message_id, c.call_id, c.name, c.arguments, c.state,
+	c.wait_kind, c.allowed_decisions, c.description, c.decision, c.decided_by,
+	coalesce(nullif(u.name, ''), u.email, '') AS decided_by_name, c.decided_at,
+	c.edited_arguments, c.decision_message, c.result, c.is_error, c.created_at, c.updated_at`
+
+const toolCallFrom = ` FROM tool_calls c LEFT JOIN users u ON u.id = c.decided_by `
+
+// NewToolCall is a call to record when the model asks for it.
+type NewToolCall struct {
+	ThreadID         int64
+	MessageID        int64
+	CallID           string
+	Name             string
+	Arguments        string
+	State            string // pending, ready or done (an invalid call answered at once)
+	WaitKind         string
+	AllowedDecisions []string
+	Description      string
+	Result           string
+	IsError          bool
+}
+
+// InsertToolCall records a tool call.
+func InsertToolCall(ctx context.Context, q Querier, c NewToolCall) (int64, error) {
+	if c.AllowedDecisions == nil {
+		c.AllowedDecisions = []string{}
+	}
+	var id int64
+	err := q.QueryRow(ctx, `INSERT INTO tool_calls
+		(thread_id, message_id, call_id, name, arguments, state, wait_kind, allowed_decisions, description, result, is_error)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id`,
+		c.ThreadID, c.MessageID, c.CallID, c.Name, c.Arguments, c.State, c.WaitKind,
+		c.AllowedDecisions, c.Description, c.Result, c.IsError).Scan(&id)
+	if err != nil {
+		return 0, fmt.Errorf("record tool call %s: %w", c.Name, err)
+	}
+	return id, nil
+}
+
+// OpenToolCalls returns the thread's calls that have no result yet, in the
+// order the model asked for them. The runtime uses it; it is not user-scoped.
+func OpenToolCalls(ctx context.Context, q Querier, threadID int64) ([]ToolCallRow, error) {
+	cs, err := all[ToolCallRow](q.Query(ctx, `SELECT `+toolCallColumns+toolCallFrom+`
+		WHERE c.thread_id = $1 AND c.state <> 'done' ORDER BY c.id`, threadID))
+	if err != nil {
+		return nil, fmt.Errorf("open tool calls of thread %d: %w", threadID, err)
+	}
+	return cs, nil
+}
+
+// ListToolCalls returns every tool call of one of the user's threads.
+func ListToolCalls(ctx context.Context, q Querier, userID, threadID int64) ([]ToolCallRow, error) {
+	cs, err := all[ToolCallRow](q.Query(ctx, `SELECT `+toolCallColumns+toolCallFrom+`
+		JOIN threads t ON t.id = c.thread_id
+		WHERE t.user_id = $1 AND c.thread_id = $2 ORDER BY c.id`, userID, threadID))
+	if err != nil {
+		return nil, fmt.Errorf("tool calls of thread %d: %w", threadID, err)
+	}
+	return cs, nil
+}
+
+// SetToolCallState moves a call to state, only from one of the states in from.
+// It reports whether the call moved.
+func SetToolCallState(ctx context.Context, q Querier, id int64, state string, from ...string) (bool, error) {
+	tag, err := q.Exec(ctx, `UPDATE tool_calls SET state = $2, updated_at = now()
+		WHERE id = $1 AND state = ANY($3)`, id, state, from)
+	if err != nil {
+		return false, fmt.Errorf("tool call %d to %s: %w", id, state, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// SetToolCallWait puts a call in a waiting state for a human.
+func SetToolCallWait(ctx context.Context, q Querier, id int64, state, waitKind string, allowed []string, description string) error {
+	_, err := q.Exec(ctx, `UPDATE tool_calls
+		SET state = $2, wait_kind = $3, allowed_decisions = $4, description = $5, updated_at = now()
+		WHERE id = $1`, id, state, waitKind, allowed, description)
+	if err != nil {
+		return fmt.Errorf("tool call %d waits: %w", id, err)
+	}
+	return nil
+}
+
+// Decision is a human's decision on a waiting call.
+type Decision struct {
+	CallID          int64
+	Type            string
+	EditedArguments *string
+	Message         string
+	UserID          int64
+}
+
+// RecordDecision stores a decision and moves the call to state.
+func RecordDecision(ctx context.Context, q Querier, d Decision, state string) error {
+	_, err := q.Exec(ctx, `UPDATE tool_calls
+		SET decision = $2, edited_arguments = coalesce($3, edited_arguments), decision_message = $4,
+		    decided_by = $5, decided_at = now(), state = $6, updated_at = now()
+		WHERE id = $1`, d.CallID, d.Type, d.EditedArguments, d.Message, d.UserID, state)
+	if err != nil {
+		return fmt.Errorf("record decision on tool call %d: %w", d.CallID, err)
+	}
+	return nil
+}
+
+// CompleteToolCall writes a call's result: the tool message the model reads
+// next, and the call's done state, in one statement pair the caller runs in a
+// transaction.
+func CompleteToolCall(ctx context.Context, q Querier, c ToolCallRow, result string, isError bool) error {
+	if _, err := AddMessage(ctx, q, Message{
+		ThreadID: c.ThreadID, Role: RoleTool, Content: result,
+		ToolCallID: c.CallID, ToolName: c.Name, IsError: isError,
+	}); err != nil {
+		return err
+	}
+	_, err := q.Exec(ctx, `UPDATE tool_calls SET state = 'done', result = $2, is_error = $3, updated_at = now()
+		WHERE id = $1`, c.ID, result, isError)
+	if err != nil {
+		return fmt.Errorf("complete tool call %d: %w", c.ID, err)
+	}
+	return nil
+}

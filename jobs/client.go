@@ -1,0 +1,63 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+)
+
+// ClientConfig tunes the River client.
+type ClientConfig struct {
+	// MaxWorkers bounds the steps one process runs at once (default 100).
+	MaxWorkers int
+}
+
+// NewClient builds the River client that works the runtime's jobs and wires
+// it into the runtime. Call Start on it to begin working.
+func NewClient(rt *Runtime, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
+	if cfg.MaxWorkers <= 0 {
+		cfg.MaxWorkers = 100
+	}
+	workers := river.NewWorkers()
+	if err := river.AddWorkerSafely(workers, &StepWorker{rt: rt}); err != nil {
+		return nil, err
+	}
+	if err := river.AddWorkerSafely(workers, &RescueWorker{rt: rt}); err != nil {
+		return nil, err
+	}
+	client, err := river.NewClient(riverpgxv5.New(rt.Pool), &river.Config{
+		Logger:  rt.Logger,
+		Workers: workers,
+		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}},
+		PeriodicJobs: []*river.PeriodicJob{
+			river.NewPeriodicJob(river.PeriodicInterval(RescueEvery),
+				func() (river.JobArgs, *river.InsertOpts) { return RescueArgs{}, nil },
+				&river.PeriodicJobOpts{RunOnStart: true}),
+		},
+		// Our heartbeats rescue dead steps; River's rescuer is the backstop
+		// for jobs of other kinds and must wait out a whole step.
+		RescueStuckJobsAfter: StepTimeout + 5*time.Minute,
+		FetchCooldown:        50 * time.Millisecond,
+		FetchPollInterval:    500 * time.Millisecond,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("river client: %w", err)
+	}
+	rt.client = client
+	return client, nil
+}
+
+// Stop lets running steps finish within ctx, then cancels the rest, which
+// hand their runs back (they resume on the next start, or on another process).
+func Stop(ctx context.Context, client *river.Client[pgx.Tx]) error {
+	if err := client.Stop(ctx); err == nil {
+		return nil
+	}
+	hard, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return client.StopAndCancel(hard)
+}

@@ -1,0 +1,291 @@
+package jobs_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"pizzabot/agent"
+	"pizzabot/agent/scriptmodel"
+	"pizzabot/db"
+	"pizzabot/db/dbtest"
+	"pizzabot/jobs"
+)
+
+// The crash tests run the runtime in a child process (this test binary,
+// re-executed) and SIGKILL it mid-run, then let a fresh runtime in the test
+// process finish the run from what the dead one committed.
+
+const crashEnv = "PIZZA_JOBS_CRASH_CHILD"
+
+func init() {
+	if os.Getenv(crashEnv) == "" {
+		return
+	}
+	// The child: run a runtime until killed.
+	if err := crashChild(); err != nil {
+		fmt.Fprintln(os.Stderr, "crash child:", err)
+		os.Exit(3)
+	}
+	os.Exit(0)
+}
+
+// sideEffectTool writes a marker file (its "effect" outside the database)
+// then blocks for block, so the test can kill the process during the call.
+func sideEffectTool(markerDir string, block time.Duration) jobs.Tool {
+	return jobs.Tool{
+		Spec: agent.ToolSpec{
+			Name:        "charge_card",
+			Description: "Charge the customer's card.",
+			Parameters:  []byte(`{"type":"object","properties":{"amount":{"type":"integer"}},"required":["amount"]}`),
+		},
+		Call: func(ctx context.Context, _ jobs.Run, args map[string]any) (string, error) {
+			f, err := os.CreateTemp(markerDir, "charge-*")
+			if err != nil {
+				return "", err
+			}
+			f.Close()
+			select {
+			case <-time.After(block):
+			case <-ctx.Done():
+				return "", ctx.Err()
+			}
+			return fmt.Sprintf("charged %v", args["amount"]), nil
+		},
+	}
+}
+
+func crashRuntime(dbURL, modelURL, markerDir string, block time.Duration) (*jobs.Runtime, error) {
+	ctx := context.Background()
+	pool, err := db.Open(ctx, dbURL)
+	if err != nil {
+		return nil, err
+	}
+	tools, err := jobs.NewToolbox(sideEffectTool(markerDir, block))
+	if err != nil {
+		return nil, err
+	}
+	skills := agent.LoadSkills(fstest.MapFS{}, "")
+	return &jobs.Runtime{
+		Pool: pool, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Tools: tools, Skills: func() agent.SkillSet { return skills },
+		DefaultModel: "compatible:scripted",
+		Getenv: func(k string) string {
+			if k == "COMPATIBLE_BASE_URL" {
+				return modelURL
+			}
+			return ""
+		},
+		HeartbeatEvery: 200 * time.Millisecond,
+		StaleAfter:     2 * time.Second,
+	}, nil
+}
+
+func crashChild() error {
+	rt, err := crashRuntime(os.Getenv("CRASH_DB"), os.Getenv("CRASH_MODEL"), os.Getenv("CRASH_MARKERS"), time.Hour)
+	if err != nil {
+		return err
+	}
+	client, err := jobs.NewClient(rt, jobs.ClientConfig{MaxWorkers: 5})
+	if err != nil {
+		return err
+	}
+	if err := client.Start(context.Background()); err != nil {
+		return err
+	}
+	select {} // until SIGKILL
+}
+
+type crashBundle struct {
+	dbURL, markers string
+	model          *scriptmodel.Server
+	modelURL       string
+	user           db.User
+	rt             *jobs.Runtime
+}
+
+func crashSetup(t *testing.T, script scriptmodel.Script) *crashBundle {
+	t.Helper()
+	b := &crashBundle{dbURL: dbtest.NewURL(t), markers: t.TempDir(), model: scriptmodel.New(script)}
+	srv := httptest.NewServer(b.model.Handler())
+	t.Cleanup(srv.Close)
+	b.modelURL = srv.URL + "/v1"
+	var err error
+	// The surviving runtime's tool returns at once.
+	b.rt, err = crashRuntime(b.dbURL, b.modelURL, b.markers, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.rt.Pool.Close)
+	if b.user, err = db.UpsertUser(context.Background(), b.rt.Pool, "test", "carol", "", "Carol", false); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// runChild starts the child runtime and returns a func that SIGKILLs it.
+func (b *crashBundle) runChild(t *testing.T) func() {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), crashEnv+"=1", "CRASH_DB="+b.dbURL, "CRASH_MODEL="+b.modelURL, "CRASH_MARKERS="+b.markers)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	kill := func() {
+		if killed {
+			return
+		}
+		killed = true
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = cmd.Wait()
+	}
+	t.Cleanup(kill)
+	return kill
+}
+
+// startSurvivor starts a runtime in the test process, as a restarted server.
+func (b *crashBundle) startSurvivor(t *testing.T) {
+	t.Helper()
+	client, err := jobs.NewClient(b.rt, jobs.ClientConfig{MaxWorkers: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = jobs.Stop(ctx, client)
+	})
+}
+
+func (b *crashBundle) waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (b *crashBundle) thread(t *testing.T, id int64) db.Thread {
+	t.Helper()
+	th, err := db.GetThread(context.Background(), b.rt.Pool, b.user.ID, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return th
+}
+
+func (b *crashBundle) charges(t *testing.T) int {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(b.markers, "charge-*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(m)
+}
+
+func TestKillDuringToolCallAsksTheUser(t *testing.T) {
+	t.Parallel()
+	b := crashSetup(t, scriptmodel.Script{Rules: []scriptmodel.Rule{
+		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{{ToolCalls: []scriptmodel.ScriptToolCall{
+			{ID: "ch1", Name: "charge_card", Arguments: `{"amount": 30}`},
+		}}}},
+		{Match: scriptmodel.Match{LastToolResultContains: "charged"}, Replies: []scriptmodel.Reply{{Content: "Charged once."}}},
+	}})
+	kill := b.runChild(t)
+	// The test process inserts the job with an insert-only view of the
+	// runtime: the survivor's client is not started yet.
+	if _, err := jobs.NewClient(b.rt, jobs.ClientConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	th, err := b.rt.Start(context.Background(), b.user, jobs.StartRequest{Prompt: "charge the card"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor(t, "the child to start the charge", 30*time.Second, func() bool { return b.charges(t) == 1 })
+	kill()
+
+	b.startSurvivor(t)
+	b.waitFor(t, "the run to ask about the unknown outcome", 60*time.Second, func() bool {
+		return b.thread(t, th.ID).Status == db.StatusWaiting
+	})
+	calls, err := db.OpenToolCalls(context.Background(), b.rt.Pool, th.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 1 || calls[0].State != db.CallUnknown || strings.Join(calls[0].AllowedDecisions, ",") != "retry,skip" {
+		t.Fatalf("open calls = %+v, want one unknown call offering retry or skip", calls)
+	}
+	if n := b.charges(t); n != 1 {
+		t.Fatalf("the call ran %d times before anyone decided", n)
+	}
+	if err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: calls[0].ID, Type: "retry"}}); err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor(t, "the run to finish", 30*time.Second, func() bool { return b.thread(t, th.ID).Status == db.StatusDone })
+	if n := b.charges(t); n != 2 {
+		t.Errorf("charges = %d, want 2 (the unknown one and the retry the user chose)", n)
+	}
+}
+
+func TestKillBetweenStepsRedoesNoCommittedStep(t *testing.T) {
+	t.Parallel()
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	b := crashSetup(t, scriptmodel.Script{Rules: []scriptmodel.Rule{
+		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{{ToolCalls: []scriptmodel.ScriptToolCall{
+			{ID: "w1", Name: "write_file", Arguments: `{"path":"a.md","content":"one"}`},
+		}}}},
+		// The second model call hangs in the child until it is killed,
+		// then answers the survivor.
+		{Match: scriptmodel.Match{LastToolResultContains: "Wrote"}, Replies: []scriptmodel.Reply{{Content: "late", Hold: hold}, {Content: "Finished after restart."}}},
+	}})
+	kill := b.runChild(t)
+	if _, err := jobs.NewClient(b.rt, jobs.ClientConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	th, err := b.rt.Start(context.Background(), b.user, jobs.StartRequest{Prompt: "write a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.waitFor(t, "the second model call", 30*time.Second, func() bool { return len(b.model.Requests()) == 2 })
+	kill()
+	b.startSurvivor(t)
+	b.waitFor(t, "the run to finish", 60*time.Second, func() bool { return b.thread(t, th.ID).Status == db.StatusDone })
+
+	ms, err := db.ListMessages(context.Background(), b.rt.Pool, b.user.ID, th.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var roles []string
+	for _, m := range ms {
+		roles = append(roles, m.Role)
+	}
+	if got, want := strings.Join(roles, " "), "user assistant tool assistant"; got != want {
+		t.Errorf("messages = %s, want %s (no step twice)", got, want)
+	}
+	if got := ms[len(ms)-1].Content; got != "Finished after restart." {
+		t.Errorf("answer = %q", got)
+	}
+	reqs := b.model.Requests()
+	if n := len(reqs); n != 3 {
+		t.Errorf("model calls = %d, want 3 (first step once, the interrupted one again)", n)
+	}
+}

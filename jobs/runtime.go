@@ -1,0 +1,384 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"pizzabot/agent"
+	"pizzabot/db"
+)
+
+// Runtime runs threads: it starts, continues, decides, cancels and retries
+// runs for the web and API handlers, and its step worker takes each step.
+// Every state change commits together with the job that acts on it.
+type Runtime struct {
+	Pool   *pgxpool.Pool
+	Logger *slog.Logger
+	Tools  *Toolbox
+	// Skills returns the skills available now.
+	Skills func() agent.SkillSet
+	// DefaultModel is the model spec a new thread uses ("provider:model-id").
+	DefaultModel string
+	// Getenv reads provider keys and base URLs.
+	Getenv func(string) string
+	// ModelRetry overrides the model retry policy (tests make it fast).
+	ModelRetry agent.RetryPolicy
+	// OnDelta, when set, receives a run's streamed model text.
+	OnDelta func(threadID int64, text string, reset bool)
+
+	// HeartbeatEvery and StaleAfter: a step proves alive every
+	// HeartbeatEvery; a run whose step has not for StaleAfter is rescued.
+	HeartbeatEvery time.Duration
+	StaleAfter     time.Duration
+
+	client *river.Client[pgx.Tx]
+
+	modelsMu sync.Mutex
+	models   map[string]*agent.Model
+}
+
+// UserError is a refusal to show the user as is (HTTP 4xx).
+type UserError struct {
+	Status int
+	Msg    string
+}
+
+func (e *UserError) Error() string { return e.Msg }
+
+func userErr(status int, format string, args ...any) error {
+	return &UserError{Status: status, Msg: fmt.Sprintf(format, args...)}
+}
+
+// MaxPrompt is the longest prompt or reply, in bytes.
+const MaxPrompt = 100 << 10
+
+// StartRequest describes a new run.
+type StartRequest struct {
+	Prompt      string
+	Skill       string
+	FolderID    *int64
+	Title       string // default: from the prompt
+	TriggerKind string
+	TriggerAt   time.Time
+	TriggerRef  string
+}
+
+// Start creates a thread with the user's prompt and queues its first step,
+// in one transaction.
+func (rt *Runtime) Start(ctx context.Context, user db.User, req StartRequest) (db.Thread, error) {
+	req.Prompt = strings.TrimSpace(req.Prompt)
+	if req.Prompt == "" {
+		return db.Thread{}, userErr(400, "the prompt is empty")
+	}
+	if len(req.Prompt) > MaxPrompt {
+		return db.Thread{}, userErr(413, "the prompt is longer than %d KB", MaxPrompt>>10)
+	}
+	if req.Skill != "" {
+		if err := rt.checkSkill(req.Skill); err != nil {
+			return db.Thread{}, err
+		}
+	}
+	if req.Title == "" {
+		req.Title = db.TitleFromPrompt(req.Prompt)
+	}
+	var t db.Thread
+	err := db.InTx(ctx, rt.Pool, func(tx pgx.Tx) error {
+		var err error
+		t, err = db.CreateThread(ctx, tx, db.NewThread{
+			UserID: user.ID, FolderID: req.FolderID, Title: req.Title, Skill: req.Skill,
+			Model: rt.DefaultModel, TriggerKind: req.TriggerKind, TriggerAt: req.TriggerAt, TriggerRef: req.TriggerRef,
+		})
+		if err != nil {
+			return err
+		}
+		if _, err := db.AddMessage(ctx, tx, db.Message{ThreadID: t.ID, Role: db.RoleUser, Content: req.Prompt}); err != nil {
+			return err
+		}
+		return rt.advance(ctx, tx, t.ID)
+	})
+	if err != nil {
+		return db.Thread{}, err
+	}
+	return t, nil
+}
+
+// checkSkill refuses a skill that does not exist or lacks a tool.
+func (rt *Runtime) checkSkill(name string) error {
+	s, ok := rt.skills().Get(name)
+	if !ok {
+		return userErr(400, "there is no skill named %q", name)
+	}
+	if missing := rt.Tools.Missing(s); len(missing) > 0 {
+		return userErr(400, "skill %q is unavailable: it needs %s, which is not connected", name, strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+func (rt *Runtime) skills() agent.SkillSet {
+	if rt.Skills == nil {
+		return agent.SkillSet{}
+	}
+	return rt.Skills()
+}
+
+// advance moves the thread's run to its next generation and queues the step
+// job for it, in the caller's transaction.
+func (rt *Runtime) advance(ctx context.Context, tx pgx.Tx, threadID int64) error {
+	gen, err := db.AdvanceRun(ctx, tx, threadID)
+	if err != nil {
+		return err
+	}
+	_, err = rt.client.InsertTx(ctx, tx, StepArgs{ThreadID: threadID, Gen: gen}, nil)
+	if err != nil {
+		return fmt.Errorf("queue step of thread %d: %w", threadID, err)
+	}
+	return nil
+}
+
+// Reply adds the user's message to a thread whose run has ended and runs it
+// again.
+func (rt *Runtime) Reply(ctx context.Context, user db.User, threadID int64, content string) error {
+	content = strings.TrimSpace(content)
+	if content == "" {
+		return userErr(400, "the message is empty")
+	}
+	if len(content) > MaxPrompt {
+		return userErr(413, "the message is longer than %d KB", MaxPrompt>>10)
+	}
+	return db.InTx(ctx, rt.Pool, func(tx pgx.Tx) error {
+		t, err := db.LockThread(ctx, tx, user.ID, threadID)
+		if err != nil {
+			return err
+		}
+		switch t.Status {
+		case db.StatusRunning:
+			return userErr(409, "the run is still going: wait for it to finish or cancel it")
+		case db.StatusWaiting:
+			return userErr(409, "the run is waiting for your decision: decide the pending calls first")
+		}
+		if _, err := db.AddMessage(ctx, tx, db.Message{ThreadID: t.ID, Role: db.RoleUser, Content: content}); err != nil {
+			return err
+		}
+		if _, err := db.MarkRead(ctx, tx, user.ID, []int64{t.ID}, true); err != nil {
+			return err
+		}
+		return rt.advance(ctx, tx, t.ID)
+	})
+}
+
+// Retry runs a failed or cancelled thread again from its last committed step.
+func (rt *Runtime) Retry(ctx context.Context, user db.User, threadID int64) error {
+	return db.InTx(ctx, rt.Pool, func(tx pgx.Tx) error {
+		t, err := db.LockThread(ctx, tx, user.ID, threadID)
+		if err != nil {
+			return err
+		}
+		if t.Status != db.StatusFailed && t.Status != db.StatusCancelled {
+			return userErr(409, "only a failed or cancelled run can be retried (this one is %s)", t.Status)
+		}
+		open, err := db.OpenToolCalls(ctx, tx, t.ID)
+		if err != nil {
+			return err
+		}
+		for _, c := range open {
+			if c.State == db.CallPending || c.State == db.CallUnknown {
+				// It stopped for a human: go back to waiting for them.
+				return db.EndRun(ctx, tx, t.ID, db.StatusWaiting, "")
+			}
+		}
+		return rt.advance(ctx, tx, t.ID)
+	})
+}
+
+// Cancel stops a running or waiting run. Calls that were waiting get a
+// "cancelled" result so the conversation can be continued later.
+func (rt *Runtime) Cancel(ctx context.Context, user db.User, threadID int64) error {
+	var leaseJob *int64
+	err := db.InTx(ctx, rt.Pool, func(tx pgx.Tx) error {
+		t, err := db.LockThread(ctx, tx, user.ID, threadID)
+		if err != nil {
+			return err
+		}
+		if t.Finished() {
+			return userErr(409, "the run has already ended (%s)", t.Status)
+		}
+		if err := tx.QueryRow(ctx, `SELECT run_lease_job FROM threads WHERE id = $1`, t.ID).Scan(&leaseJob); err != nil {
+			return err
+		}
+		open, err := db.OpenToolCalls(ctx, tx, t.ID)
+		if err != nil {
+			return err
+		}
+		for _, c := range open {
+			if c.State == db.CallRunning {
+				continue // the executing job writes its result, or the next run asks about it
+			}
+			if err := db.CompleteToolCall(ctx, tx, c, "Cancelled by the user before this call ran.", true); err != nil {
+				return err
+			}
+		}
+		return db.EndRun(ctx, tx, t.ID, db.StatusCancelled, "Cancelled by "+displayName(user)+".")
+	})
+	if err != nil {
+		return err
+	}
+	if leaseJob != nil && rt.client != nil {
+		// Interrupt the step at once; it would notice at its next heartbeat anyway.
+		if _, err := rt.client.JobCancel(ctx, *leaseJob); err != nil && !errors.Is(err, river.ErrNotFound) {
+			rt.Logger.Warn("cancel step job", "thread_id", threadID, "job_id", *leaseJob, "err", err)
+		}
+	}
+	return nil
+}
+
+func displayName(u db.User) string {
+	switch {
+	case u.Name != "":
+		return u.Name
+	case u.Email != "":
+		return u.Email
+	}
+	return "the user"
+}
+
+// DecisionInput is one decision on a waiting call, as a person sent it.
+type DecisionInput struct {
+	CallID    int64  // tool_calls.id
+	Type      string // approve, edit, reject, respond, retry, skip
+	Arguments string // edit: the new arguments, a JSON object
+	Message   string // reject: reason for the model; respond: the answer
+}
+
+// Decide applies a person's decisions to the waiting calls of a thread. Calls
+// may be decided together or one by one; the run resumes when none waits.
+func (rt *Runtime) Decide(ctx context.Context, user db.User, threadID int64, decisions []DecisionInput) error {
+	if len(decisions) == 0 {
+		return userErr(400, "no decisions given")
+	}
+	return db.InTx(ctx, rt.Pool, func(tx pgx.Tx) error {
+		t, err := db.LockThread(ctx, tx, user.ID, threadID)
+		if err != nil {
+			return err
+		}
+		if t.Status != db.StatusWaiting {
+			return userErr(409, "the run is not waiting for a decision (it is %s)", t.Status)
+		}
+		open, err := db.OpenToolCalls(ctx, tx, t.ID)
+		if err != nil {
+			return err
+		}
+		byID := map[int64]db.ToolCallRow{}
+		for _, c := range open {
+			if c.State == db.CallPending || c.State == db.CallUnknown {
+				byID[c.ID] = c
+			}
+		}
+		seen := map[int64]bool{}
+		for _, d := range decisions {
+			c, ok := byID[d.CallID]
+			if !ok || seen[d.CallID] {
+				return userErr(404, "call %d is not waiting for a decision", d.CallID)
+			}
+			seen[d.CallID] = true
+			if err := rt.decide(ctx, tx, user, c, d); err != nil {
+				return err
+			}
+		}
+		if len(seen) < len(byID) {
+			return nil // others still wait
+		}
+		return rt.advance(ctx, tx, t.ID)
+	})
+}
+
+func (rt *Runtime) decide(ctx context.Context, tx pgx.Tx, user db.User, c db.ToolCallRow, d DecisionInput) error {
+	allowed := false
+	for _, a := range c.AllowedDecisions {
+		allowed = allowed || a == d.Type
+	}
+	if !allowed {
+		return userErr(400, "decision %q is not allowed for %s (allowed: %s)", d.Type, c.Name, strings.Join(c.AllowedDecisions, ", "))
+	}
+	rec := db.Decision{CallID: c.ID, Type: d.Type, Message: strings.TrimSpace(d.Message), UserID: user.ID}
+	who := displayName(user)
+	switch d.Type {
+	case db.DecisionApprove, db.DecisionRetry:
+		return db.RecordDecision(ctx, tx, rec, db.CallReady)
+	case db.DecisionEdit:
+		tool, ok := rt.Tools.Get(c.Name)
+		if !ok {
+			return userErr(400, "tool %s is no longer available", c.Name)
+		}
+		if _, err := tool.Spec.ValidateArguments(d.Arguments); err != nil {
+			return userErr(400, "edited arguments: %v", err)
+		}
+		args := d.Arguments
+		rec.EditedArguments = &args
+		return db.RecordDecision(ctx, tx, rec, db.CallReady)
+	case db.DecisionReject:
+		result := "The user (" + who + ") rejected this call."
+		if rec.Message != "" {
+			result += " Their message: " + rec.Message
+		}
+		if err := db.RecordDecision(ctx, tx, rec, db.CallReady); err != nil {
+			return err
+		}
+		return db.CompleteToolCall(ctx, tx, c, result, true)
+	case db.DecisionRespond:
+		if rec.Message == "" {
+			return userErr(400, "the answer is empty")
+		}
+		if err := db.RecordDecision(ctx, tx, rec, db.CallReady); err != nil {
+			return err
+		}
+		return db.CompleteToolCall(ctx, tx, c, rec.Message, false)
+	case db.DecisionSkip:
+		if err := db.RecordDecision(ctx, tx, rec, db.CallReady); err != nil {
+			return err
+		}
+		return db.CompleteToolCall(ctx, tx, c,
+			"The server stopped while this call was running, so its outcome is unknown; "+who+" chose not to run it again. Check its effect before relying on it.", true)
+	}
+	return userErr(400, "unknown decision %q", d.Type)
+}
+
+// model returns the client for a model spec, built once.
+func (rt *Runtime) model(spec string) (*agent.Model, error) {
+	if spec == "" {
+		return nil, errors.New("no model is configured: set PIZZA_MODEL to <provider>:<model-id>, e.g. openai:gpt-4.1-mini")
+	}
+	rt.modelsMu.Lock()
+	defer rt.modelsMu.Unlock()
+	if m, ok := rt.models[spec]; ok {
+		return m, nil
+	}
+	ms, err := agent.ParseModelSpec(spec)
+	if err != nil {
+		return nil, err
+	}
+	getenv := rt.Getenv
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	m, err := agent.NewModel(ms, getenv)
+	if err != nil {
+		return nil, err
+	}
+	if rt.ModelRetry != (agent.RetryPolicy{}) {
+		m.Retry = rt.ModelRetry
+	}
+	if rt.models == nil {
+		rt.models = map[string]*agent.Model{}
+	}
+	rt.models[spec] = m
+	return m, nil
+}

@@ -1,0 +1,471 @@
+package jobs_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"pizzabot/agent"
+	"pizzabot/agent/scriptmodel"
+	"pizzabot/db"
+	"pizzabot/db/dbtest"
+	"pizzabot/jobs"
+)
+
+func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
+
+// publishLog records the calls of the test's publish_brief tool, a tool with
+// effects outside the database.
+type publishLog struct {
+	mu     sync.Mutex
+	titles []string
+}
+
+func (p *publishLog) add(title string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.titles = append(p.titles, title)
+}
+
+func (p *publishLog) got() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.titles...)
+}
+
+type bundle struct {
+	pool    *pgxpool.Pool
+	rt      *jobs.Runtime
+	client  *river.Client[pgx.Tx]
+	model   *scriptmodel.Server
+	user    db.User
+	other   db.User
+	publish *publishLog
+}
+
+const testSkills = `---
+name: researcher
+description: Gathers material and publishes a brief.
+allowed-tools: write_file read_file publish_brief
+interruptOn:
+  publish_brief: true
+---
+Research the topic, then publish a brief.
+`
+
+const strictSkill = `---
+name: strict
+description: Publishes only with approval or rejection.
+allowed-tools: [publish_brief]
+interruptOn:
+  publish_brief:
+    allowedDecisions: [approve, reject]
+    description: Publishing is visible to the whole company
+---
+Publish.
+`
+
+func publishTool(log *publishLog) jobs.Tool {
+	return jobs.Tool{
+		Spec: agent.ToolSpec{
+			Name:        "publish_brief",
+			Description: "Publish a brief to the company.",
+			Parameters:  []byte(`{"type":"object","properties":{"title":{"type":"string","minLength":1}},"required":["title"]}`),
+		},
+		Call: func(_ context.Context, _ jobs.Run, args map[string]any) (string, error) {
+			title, _ := args["title"].(string)
+			log.add(title)
+			return "published " + title, nil
+		},
+	}
+}
+
+// setup starts a runtime with a River client on a fresh database, answering
+// with a scripted model.
+func setup(t *testing.T, script scriptmodel.Script, extra ...jobs.Tool) *bundle {
+	t.Helper()
+	ctx := context.Background()
+	b := &bundle{pool: dbtest.New(t), publish: &publishLog{}}
+	b.model = scriptmodel.New(script)
+	srv := httptest.NewServer(b.model.Handler())
+	t.Cleanup(srv.Close)
+
+	tools, err := jobs.NewToolbox(append([]jobs.Tool{publishTool(b.publish)}, extra...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	skills := agent.LoadSkills(fstest.MapFS{
+		"researcher/SKILL.md": {Data: []byte(testSkills)},
+		"strict/SKILL.md":     {Data: []byte(strictSkill)},
+	}, "")
+	if len(skills.Errors) > 0 {
+		t.Fatalf("skills: %v", skills.Errors)
+	}
+	b.rt = &jobs.Runtime{
+		Pool:         b.pool,
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Tools:        tools,
+		Skills:       func() agent.SkillSet { return skills },
+		DefaultModel: "compatible:scripted",
+		Getenv: func(k string) string {
+			if k == "COMPATIBLE_BASE_URL" {
+				return srv.URL + "/v1"
+			}
+			return ""
+		},
+		ModelRetry:     agent.RetryPolicy{Attempts: 3, Base: time.Millisecond, Max: 5 * time.Millisecond},
+		HeartbeatEvery: 100 * time.Millisecond,
+		StaleAfter:     time.Second,
+	}
+	b.client, err = jobs.NewClient(b.rt, jobs.ClientConfig{MaxWorkers: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.client.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = jobs.Stop(sctx, b.client)
+	})
+	if b.user, err = db.UpsertUser(ctx, b.pool, "test", "alice", "alice@example.com", "Alice", false); err != nil {
+		t.Fatal(err)
+	}
+	if b.other, err = db.UpsertUser(ctx, b.pool, "test", "bob", "bob@example.com", "Bob", false); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// wait polls until the thread reaches status.
+func (b *bundle) wait(t *testing.T, id int64, status string) db.Thread {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		th, err := db.GetThread(context.Background(), b.pool, b.user.ID, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if th.Status == status {
+			return th
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("thread %d is %s (error %q), want %s", id, th.Status, th.Error, status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (b *bundle) start(t *testing.T, prompt, skill string) db.Thread {
+	t.Helper()
+	th, err := b.rt.Start(context.Background(), b.user, jobs.StartRequest{Prompt: prompt, Skill: skill})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return th
+}
+
+func (b *bundle) messages(t *testing.T, id int64) []db.Message {
+	t.Helper()
+	ms, err := db.ListMessages(context.Background(), b.pool, b.user.ID, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms
+}
+
+func (b *bundle) pending(t *testing.T, id int64) []db.ToolCallRow {
+	t.Helper()
+	cs, err := db.OpenToolCalls(context.Background(), b.pool, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+func last(ms []db.Message) db.Message { return ms[len(ms)-1] }
+
+func TestPlainAnswerLandsInUnread(t *testing.T) {
+	t.Parallel()
+	b := setup(t, scriptmodel.Script{Default: &scriptmodel.Reply{Content: "The answer is 42."}})
+	th := b.start(t, "What is the answer?", "")
+	th = b.wait(t, th.ID, db.StatusDone)
+	if !th.Unread {
+		t.Error("finished thread is not unread")
+	}
+	if got := last(b.messages(t, th.ID)); got.Role != db.RoleAssistant || got.Content != "The answer is 42." {
+		t.Errorf("last message = %+v", got)
+	}
+	u, err := db.ThreadUsage(context.Background(), b.pool, b.user.ID, th.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Steps != 1 || u.PromptTokens == 0 || u.CompletionTokens == 0 {
+		t.Errorf("usage = %+v, want one step with tokens", u)
+	}
+}
+
+func TestMultiStepToolLoop(t *testing.T) {
+	t.Parallel()
+	b := setup(t, scriptmodel.Script{Rules: []scriptmodel.Rule{
+		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{{ToolCalls: []scriptmodel.ScriptToolCall{
+			{ID: "c1", Name: "write_file", Arguments: `{"path":"notes.md","content":"pizza facts"}`},
+		}}}},
+		{Match: scriptmodel.Match{LastToolResultContains: "Wrote"}, Replies: []scriptmodel.Reply{{ToolCalls: []scriptmodel.ScriptToolCall{
+			{ID: "c2", Name: "read_file", Arguments: `{"path":"notes.md"}`},
+		}}}},
+		{Match: scriptmodel.Match{LastToolResultContains: "pizza facts"}, Replies: []scriptmodel.Reply{{Content: "Done: pizza facts."}}},
+	}})
+	th := b.start(t, "Take notes", "")
+	b.wait(t, th.ID, db.StatusDone)
+	ms := b.messages(t, th.ID)
+	var roles []string
+	for _, m := range ms {
+		roles = append(roles, m.Role)
+	}
+	want := "user assistant tool assistant tool assistant"
+	if got := strings.Join(roles, " "); got != want {
+		t.Fatalf("roles = %s, want %s", got, want)
+	}
+	if ms[4].Content != "pizza facts" || last(ms).Content != "Done: pizza facts." {
+		t.Errorf("read result %q, answer %q", ms[4].Content, last(ms).Content)
+	}
+	if n := len(b.model.Requests()); n != 3 {
+		t.Errorf("model called %d times, want 3", n)
+	}
+}
+
+func publishScript(title string) scriptmodel.Script {
+	return scriptmodel.Script{Rules: []scriptmodel.Rule{
+		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{{ToolCalls: []scriptmodel.ScriptToolCall{
+			{ID: "p1", Name: "publish_brief", Arguments: `{"title":"` + title + `"}`},
+		}}}},
+		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Finished."}}},
+	}}
+}
+
+func TestDecisions(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		skill      string
+		decision   jobs.DecisionInput
+		wantErr    string
+		wantTitles []string
+		wantResult string
+	}{
+		{name: "approve", skill: "researcher", decision: jobs.DecisionInput{Type: "approve"},
+			wantTitles: []string{"Research brief"}, wantResult: "published Research brief"},
+		{name: "edit", skill: "researcher", decision: jobs.DecisionInput{Type: "edit", Arguments: `{"title":"Final brief"}`},
+			wantTitles: []string{"Final brief"}, wantResult: "published Final brief"},
+		{name: "reject", skill: "researcher", decision: jobs.DecisionInput{Type: "reject", Message: "not yet"},
+			wantResult: "rejected this call. Their message: not yet"},
+		{name: "edit not allowed", skill: "strict", decision: jobs.DecisionInput{Type: "edit", Arguments: `{"title":"X"}`},
+			wantErr: `decision "edit" is not allowed`},
+		{name: "edit breaking the schema", skill: "researcher", decision: jobs.DecisionInput{Type: "edit", Arguments: `{"title":""}`},
+			wantErr: "edited arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, publishScript("Research brief"))
+			th := b.start(t, "Write the brief", tt.skill)
+			th = b.wait(t, th.ID, db.StatusWaiting)
+			if !th.Unread {
+				t.Error("waiting thread is not unread")
+			}
+			calls := b.pending(t, th.ID)
+			if len(calls) != 1 || calls[0].Name != "publish_brief" || calls[0].State != db.CallPending {
+				t.Fatalf("pending calls = %+v", calls)
+			}
+			if tt.skill == "strict" && calls[0].Description != "Publishing is visible to the whole company" {
+				t.Errorf("description = %q", calls[0].Description)
+			}
+			if len(b.publish.got()) != 0 {
+				t.Fatal("tool ran before approval")
+			}
+			d := tt.decision
+			d.CallID = calls[0].ID
+			err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{d})
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Decide error = %v, want %q", err, tt.wantErr)
+				}
+				if got := b.wait(t, th.ID, db.StatusWaiting); got.Status != db.StatusWaiting {
+					t.Fatal("refused decision changed the run")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.wait(t, th.ID, db.StatusDone)
+			if got := b.publish.got(); strings.Join(got, ",") != strings.Join(tt.wantTitles, ",") {
+				t.Errorf("published %v, want %v", got, tt.wantTitles)
+			}
+			var result string
+			for _, m := range b.messages(t, th.ID) {
+				if m.Role == db.RoleTool {
+					result = m.Content
+				}
+			}
+			if !strings.Contains(result, tt.wantResult) {
+				t.Errorf("tool result = %q, want it to contain %q", result, tt.wantResult)
+			}
+			all, err := db.ListToolCalls(context.Background(), b.pool, b.user.ID, th.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if all[0].Decision != d.Type || all[0].DecidedBy == nil || *all[0].DecidedBy != b.user.ID || all[0].DecidedAt == nil {
+				t.Errorf("decision not recorded: %+v", all[0])
+			}
+			if d.Type == "edit" && (all[0].EditedArguments == nil || *all[0].EditedArguments != d.Arguments || all[0].Arguments != `{"title":"Research brief"}`) {
+				t.Errorf("edit not recorded with both versions: %+v", all[0])
+			}
+		})
+	}
+}
+
+func TestAskUser(t *testing.T) {
+	t.Parallel()
+	b := setup(t, scriptmodel.Script{Rules: []scriptmodel.Rule{
+		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{{ToolCalls: []scriptmodel.ScriptToolCall{
+			{ID: "q1", Name: "ask_user", Arguments: `{"question":"Which city?"}`},
+		}}}},
+		{Match: scriptmodel.Match{LastToolResultContains: "Naples"}, Replies: []scriptmodel.Reply{{Content: "Naples it is."}}},
+	}})
+	th := b.start(t, "Find a pizzeria", "")
+	b.wait(t, th.ID, db.StatusWaiting)
+	calls := b.pending(t, th.ID)
+	if len(calls) != 1 || calls[0].WaitKind != db.WaitQuestion || calls[0].Description != "Which city?" {
+		t.Fatalf("pending = %+v", calls)
+	}
+	if err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: calls[0].ID, Type: "approve"}}); err == nil {
+		t.Error("approve on a question was accepted")
+	}
+	if err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: calls[0].ID, Type: "respond", Message: "Naples"}}); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, th.ID, db.StatusDone)
+	if got := last(b.messages(t, th.ID)).Content; got != "Naples it is." {
+		t.Errorf("answer = %q", got)
+	}
+}
+
+func TestProviderErrors(t *testing.T) {
+	t.Parallel()
+	t.Run("429 then success", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, scriptmodel.Script{Rules: []scriptmodel.Rule{{Replies: []scriptmodel.Reply{
+			{Status: 429, ErrorMessage: "slow down"}, {Content: "made it"},
+		}}}})
+		th := b.start(t, "hi", "")
+		b.wait(t, th.ID, db.StatusDone)
+		if got := last(b.messages(t, th.ID)).Content; got != "made it" {
+			t.Errorf("answer = %q", got)
+		}
+	})
+	t.Run("500 for good", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, scriptmodel.Script{Default: &scriptmodel.Reply{Status: 500, ErrorMessage: "the model is on fire"}})
+		th := b.start(t, "hi", "")
+		th = b.wait(t, th.ID, db.StatusFailed)
+		if !strings.Contains(th.Error, "the model is on fire") {
+			t.Errorf("error = %q, want the provider's message", th.Error)
+		}
+		if !th.Unread {
+			t.Error("failed thread is not unread")
+		}
+	})
+}
+
+func TestMalformedToolCallGoesBackToTheModel(t *testing.T) {
+	t.Parallel()
+	b := setup(t, scriptmodel.Script{Rules: []scriptmodel.Rule{
+		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{{ToolCalls: []scriptmodel.ScriptToolCall{
+			{ID: "bad", Name: "write_file", Arguments: `{"path": "x.md", "content": `},
+		}}}},
+		{Match: scriptmodel.Match{LastToolResultContains: "not valid JSON"}, Replies: []scriptmodel.Reply{{Content: "Sorry, fixed."}}},
+	}})
+	th := b.start(t, "write", "")
+	b.wait(t, th.ID, db.StatusDone)
+	ms := b.messages(t, th.ID)
+	if ms[2].Role != db.RoleTool || !ms[2].IsError || !strings.Contains(ms[2].Content, "not valid JSON") {
+		t.Errorf("tool result = %+v", ms[2])
+	}
+}
+
+func TestCancelWhileWaiting(t *testing.T) {
+	t.Parallel()
+	b := setup(t, publishScript("Brief"))
+	th := b.start(t, "publish", "researcher")
+	b.wait(t, th.ID, db.StatusWaiting)
+	if err := b.rt.Cancel(context.Background(), b.user, th.ID); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, th.ID, db.StatusCancelled)
+	if open := b.pending(t, th.ID); len(open) != 0 {
+		t.Errorf("open calls after cancel: %+v", open)
+	}
+	if len(b.publish.got()) != 0 {
+		t.Error("cancelled call ran")
+	}
+	var ue *jobs.UserError
+	if err := b.rt.Cancel(context.Background(), b.user, th.ID); !errors.As(err, &ue) {
+		t.Errorf("second cancel = %v, want a user error", err)
+	}
+	// The conversation can go on after a cancel: the model sees the
+	// cancelled call answered (the scripted server refuses a conversation
+	// with an unanswered call) and asks to publish again.
+	if err := b.rt.Reply(context.Background(), b.user, th.ID, "try again"); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, th.ID, db.StatusWaiting)
+	req, _ := b.model.LastRequest()
+	var sawCancelled bool
+	for _, m := range req.Messages {
+		sawCancelled = sawCancelled || (m.Role == "tool" && strings.Contains(m.Content, "Cancelled by the user"))
+	}
+	if !sawCancelled {
+		t.Errorf("model was not told the call was cancelled: %+v", req.Messages)
+	}
+}
+
+func TestUsersAreIsolated(t *testing.T) {
+	t.Parallel()
+	b := setup(t, publishScript("Brief"))
+	th := b.start(t, "publish", "researcher")
+	b.wait(t, th.ID, db.StatusWaiting)
+	calls := b.pending(t, th.ID)
+	ctx := context.Background()
+	checks := map[string]error{
+		"decide": b.rt.Decide(ctx, b.other, th.ID, []jobs.DecisionInput{{CallID: calls[0].ID, Type: "approve"}}),
+		"cancel": b.rt.Cancel(ctx, b.other, th.ID),
+		"reply":  b.rt.Reply(ctx, b.other, th.ID, "hi"),
+		"retry":  b.rt.Retry(ctx, b.other, th.ID),
+	}
+	for name, err := range checks {
+		if !errors.Is(err, db.ErrNotFound) {
+			t.Errorf("%s by another user = %v, want not found", name, err)
+		}
+	}
+	if _, err := db.GetThread(ctx, b.pool, b.other.ID, th.ID); !errors.Is(err, db.ErrNotFound) {
+		t.Errorf("other user reads the thread: %v", err)
+	}
+	if got := b.wait(t, th.ID, db.StatusWaiting); len(b.pending(t, got.ID)) != 1 {
+		t.Error("another user's attempts changed the run")
+	}
+}

@@ -1,0 +1,390 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"pizzabot/agent"
+	"pizzabot/db"
+)
+
+// StepArgs queue one step of a thread's run at a generation of it.
+type StepArgs struct {
+	ThreadID int64 `json:"thread_id"`
+	Gen      int64 `json:"gen"`
+}
+
+// Kind is River's name for the job.
+func (StepArgs) Kind() string { return "run_step" }
+
+// StepWorker takes one step of a run: one model call, or the tool calls the
+// model asked for. Its results commit in one transaction with the next job.
+type StepWorker struct {
+	river.WorkerDefaults[StepArgs]
+	rt *Runtime
+}
+
+// StepTimeout bounds one step: a model call with its retries, or a batch of
+// tool calls.
+const StepTimeout = 15 * time.Minute
+
+// Timeout replaces River's one-minute default, too short for model calls.
+func (w *StepWorker) Timeout(*river.Job[StepArgs]) time.Duration { return StepTimeout }
+
+// errLeaseLost means another job took the run over (this one was presumed
+// dead) or the user cancelled it: whatever this job computed is dropped.
+var errLeaseLost = errors.New("lease lost")
+
+// Work runs the step under a lease on the thread, kept alive by heartbeats.
+func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
+	rt := w.rt
+	a := job.Args
+	var outcome db.LeaseOutcome
+	err := db.InTx(ctx, rt.Pool, func(tx pgx.Tx) error {
+		var err error
+		outcome, err = db.TakeLease(ctx, tx, a.ThreadID, a.Gen, job.ID, rt.staleAfter())
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	switch outcome {
+	case db.LeaseObsolete:
+		return nil
+	case db.LeaseBusy:
+		return river.JobSnooze(rt.staleAfter())
+	}
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		rt.heartbeat(ctx, cancel, a.ThreadID, job.ID)
+	}()
+	err = rt.step(ctx, job.ID, a)
+	cancel(nil)
+	<-hbDone
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errLeaseLost) || errors.Is(context.Cause(ctx), errLeaseLost):
+		return nil
+	case ctx.Err() != nil:
+		// Shutdown (or River's own cancel): hand the run back at once. A
+		// tool call cut off here stays "running" and the next job treats
+		// its outcome as unknown.
+		bg, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer done()
+		if rerr := db.ReleaseLease(bg, rt.Pool, a.ThreadID, job.ID); rerr != nil {
+			rt.Logger.Warn("release lease", "thread_id", a.ThreadID, "err", rerr)
+		}
+		return river.JobSnooze(0)
+	}
+	return err
+}
+
+func (rt *Runtime) staleAfter() time.Duration {
+	if rt.StaleAfter > 0 {
+		return rt.StaleAfter
+	}
+	return 30 * time.Second
+}
+
+func (rt *Runtime) heartbeatEvery() time.Duration {
+	if rt.HeartbeatEvery > 0 {
+		return rt.HeartbeatEvery
+	}
+	return 5 * time.Second
+}
+
+// heartbeat proves the step alive until ctx ends; it cancels the step when
+// the run was taken from it.
+func (rt *Runtime) heartbeat(ctx context.Context, cancel context.CancelCauseFunc, threadID, jobID int64) {
+	t := time.NewTicker(rt.heartbeatEvery())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			ok, err := db.Heartbeat(ctx, rt.Pool, threadID, jobID)
+			if err != nil {
+				if ctx.Err() == nil {
+					rt.Logger.Warn("heartbeat", "thread_id", threadID, "err", err)
+				}
+				continue
+			}
+			if !ok {
+				cancel(errLeaseLost)
+				return
+			}
+		}
+	}
+}
+
+// commit runs fn in a transaction that first checks this job still holds the
+// run.
+func (rt *Runtime) commit(ctx context.Context, jobID int64, a StepArgs, fn func(tx pgx.Tx) error) error {
+	return db.InTx(ctx, rt.Pool, func(tx pgx.Tx) error {
+		ok, err := db.HoldsLease(ctx, tx, a.ThreadID, a.Gen, jobID)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return errLeaseLost
+		}
+		return fn(tx)
+	})
+}
+
+// step decides what the run needs next: its open tool calls, or the model.
+func (rt *Runtime) step(ctx context.Context, jobID int64, a StepArgs) error {
+	open, err := db.OpenToolCalls(ctx, rt.Pool, a.ThreadID)
+	if err != nil {
+		return err
+	}
+	if len(open) > 0 {
+		return rt.toolStep(ctx, jobID, a, open)
+	}
+	return rt.modelStep(ctx, jobID, a)
+}
+
+// threadOf loads the thread for the runtime (not scoped to a request's user:
+// the job acts for the thread's owner).
+func (rt *Runtime) threadOf(ctx context.Context, q db.Querier, id int64) (db.Thread, error) {
+	var userID int64
+	if err := q.QueryRow(ctx, `SELECT user_id FROM threads WHERE id = $1`, id).Scan(&userID); err != nil {
+		return db.Thread{}, fmt.Errorf("thread %d: %w", id, err)
+	}
+	return db.GetThread(ctx, q, userID, id)
+}
+
+// fail ends the run as failed with a message the user sees in the thread.
+func (rt *Runtime) fail(ctx context.Context, jobID int64, a StepArgs, started time.Time, model, msg string) error {
+	return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
+		if err := db.InsertStep(ctx, tx, db.Step{ThreadID: a.ThreadID, Kind: "model", Model: model, Error: msg, StartedAt: started}); err != nil {
+			return err
+		}
+		return db.EndRun(ctx, tx, a.ThreadID, db.StatusFailed, msg)
+	})
+}
+
+const baseSystemPrompt = `You are Pizza Bot, a background agent. The user handed you a task and left; they will read your final answer later in their inbox. Work autonomously with the tools you have, and finish with a clear, self-contained answer in Markdown. Ask the user (ask_user, when offered) only when you cannot proceed well without them.`
+
+func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs) error {
+	started := time.Now()
+	t, err := rt.threadOf(ctx, rt.Pool, a.ThreadID)
+	if err != nil {
+		return err
+	}
+	system := baseSystemPrompt
+	var skill *agent.Skill
+	if t.Skill != "" {
+		s, ok := rt.skills().Get(t.Skill)
+		if !ok {
+			return rt.fail(ctx, jobID, a, started, t.Model, fmt.Sprintf("Skill %q is not available any more.", t.Skill))
+		}
+		if missing := rt.Tools.Missing(s); len(missing) > 0 {
+			return rt.fail(ctx, jobID, a, started, t.Model, fmt.Sprintf("Skill %q needs %s, which is not connected.", t.Skill, strings.Join(missing, ", ")))
+		}
+		skill = s
+		system += "\n\n# Skill: " + s.Name + "\n\n" + s.Body
+	}
+	model, err := rt.model(t.Model)
+	if err != nil {
+		return rt.fail(ctx, jobID, a, started, t.Model, err.Error())
+	}
+	msgs, err := db.ListMessages(ctx, rt.Pool, t.UserID, t.ID)
+	if err != nil {
+		return err
+	}
+	tools := rt.Tools.Offer(skill)
+	in := agent.StepInput{Model: model, System: system, Messages: toAgent(msgs), Tools: tools}
+	if rt.OnDelta != nil {
+		in.OnDelta = func(s string) { rt.OnDelta(t.ID, s, false) }
+		in.OnReset = func() { rt.OnDelta(t.ID, "", true) }
+	}
+	out, err := agent.Step(ctx, in)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var pe *agent.ProviderError
+		if errors.As(err, &pe) {
+			return rt.fail(ctx, jobID, a, started, t.Model, "The model provider failed: "+pe.Error())
+		}
+		return rt.fail(ctx, jobID, a, started, t.Model, err.Error())
+	}
+
+	return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
+		calls := make([]db.ToolCall, len(out.Assistant.ToolCalls))
+		for i, c := range out.Assistant.ToolCalls {
+			calls[i] = db.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments}
+		}
+		m, err := db.AddMessage(ctx, tx, db.Message{ThreadID: t.ID, Role: db.RoleAssistant, Content: out.Assistant.Content, ToolCalls: calls})
+		if err != nil {
+			return err
+		}
+		if err := db.InsertStep(ctx, tx, db.Step{ThreadID: t.ID, Kind: "model", Model: t.Model,
+			PromptTokens: out.Usage.PromptTokens, CompletionTokens: out.Usage.CompletionTokens, StartedAt: started}); err != nil {
+			return err
+		}
+		if out.Done() {
+			return db.EndRun(ctx, tx, t.ID, db.StatusDone, "")
+		}
+		waiting := false
+		for _, p := range out.Calls {
+			nc := db.NewToolCall{ThreadID: t.ID, MessageID: m.ID, CallID: p.Call.ID, Name: p.Call.Name, Arguments: p.Call.Arguments, State: db.CallReady}
+			tool, _ := rt.Tools.Get(p.Call.Name)
+			switch {
+			case p.Invalid != nil:
+				nc.State = db.CallDone
+			case tool.Ask:
+				nc.State, nc.WaitKind = db.CallPending, db.WaitQuestion
+				nc.AllowedDecisions = []string{db.DecisionRespond}
+				nc.Description, _ = p.Args["question"].(string)
+			case skill != nil && interrupts(skill, p.Call.Name):
+				in, _ := skill.InterruptFor(p.Call.Name)
+				nc.State, nc.WaitKind = db.CallPending, db.WaitApproval
+				nc.AllowedDecisions, nc.Description = in.AllowedDecisions, in.Description
+			}
+			id, err := db.InsertToolCall(ctx, tx, nc)
+			if err != nil {
+				return err
+			}
+			if p.Invalid != nil {
+				row := db.ToolCallRow{ID: id, ThreadID: t.ID, CallID: p.Call.ID, Name: p.Call.Name}
+				if err := db.CompleteToolCall(ctx, tx, row, p.Invalid.Error(), true); err != nil {
+					return err
+				}
+			}
+			waiting = waiting || nc.State == db.CallPending
+		}
+		if waiting {
+			return db.EndRun(ctx, tx, t.ID, db.StatusWaiting, "")
+		}
+		return rt.advance(ctx, tx, t.ID)
+	})
+}
+
+// unknownOutcome is what a person reads on a call cut off by a crash.
+const unknownOutcome = "The server stopped while this call was running: it may or may not have taken effect. Retry runs it again; skip tells the model it did not complete."
+
+func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, open []db.ToolCallRow) error {
+	started := time.Now()
+	var userID int64
+	if err := rt.Pool.QueryRow(ctx, `SELECT user_id FROM threads WHERE id = $1`, a.ThreadID).Scan(&userID); err != nil {
+		return err
+	}
+	run := Run{ThreadID: a.ThreadID, UserID: userID}
+	for _, c := range open {
+		tool, known := rt.Tools.Get(c.Name)
+		switch c.State {
+		case db.CallPending, db.CallUnknown:
+			return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
+				return db.EndRun(ctx, tx, a.ThreadID, db.StatusWaiting, "")
+			})
+		case db.CallRunning:
+			// The job that started this call died during it.
+			if known && (tool.Tx != nil || tool.Idempotent) {
+				break // safe to run again
+			}
+			return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
+				if err := db.SetToolCallWait(ctx, tx, c.ID, db.CallUnknown, db.WaitUnknown,
+					[]string{db.DecisionRetry, db.DecisionSkip}, unknownOutcome); err != nil {
+					return err
+				}
+				return db.EndRun(ctx, tx, a.ThreadID, db.StatusWaiting, "")
+			})
+		}
+		if err := rt.runCall(ctx, jobID, a, run, c, tool, known); err != nil {
+			return err
+		}
+	}
+	return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
+		if err := db.InsertStep(ctx, tx, db.Step{ThreadID: a.ThreadID, Kind: "tools", StartedAt: started}); err != nil {
+			return err
+		}
+		return rt.advance(ctx, tx, a.ThreadID)
+	})
+}
+
+// runCall executes one ready call and commits its result.
+func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run Run, c db.ToolCallRow, tool Tool, known bool) error {
+	if !known || (tool.Tx == nil && tool.Call == nil) {
+		return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
+			return db.CompleteToolCall(ctx, tx, c, fmt.Sprintf("tool %q is not available", c.Name), true)
+		})
+	}
+	args, err := tool.Spec.ValidateArguments(c.EffectiveArguments())
+	if err != nil {
+		return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
+			return db.CompleteToolCall(ctx, tx, c, err.Error(), true)
+		})
+	}
+	if tool.Tx != nil {
+		return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
+			// A savepoint: a failing tool must not abort the transaction
+			// that records its failure.
+			sp, err := tx.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			result, terr := tool.Tx(ctx, sp, run, args)
+			if terr != nil {
+				if err := sp.Rollback(ctx); err != nil {
+					return err
+				}
+				return db.CompleteToolCall(ctx, tx, c, terr.Error(), true)
+			}
+			if err := sp.Commit(ctx); err != nil {
+				return err
+			}
+			return db.CompleteToolCall(ctx, tx, c, result, false)
+		})
+	}
+	// Record the intent first: if the process dies during Call, the next
+	// job finds the call "running" and does not repeat it blindly.
+	err = rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
+		_, err := db.SetToolCallState(ctx, tx, c.ID, db.CallRunning, db.CallReady, db.CallRunning)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	result, terr := tool.Call(ctx, run, args)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
+		if terr != nil {
+			return db.CompleteToolCall(ctx, tx, c, terr.Error(), true)
+		}
+		return db.CompleteToolCall(ctx, tx, c, result, false)
+	})
+}
+
+// toAgent converts stored messages to the agent's.
+func toAgent(ms []db.Message) []agent.Message {
+	out := make([]agent.Message, 0, len(ms))
+	for _, m := range ms {
+		am := agent.Message{Role: agent.Role(m.Role), Content: m.Content, ToolCallID: m.ToolCallID, Name: m.ToolName, IsError: m.IsError}
+		for _, c := range m.ToolCalls {
+			am.ToolCalls = append(am.ToolCalls, agent.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
+		}
+		out = append(out, am)
+	}
+	return out
+}
+
+func interrupts(s *agent.Skill, tool string) bool {
+	_, ok := s.InterruptFor(tool)
+	return ok
+}

@@ -1,0 +1,280 @@
+package jobs
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"pizzabot/agent"
+	"pizzabot/db"
+)
+
+// Run identifies the run a tool works for.
+type Run struct {
+	ThreadID int64
+	UserID   int64
+}
+
+// Tool is a tool a run can call. Exactly one of Tx and Call is set, unless
+// Ask is.
+type Tool struct {
+	Spec agent.ToolSpec
+	// Tx runs the tool inside the transaction that records its result: its
+	// effect and its result commit together, so a crash never leaves its
+	// outcome unknown. Built-in tools that only touch the database use it.
+	Tx func(ctx context.Context, tx pgx.Tx, run Run, args map[string]any) (string, error)
+	// Call runs a tool whose effects live outside the database (an MCP
+	// server, the network). If the process dies during Call, the outcome is
+	// unknown: unless Idempotent, the run asks a human before calling again.
+	Call func(ctx context.Context, run Run, args map[string]any) (string, error)
+	// Idempotent says Call may be repeated safely (it only reads).
+	Idempotent bool
+	// Ask marks ask_user: a call is a question that waits for the user's
+	// answer, which becomes its result.
+	Ask bool
+}
+
+// Toolbox holds the tools runs can be offered.
+type Toolbox struct {
+	tools map[string]Tool
+}
+
+// NewToolbox returns a toolbox with the built-in tools and extra ones.
+func NewToolbox(extra ...Tool) (*Toolbox, error) {
+	tb := &Toolbox{tools: map[string]Tool{}}
+	for _, t := range append(builtinTools(), extra...) {
+		if err := t.Spec.CheckSchema(); err != nil {
+			return nil, err
+		}
+		if _, dup := tb.tools[t.Spec.Name]; dup {
+			return nil, fmt.Errorf("tool %q is defined twice", t.Spec.Name)
+		}
+		tb.tools[t.Spec.Name] = t
+	}
+	return tb, nil
+}
+
+// Get returns the tool of that name.
+func (tb *Toolbox) Get(name string) (Tool, bool) {
+	t, ok := tb.tools[name]
+	return t, ok
+}
+
+// Names lists the tools, sorted.
+func (tb *Toolbox) Names() []string {
+	names := make([]string, 0, len(tb.tools))
+	for n := range tb.tools {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Offer returns the specs offered to a run: a skill's allowed tools when the
+// run has a skill (which must all exist: see Missing), every tool otherwise.
+func (tb *Toolbox) Offer(skill *agent.Skill) []agent.ToolSpec {
+	var names []string
+	if skill != nil {
+		names = skill.AllowedTools
+	} else {
+		names = tb.Names()
+	}
+	specs := make([]agent.ToolSpec, 0, len(names))
+	for _, n := range names {
+		if t, ok := tb.tools[n]; ok {
+			specs = append(specs, t.Spec)
+		}
+	}
+	return specs
+}
+
+// Missing lists the tools a skill declares that the toolbox lacks.
+func (tb *Toolbox) Missing(skill *agent.Skill) []string {
+	var missing []string
+	for _, n := range skill.AllowedTools {
+		if _, ok := tb.tools[n]; !ok {
+			missing = append(missing, n)
+		}
+	}
+	return missing
+}
+
+// Scratch file limits.
+const (
+	maxScratchFile  = 1 << 20
+	maxScratchFiles = 500
+)
+
+func schema(s string) json.RawMessage { return json.RawMessage(s) }
+
+func builtinTools() []Tool {
+	return []Tool{
+		{
+			Spec: agent.ToolSpec{
+				Name:        "ls",
+				Description: "List the files in this thread's scratch space, with their sizes. The scratch space is private to the thread and starts empty.",
+				Parameters:  schema(`{"type":"object","properties":{},"additionalProperties":false}`),
+			},
+			Tx: func(ctx context.Context, tx pgx.Tx, run Run, _ map[string]any) (string, error) {
+				files, err := db.ListScratch(ctx, tx, run.ThreadID)
+				if err != nil {
+					return "", err
+				}
+				if len(files) == 0 {
+					return "The scratch space is empty.", nil
+				}
+				var b strings.Builder
+				for _, f := range files {
+					fmt.Fprintf(&b, "%s\t%d bytes\n", f.Path, f.Size)
+				}
+				return b.String(), nil
+			},
+		},
+		{
+			Spec: agent.ToolSpec{
+				Name:        "read_file",
+				Description: "Read a file from this thread's scratch space and return its whole content.",
+				Parameters: schema(`{"type":"object","properties":{
+					"path":{"type":"string","description":"File path, e.g. notes/plan.md"}},
+					"required":["path"],"additionalProperties":false}`),
+			},
+			Tx: func(ctx context.Context, tx pgx.Tx, run Run, args map[string]any) (string, error) {
+				p, err := scratchPath(args["path"])
+				if err != nil {
+					return "", err
+				}
+				content, err := db.ReadScratch(ctx, tx, run.ThreadID, p)
+				if errors.Is(err, db.ErrNotFound) {
+					return "", fmt.Errorf("no file %q in the scratch space (use ls to list files)", p)
+				}
+				return content, err
+			},
+		},
+		{
+			Spec: agent.ToolSpec{
+				Name:        "write_file",
+				Description: "Create or overwrite a file in this thread's scratch space (at most 1 MiB). Use it for notes, drafts and results you want to keep during the run.",
+				Parameters: schema(`{"type":"object","properties":{
+					"path":{"type":"string","description":"File path, e.g. notes/plan.md"},
+					"content":{"type":"string","description":"The whole new content of the file"}},
+					"required":["path","content"],"additionalProperties":false}`),
+			},
+			Tx: func(ctx context.Context, tx pgx.Tx, run Run, args map[string]any) (string, error) {
+				p, err := scratchPath(args["path"])
+				if err != nil {
+					return "", err
+				}
+				content, _ := args["content"].(string)
+				if err := writeScratch(ctx, tx, run.ThreadID, p, content); err != nil {
+					return "", err
+				}
+				return fmt.Sprintf("Wrote %d bytes to %s.", len(content), p), nil
+			},
+		},
+		{
+			Spec: agent.ToolSpec{
+				Name:        "edit_file",
+				Description: "Replace text in a scratch file: old_string must occur exactly once unless replace_all is true. Read the file first to copy old_string exactly.",
+				Parameters: schema(`{"type":"object","properties":{
+					"path":{"type":"string"},
+					"old_string":{"type":"string","minLength":1,"description":"Exact text to replace"},
+					"new_string":{"type":"string","description":"Replacement text"},
+					"replace_all":{"type":"boolean","description":"Replace every occurrence (default false)"}},
+					"required":["path","old_string","new_string"],"additionalProperties":false}`),
+			},
+			Tx: func(ctx context.Context, tx pgx.Tx, run Run, args map[string]any) (string, error) {
+				p, err := scratchPath(args["path"])
+				if err != nil {
+					return "", err
+				}
+				content, err := db.ReadScratch(ctx, tx, run.ThreadID, p)
+				if errors.Is(err, db.ErrNotFound) {
+					return "", fmt.Errorf("no file %q in the scratch space", p)
+				}
+				if err != nil {
+					return "", err
+				}
+				oldS, _ := args["old_string"].(string)
+				newS, _ := args["new_string"].(string)
+				all, _ := args["replace_all"].(bool)
+				n := strings.Count(content, oldS)
+				switch {
+				case n == 0:
+					return "", fmt.Errorf("old_string does not occur in %s", p)
+				case n > 1 && !all:
+					return "", fmt.Errorf("old_string occurs %d times in %s: give more context to make it unique, or set replace_all", n, p)
+				}
+				if all {
+					content = strings.ReplaceAll(content, oldS, newS)
+				} else {
+					content = strings.Replace(content, oldS, newS, 1)
+				}
+				if err := writeScratch(ctx, tx, run.ThreadID, p, content); err != nil {
+					return "", err
+				}
+				return fmt.Sprintf("Replaced %d occurrence(s) in %s.", max(1, n*boolInt(all)), p), nil
+			},
+		},
+		{
+			Spec: agent.ToolSpec{
+				Name:        "ask_user",
+				Description: "Ask the user a question and wait for their answer. The run pauses until they reply, possibly for days: ask only when you cannot proceed well without it, and ask everything you need at once.",
+				Parameters: schema(`{"type":"object","properties":{
+					"question":{"type":"string","minLength":1,"description":"The question, self-contained"}},
+					"required":["question"],"additionalProperties":false}`),
+			},
+			Ask: true,
+		},
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func writeScratch(ctx context.Context, tx pgx.Tx, threadID int64, p, content string) error {
+	if len(content) > maxScratchFile {
+		return fmt.Errorf("content is %d bytes; a scratch file holds at most %d", len(content), maxScratchFile)
+	}
+	if !utf8.ValidString(content) {
+		return errors.New("content is not valid UTF-8 text")
+	}
+	if _, err := db.ReadScratch(ctx, tx, threadID, p); errors.Is(err, db.ErrNotFound) {
+		files, err := db.ListScratch(ctx, tx, threadID)
+		if err != nil {
+			return err
+		}
+		if len(files) >= maxScratchFiles {
+			return fmt.Errorf("the scratch space holds at most %d files", maxScratchFiles)
+		}
+	}
+	return db.WriteScratch(ctx, tx, threadID, p, content)
+}
+
+// scratchPath cleans a scratch file path: relative, no "..", no empty parts.
+func scratchPath(v any) (string, error) {
+	s, _ := v.(string)
+	s = strings.TrimSpace(s)
+	s = strings.TrimPrefix(s, "/")
+	if s == "" {
+		return "", errors.New("path is empty")
+	}
+	if len(s) > 512 {
+		return "", errors.New("path is longer than 512 bytes")
+	}
+	clean := path.Clean(s)
+	if clean == "." || clean == ".." || strings.HasPrefix(clean, "../") || strings.ContainsRune(clean, 0) {
+		return "", fmt.Errorf("path %q is not a file path inside the scratch space", s)
+	}
+	return clean, nil
+}

@@ -1,0 +1,268 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"pizzabot/db"
+	"pizzabot/db/pglocal"
+	"pizzabot/handlers"
+)
+
+// serve runs the web server until ctx ends, then shuts down gracefully.
+func serve(ctx context.Context, cfg config) error {
+	log := cfg.logger()
+	// Take the port first: a busy port should fail before anything starts.
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("cannot listen on %s: the address is already in use (is another server running? set PIZZA_ADDR to another port)", cfg.Addr)
+		}
+		return fmt.Errorf("cannot listen on %s: %v", cfg.Addr, err)
+	}
+	defer ln.Close()
+
+	st, err := openStore(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer st.close()
+
+	local, err := db.EnsureLocalUser(ctx, st.pool)
+	if err != nil {
+		return err
+	}
+	h := handlers.New(handlers.Deps{
+		Pool:   st.pool,
+		Logger: log,
+		Authenticate: func(*http.Request) (db.User, error) {
+			return local, nil
+		},
+		Ready: func(ctx context.Context) error { return ready(ctx, st.pool) },
+	})
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	log.Info("serving", "url", "http://"+ln.Addr().String(), "data_root", cfg.DataRoot, "private_postgres", st.cluster != nil)
+
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("http shutdown", "err", err)
+		srv.Close()
+	}
+	return nil
+}
+
+// migrate applies the migrations and exits.
+func migrate(ctx context.Context, cfg config) error {
+	log := cfg.logger()
+	st, err := openStore(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer st.close()
+	log.Info("database is up to date", "schema_version", db.LatestVersion())
+	return nil
+}
+
+// ready reports whether the database answers and holds our newest schema.
+func ready(ctx context.Context, pool *pgxpool.Pool) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	v, err := db.SchemaVersion(ctx, pool)
+	if err != nil {
+		return errors.New("database unreachable")
+	}
+	if want := db.LatestVersion(); v < want {
+		return fmt.Errorf("database schema at version %d, want %d", v, want)
+	}
+	return nil
+}
+
+// store is the opened database, and the private cluster behind it if any.
+type store struct {
+	pool    *pgxpool.Pool
+	cluster *pglocal.Server
+	unlock  func()
+	log     *slog.Logger
+}
+
+func (s *store) close() {
+	if s.pool != nil {
+		s.pool.Close()
+	}
+	if s.cluster != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s.cluster.Stop(ctx); err != nil {
+			s.log.Warn("stop private postgres", "err", err)
+		}
+	}
+	if s.unlock != nil {
+		s.unlock()
+	}
+}
+
+// privateDatabase is the database the server uses in its private cluster.
+const privateDatabase = "pizza"
+
+// openStore prepares the data root, starts the private cluster when no
+// DATABASE_URL is given, connects and migrates.
+func openStore(ctx context.Context, cfg config, log *slog.Logger) (_ *store, err error) {
+	st := &store{log: log}
+	defer func() {
+		if err != nil {
+			st.close()
+		}
+	}()
+	if err := prepareDataRoot(cfg.DataRoot); err != nil {
+		return nil, err
+	}
+	url := cfg.DatabaseURL
+	if url == "" {
+		unlock, err := lockDataRoot(cfg.DataRoot)
+		if err != nil {
+			return nil, err
+		}
+		st.unlock = unlock
+		log.Info("starting private postgres", "dir", filepath.Join(cfg.DataRoot, "postgres"))
+		st.cluster, err = pglocal.Start(ctx, pglocal.Options{Dir: filepath.Join(cfg.DataRoot, "postgres"), Logger: log})
+		if err != nil {
+			return nil, fmt.Errorf("private PostgreSQL: %w", err)
+		}
+		if err := createDatabase(ctx, st.cluster.URL("postgres"), privateDatabase); err != nil {
+			return nil, err
+		}
+		url = st.cluster.URL(privateDatabase)
+	}
+	st.pool, err = db.Open(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	applied, err := db.Migrate(ctx, st.pool)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range applied {
+		log.Info("applied migration", "name", m)
+	}
+	return st, nil
+}
+
+// prepareDataRoot creates the data root and checks that it is writable.
+func prepareDataRoot(root string) error {
+	perm := os.FileMode(0o700)
+	if os.Geteuid() == 0 {
+		// The private cluster runs as an unprivileged user that must be able
+		// to traverse (not list) the data root.
+		perm = 0o711
+	}
+	if err := os.MkdirAll(root, perm); err != nil {
+		return fmt.Errorf("data root %s cannot be created: %v (set PIZZA_DATA_ROOT to a writable directory)", root, err)
+	}
+	f, err := os.CreateTemp(root, ".write-test-*")
+	if err != nil {
+		return fmt.Errorf("data root %s is not writable: %v (set PIZZA_DATA_ROOT to a writable directory)", root, err)
+	}
+	f.Close()
+	os.Remove(f.Name())
+	return nil
+}
+
+// lockDataRoot takes an exclusive lock on <root>/pizza.lock, so a second
+// server on the same data root (and its private cluster) refuses to start.
+// The kernel drops the lock when the process dies, even by SIGKILL.
+func lockDataRoot(root string) (func(), error) {
+	path := filepath.Join(root, "pizza.lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock file %s: %v", path, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		b, _ := os.ReadFile(path)
+		f.Close()
+		holder := strings.TrimSpace(string(b))
+		if holder != "" {
+			holder = " (pid " + holder + ")"
+		}
+		return nil, fmt.Errorf("another pizza-bot is already running on data root %s%s; stop it, or set PIZZA_DATA_ROOT to another directory", root, holder)
+	}
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
+}
+
+// createDatabase creates the named database unless it exists.
+func createDatabase(ctx context.Context, adminURL, name string) error {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return fmt.Errorf("connect to private PostgreSQL: %w", err)
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, name).Scan(&exists); err != nil {
+		return fmt.Errorf("private PostgreSQL: %w", err)
+	}
+	if exists {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return fmt.Errorf("private PostgreSQL: create database %s: %w", name, err)
+	}
+	return nil
+}
+
+// healthcheck asks the server at cfg.Addr for /readyz. A wildcard listen
+// address is probed on loopback.
+func healthcheck(ctx context.Context, cfg config) error {
+	host, port, err := net.SplitHostPort(cfg.Addr)
+	if err != nil {
+		return err
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+net.JoinHostPort(host, port)+"/readyz", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("not ready: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("not ready: %s", resp.Status)
+	}
+	return nil
+}
