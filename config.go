@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"pizzabot/agent"
 )
 
 // config is the server's configuration, read once from the environment.
@@ -85,8 +87,8 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 
 	if c.Model != "" {
-		if p, id, ok := strings.Cut(c.Model, ":"); !ok || p == "" || id == "" {
-			errs = append(errs, fmt.Errorf("PIZZA_MODEL %q: want <provider>:<model-id>, e.g. openai:gpt-4.1-mini", c.Model))
+		if _, err := agent.ParseModelSpec(c.Model); err != nil {
+			errs = append(errs, fmt.Errorf("PIZZA_MODEL: %v", err))
 		}
 	}
 

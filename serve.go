@@ -16,10 +16,14 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 
+	"pizzabot/agent"
 	"pizzabot/db"
 	"pizzabot/db/pglocal"
 	"pizzabot/handlers"
+	"pizzabot/jobs"
+	"pizzabot/skills"
 )
 
 // serve runs the web server until ctx ends, then shuts down gracefully.
@@ -45,6 +49,23 @@ func serve(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
+	rt, client, err := newRuntime(cfg, st.pool, log)
+	if err != nil {
+		return err
+	}
+	if err := client.Start(ctx); err != nil {
+		return fmt.Errorf("start job queue: %w", err)
+	}
+	defer func() {
+		// Running steps get the shutdown timeout to finish; the rest are
+		// handed back and resume on the next start (or another replica).
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+		defer cancel()
+		if err := jobs.Stop(sctx, client); err != nil {
+			log.Warn("stop job queue", "err", err)
+		}
+	}()
+	_ = rt
 	h := handlers.New(handlers.Deps{
 		Pool:   st.pool,
 		Logger: log,
@@ -265,4 +286,26 @@ func healthcheck(ctx context.Context, cfg config) error {
 		return fmt.Errorf("not ready: %s", resp.Status)
 	}
 	return nil
+}
+
+// newRuntime builds the agent runtime and the River client that works it.
+func newRuntime(cfg config, pool *pgxpool.Pool, log *slog.Logger) (*jobs.Runtime, *river.Client[pgx.Tx], error) {
+	tools, err := jobs.NewToolbox()
+	if err != nil {
+		return nil, nil, err
+	}
+	customSkills := filepath.Join(cfg.DataRoot, "skills")
+	rt := &jobs.Runtime{
+		Pool:         pool,
+		Logger:       log,
+		Tools:        tools,
+		Skills:       func() agent.SkillSet { return agent.LoadSkills(skills.FS, customSkills) },
+		DefaultModel: cfg.Model,
+		Getenv:       os.Getenv,
+	}
+	client, err := jobs.NewClient(rt, jobs.ClientConfig{})
+	if err != nil {
+		return nil, nil, err
+	}
+	return rt, client, nil
 }

@@ -133,8 +133,8 @@ func LockThread(ctx context.Context, q Querier, userID, threadID int64) (Thread,
 
 // RunRef names a run at a generation.
 type RunRef struct {
-	ThreadID int64 `db:"id"`
-	Gen      int64 `db:"run_gen"`
+	ThreadID int64  `db:"id"`
+	Gen      int64  `db:"run_gen"`
 	LeaseJob *int64 `db:"run_lease_job"`
 }
 

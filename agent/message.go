@@ -1,0 +1,56 @@
+// Package agent is Pizza Bot's agent core: the messages of a conversation,
+// the tools offered to a model, the model providers, one step of the agent
+// loop, and skills.
+//
+// The package is pure logic plus outbound calls to model providers. It has
+// no HTTP server, no HTML, no job queue and no database: the jobs package
+// runs each Step as a durable job and stores what it returns.
+package agent
+
+// Role is who wrote a message in a conversation.
+type Role string
+
+// The roles of a Chat Completions conversation.
+const (
+	RoleSystem    Role = "system"
+	RoleUser      Role = "user"
+	RoleAssistant Role = "assistant"
+	RoleTool      Role = "tool"
+)
+
+// ToolCall is a request by the model to call a tool.
+type ToolCall struct {
+	// ID identifies the call; the tool result refers to it.
+	ID string `json:"id"`
+	// Name is the name of the tool.
+	Name string `json:"name"`
+	// Arguments is the raw JSON text the model produced. It may be invalid:
+	// check it with ToolSpec.ValidateArguments.
+	Arguments string `json:"arguments"`
+}
+
+// Message is one message of a conversation.
+type Message struct {
+	Role    Role   `json:"role"`
+	Content string `json:"content"`
+	// ToolCalls are the calls an assistant message asks for.
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+	// ToolCallID is the call a tool message answers (role tool).
+	ToolCallID string `json:"tool_call_id,omitempty"`
+	// Name is the tool's name (role tool).
+	Name string `json:"name,omitempty"`
+	// IsError marks a tool result that reports a failure. The model is told
+	// so: the content is sent prefixed with "Error: " (unless it already
+	// starts with "error").
+	IsError bool `json:"is_error,omitempty"`
+}
+
+// UserMessage returns a user message with the given text.
+func UserMessage(text string) Message {
+	return Message{Role: RoleUser, Content: text}
+}
+
+// ToolResult returns the tool message that answers call.
+func ToolResult(call ToolCall, content string, isError bool) Message {
+	return Message{Role: RoleTool, Content: content, ToolCallID: call.ID, Name: call.Name, IsError: isError}
+}

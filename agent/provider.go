@@ -1,0 +1,144 @@
+package agent
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+)
+
+// Provider describes a model provider reached through its OpenAI-compatible
+// Chat Completions endpoint.
+type Provider struct {
+	// Name is the prefix used in PIZZA_MODEL, e.g. "openai".
+	Name string
+	// Label is the name shown to people, e.g. "OpenAI".
+	Label string
+	// DefaultBaseURL is used when BaseURLEnv is not set. Empty means the
+	// base URL must be given. For bedrock it contains "{region}", replaced by
+	// AWS_REGION (or AWS_DEFAULT_REGION, default us-east-1).
+	DefaultBaseURL string
+	// APIKeyEnv is the environment variable holding the API key.
+	APIKeyEnv string
+	// APIKeyRequired reports whether a request without a key is refused.
+	APIKeyRequired bool
+	// BaseURLEnv is the environment variable that overrides the base URL.
+	BaseURLEnv string
+}
+
+// Providers lists the supported providers, in the order to show them.
+var Providers = []Provider{
+	{Name: "openai", Label: "OpenAI", DefaultBaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY", APIKeyRequired: true, BaseURLEnv: "OPENAI_BASE_URL"},
+	{Name: "anthropic", Label: "Anthropic", DefaultBaseURL: "https://api.anthropic.com/v1/", APIKeyEnv: "ANTHROPIC_API_KEY", APIKeyRequired: true, BaseURLEnv: "ANTHROPIC_BASE_URL"},
+	{Name: "gemini", Label: "Google Gemini", DefaultBaseURL: "https://generativelanguage.googleapis.com/v1beta/openai/", APIKeyEnv: "GEMINI_API_KEY", APIKeyRequired: true, BaseURLEnv: "GEMINI_BASE_URL"},
+	{Name: "bedrock", Label: "Amazon Bedrock", DefaultBaseURL: "https://bedrock-runtime.{region}.amazonaws.com/openai/v1", APIKeyEnv: "AWS_BEARER_TOKEN_BEDROCK", APIKeyRequired: true, BaseURLEnv: "BEDROCK_BASE_URL"},
+	{Name: "openrouter", Label: "OpenRouter", DefaultBaseURL: "https://openrouter.ai/api/v1", APIKeyEnv: "OPENROUTER_API_KEY", APIKeyRequired: true, BaseURLEnv: "OPENROUTER_BASE_URL"},
+	{Name: "ollama", Label: "Ollama", DefaultBaseURL: "http://127.0.0.1:11434/v1", APIKeyEnv: "OLLAMA_API_KEY", APIKeyRequired: false, BaseURLEnv: "OLLAMA_BASE_URL"},
+	{Name: "compatible", Label: "OpenAI-compatible endpoint", DefaultBaseURL: "", APIKeyEnv: "COMPATIBLE_API_KEY", APIKeyRequired: false, BaseURLEnv: "COMPATIBLE_BASE_URL"},
+}
+
+// LookupProvider returns the provider with the given name.
+func LookupProvider(name string) (Provider, bool) {
+	for _, p := range Providers {
+		if p.Name == name {
+			return p, true
+		}
+	}
+	return Provider{}, false
+}
+
+// defaultAWSRegion is the Bedrock region when none is configured.
+const defaultAWSRegion = "us-east-1"
+
+// BaseURL returns the base URL to use: BaseURLEnv when set, otherwise the
+// default. It fails, naming the variable, when there is no usable URL.
+func (p Provider) BaseURL(getenv func(string) string) (string, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	raw := strings.TrimSpace(getenv(p.BaseURLEnv))
+	from := p.BaseURLEnv
+	if raw == "" {
+		if p.DefaultBaseURL == "" {
+			return "", fmt.Errorf("%s is not set: the %s provider has no default base URL (e.g. %s=http://127.0.0.1:8000/v1)", p.BaseURLEnv, p.Name, p.BaseURLEnv)
+		}
+		raw = p.DefaultBaseURL
+		from = "the default base URL of " + p.Name
+		if strings.Contains(raw, "{region}") {
+			region := strings.TrimSpace(getenv("AWS_REGION"))
+			if region == "" {
+				region = strings.TrimSpace(getenv("AWS_DEFAULT_REGION"))
+			}
+			if region == "" {
+				region = defaultAWSRegion
+			}
+			if !validRegion(region) {
+				return "", fmt.Errorf("AWS_REGION %q is not a valid AWS region name", region)
+			}
+			raw = strings.ReplaceAll(raw, "{region}", region)
+		}
+	}
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("%s: %q is not an http(s) URL", from, raw)
+	}
+	return raw, nil
+}
+
+func validRegion(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// ModelSpec names a model: which provider, and the model id it knows.
+type ModelSpec struct {
+	Provider string `json:"provider"`
+	Model    string `json:"model"`
+}
+
+// String returns the spec in PIZZA_MODEL form, "<provider>:<model-id>".
+func (s ModelSpec) String() string {
+	return s.Provider + ":" + s.Model
+}
+
+// ParseModelSpec parses "<provider>:<model-id>", the form of PIZZA_MODEL,
+// e.g. "openai:gpt-4.1", "ollama:llama3.2:3b" or
+// "openrouter:anthropic/claude-sonnet-4". The model id is everything after the
+// first colon and may itself contain ':' and '/'.
+func ParseModelSpec(s string) (ModelSpec, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return ModelSpec{}, fmt.Errorf("model is empty: want <provider>:<model-id>, e.g. openai:gpt-4.1 (providers: %s)", providerNames())
+	}
+	provider, model, ok := strings.Cut(s, ":")
+	if !ok {
+		return ModelSpec{}, fmt.Errorf("model %q has no provider: want <provider>:<model-id>, e.g. openai:%s (providers: %s)", s, s, providerNames())
+	}
+	provider = strings.ToLower(strings.TrimSpace(provider))
+	model = strings.TrimSpace(model)
+	if provider == "" {
+		return ModelSpec{}, fmt.Errorf("model %q has no provider before the colon (providers: %s)", s, providerNames())
+	}
+	if _, ok := LookupProvider(provider); !ok {
+		return ModelSpec{}, fmt.Errorf("model %q: unknown provider %q (providers: %s)", s, provider, providerNames())
+	}
+	if model == "" {
+		return ModelSpec{}, fmt.Errorf("model %q has no model id after %q", s, provider+":")
+	}
+	if strings.ContainsAny(model, " \t\r\n") {
+		return ModelSpec{}, fmt.Errorf("model id %q contains white space", model)
+	}
+	return ModelSpec{Provider: provider, Model: model}, nil
+}
+
+func providerNames() string {
+	names := make([]string, len(Providers))
+	for i, p := range Providers {
+		names[i] = p.Name
+	}
+	return strings.Join(names, ", ")
+}

@@ -1,0 +1,118 @@
+package agent_test
+
+import (
+	"strings"
+	"testing"
+
+	"pizzabot/agent"
+)
+
+func TestParseModelSpec(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in      string
+		want    agent.ModelSpec
+		wantErr string
+	}{
+		{in: "openai:gpt-4.1-mini", want: agent.ModelSpec{Provider: "openai", Model: "gpt-4.1-mini"}},
+		{in: "ollama:llama3.2:3b", want: agent.ModelSpec{Provider: "ollama", Model: "llama3.2:3b"}},
+		{in: "openrouter:anthropic/claude-sonnet-4", want: agent.ModelSpec{Provider: "openrouter", Model: "anthropic/claude-sonnet-4"}},
+		{in: " Bedrock:openai.gpt-oss-120b-1:0 ", want: agent.ModelSpec{Provider: "bedrock", Model: "openai.gpt-oss-120b-1:0"}},
+		{in: "", wantErr: "model is empty"},
+		{in: "gpt-4o", wantErr: `model "gpt-4o" has no provider`},
+		{in: "azure:gpt-4o", wantErr: `unknown provider "azure" (providers: openai, anthropic, gemini, bedrock, openrouter, ollama, compatible)`},
+		{in: "openai:", wantErr: `has no model id`},
+		{in: ":gpt-4o", wantErr: `no provider before the colon`},
+		{in: "openai:gpt 4o", wantErr: `contains white space`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			t.Parallel()
+			got, err := agent.ParseModelSpec(tt.in)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want it to contain %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tt.want {
+				t.Errorf("got %+v, want %+v", got, tt.want)
+			}
+			if got.String() != tt.want.Provider+":"+tt.want.Model {
+				t.Errorf("String() = %q", got.String())
+			}
+		})
+	}
+}
+
+func TestNewModelEnvironment(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name        string
+		spec        string
+		env         map[string]string
+		wantBaseURL string
+		wantErr     string
+	}{
+		{name: "openai default", spec: "openai:gpt-4.1", env: map[string]string{"OPENAI_API_KEY": "sk"}, wantBaseURL: "https://api.openai.com/v1"},
+		{name: "openai missing key", spec: "openai:gpt-4.1", wantErr: "OPENAI_API_KEY is not set"},
+		{name: "openai base override", spec: "openai:gpt-4.1", env: map[string]string{"OPENAI_API_KEY": "sk", "OPENAI_BASE_URL": "http://proxy.internal/v1"}, wantBaseURL: "http://proxy.internal/v1"},
+		{name: "openrouter", spec: "openrouter:x/y", env: map[string]string{"OPENROUTER_API_KEY": "k"}, wantBaseURL: "https://openrouter.ai/api/v1"},
+		{name: "openrouter missing key", spec: "openrouter:x/y", env: map[string]string{"OPENAI_API_KEY": "sk"}, wantErr: "OPENROUTER_API_KEY is not set"},
+		{name: "ollama needs no key", spec: "ollama:llama3.2", wantBaseURL: "http://127.0.0.1:11434/v1"},
+		{name: "ollama remote", spec: "ollama:llama3.2", env: map[string]string{"OLLAMA_BASE_URL": "https://ollama.com/v1", "OLLAMA_API_KEY": "k"}, wantBaseURL: "https://ollama.com/v1"},
+		{name: "gemini", spec: "gemini:gemini-2.5-flash", env: map[string]string{"GEMINI_API_KEY": "k"}, wantBaseURL: "https://generativelanguage.googleapis.com/v1beta/openai/"},
+		{name: "gemini missing key", spec: "gemini:gemini-2.5-flash", wantErr: "GEMINI_API_KEY is not set"},
+		{name: "anthropic", spec: "anthropic:claude-sonnet-4-5", env: map[string]string{"ANTHROPIC_API_KEY": "k"}, wantBaseURL: "https://api.anthropic.com/v1/"},
+		{name: "anthropic missing key", spec: "anthropic:claude-sonnet-4-5", wantErr: "ANTHROPIC_API_KEY is not set"},
+		{name: "bedrock default region", spec: "bedrock:openai.gpt-oss-120b-1:0", env: map[string]string{"AWS_BEARER_TOKEN_BEDROCK": "k"}, wantBaseURL: "https://bedrock-runtime.us-east-1.amazonaws.com/openai/v1"},
+		{name: "bedrock region", spec: "bedrock:openai.gpt-oss-120b-1:0", env: map[string]string{"AWS_BEARER_TOKEN_BEDROCK": "k", "AWS_REGION": "eu-west-3"}, wantBaseURL: "https://bedrock-runtime.eu-west-3.amazonaws.com/openai/v1"},
+		{name: "bedrock bad region", spec: "bedrock:m", env: map[string]string{"AWS_BEARER_TOKEN_BEDROCK": "k", "AWS_REGION": "eu/west"}, wantErr: `AWS_REGION "eu/west" is not a valid AWS region name`},
+		{name: "bedrock missing key", spec: "bedrock:m", wantErr: "AWS_BEARER_TOKEN_BEDROCK is not set"},
+		{name: "compatible needs a base URL", spec: "compatible:m", wantErr: "COMPATIBLE_BASE_URL is not set"},
+		{name: "compatible", spec: "compatible:m", env: map[string]string{"COMPATIBLE_BASE_URL": "http://127.0.0.1:8000/v1"}, wantBaseURL: "http://127.0.0.1:8000/v1"},
+		{name: "bad base URL", spec: "compatible:m", env: map[string]string{"COMPATIBLE_BASE_URL": "127.0.0.1:8000"}, wantErr: `COMPATIBLE_BASE_URL: "127.0.0.1:8000" is not an http(s) URL`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			spec, err := agent.ParseModelSpec(tt.spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := agent.NewModel(spec, func(k string) string { return tt.env[k] })
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want it to contain %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.BaseURL != tt.wantBaseURL {
+				t.Errorf("base URL = %q, want %q", m.BaseURL, tt.wantBaseURL)
+			}
+			if m.Spec != spec {
+				t.Errorf("spec = %+v, want %+v", m.Spec, spec)
+			}
+		})
+	}
+}
+
+func TestProvidersTable(t *testing.T) {
+	t.Parallel()
+	var names []string
+	for _, p := range agent.Providers {
+		names = append(names, p.Name)
+		if p.APIKeyEnv == "" || p.BaseURLEnv == "" || p.Label == "" {
+			t.Errorf("provider %q is missing an env var or label: %+v", p.Name, p)
+		}
+	}
+	if got, want := strings.Join(names, ","), "openai,anthropic,gemini,bedrock,openrouter,ollama,compatible"; got != want {
+		t.Errorf("providers = %s, want %s", got, want)
+	}
+}

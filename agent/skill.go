@@ -1,0 +1,676 @@
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Where a skill comes from.
+const (
+	// SourceBuiltin is a skill shipped with Pizza Bot (skills/ in the source).
+	SourceBuiltin = "builtin"
+	// SourceCustom is a skill in <PIZZA_DATA_ROOT>/skills.
+	SourceCustom = "custom"
+)
+
+// Limits of the Agent Skills format, and ours.
+const (
+	// MaxSkillFileSize bounds SKILL.md.
+	MaxSkillFileSize = 256 << 10
+	// MaxSkillNameLen bounds name.
+	MaxSkillNameLen = 64
+	// MaxSkillDescriptionLen bounds description, in characters.
+	MaxSkillDescriptionLen = 1024
+	// MaxSkillCompatibilityLen bounds compatibility, in characters.
+	MaxSkillCompatibilityLen = 500
+)
+
+// SkillFile is the name of a skill's instructions file.
+const SkillFile = "SKILL.md"
+
+// Skill is a folder with a SKILL.md in the Agent Skills format: YAML front
+// matter between "---" lines, then Markdown instructions.
+//
+// Front matter fields: name (required; the folder name), description
+// (required), license, compatibility, metadata, allowed-tools (a
+// space-separated string or a list). Pizza Bot's documented extensions are
+// the top-level keys interruptOn and schedule:
+//
+//	interruptOn:
+//	  write_file: true        # approve, edit and reject allowed
+//	  publish_brief:
+//	    allowedDecisions: [approve, reject]
+//	    description: Publishing is visible to the whole company
+//	schedule: "0 9 * * 1-5"   # or {cron: ..., prompt: ..., timezone: Europe/Paris}
+type Skill struct {
+	Name          string               `json:"name"`
+	Description   string               `json:"description"`
+	License       string               `json:"license,omitempty"`
+	Compatibility string               `json:"compatibility,omitempty"`
+	Metadata      map[string]any       `json:"metadata,omitempty"`
+	AllowedTools  []string             `json:"allowed_tools,omitempty"`
+	InterruptOn   map[string]Interrupt `json:"interrupt_on,omitempty"`
+	// Schedule, when set, starts runs of the skill on a cron schedule.
+	Schedule *Schedule `json:"schedule,omitempty"`
+	// Body is the Markdown instructions after the front matter.
+	Body string `json:"body"`
+	// Source is SourceBuiltin or SourceCustom.
+	Source string `json:"source"`
+	// Path is where SKILL.md is: for a built-in, its path in the source
+	// tree (skills/<name>/SKILL.md); for a custom skill, the file on disk.
+	Path string `json:"path"`
+	// ReplacesBuiltin reports a custom skill that hides the built-in skill
+	// of the same name (deleting it brings the built-in back).
+	ReplacesBuiltin bool `json:"replaces_builtin,omitempty"`
+	// Files is the skill's folder: SKILL.md and any file it bundles.
+	Files fs.FS `json:"-"`
+}
+
+// InterruptFor returns the interrupt configured for a tool, if any.
+func (s *Skill) InterruptFor(tool string) (Interrupt, bool) {
+	in, ok := s.InterruptOn[tool]
+	return in, ok
+}
+
+// Schedule is when a skill runs by itself.
+type Schedule struct {
+	// Cron is a 5-field cron expression ("0 9 * * 1-5") or a descriptor
+	// (@hourly, @daily, @weekly, @monthly, @yearly, @every 2h).
+	Cron string `json:"cron"`
+	// Prompt is the task given to the scheduled run; empty lets the caller
+	// choose a default.
+	Prompt string `json:"prompt,omitempty"`
+	// Timezone is an IANA zone the cron expression is read in; empty means
+	// the server's zone.
+	Timezone string `json:"timezone,omitempty"`
+}
+
+// SkillError is a skill that could not be loaded.
+type SkillError struct {
+	// Name is the skill's folder name; empty for a problem with the whole
+	// skills directory.
+	Name string
+	// Source is SourceBuiltin or SourceCustom.
+	Source string
+	// Path is the SKILL.md (or directory) concerned.
+	Path string
+	// Err is what is wrong.
+	Err error
+}
+
+// Error returns e.g. `skills/foo/SKILL.md: front matter: name "Foo" must be
+// lowercase letters, digits and hyphens (line 2)`.
+func (e SkillError) Error() string { return e.Path + ": " + e.Err.Error() }
+
+// Unwrap returns Err.
+func (e SkillError) Unwrap() error { return e.Err }
+
+// SkillSet is the skills available, and those that failed to load.
+type SkillSet struct {
+	// Skills are sorted by name.
+	Skills []Skill
+	// Errors are sorted by folder name, built-ins first.
+	Errors []SkillError
+}
+
+// Get returns the skill with the given name.
+func (s SkillSet) Get(name string) (*Skill, bool) {
+	i, ok := slices.BinarySearchFunc(s.Skills, name, func(sk Skill, n string) int { return strings.Compare(sk.Name, n) })
+	if !ok {
+		return nil, false
+	}
+	return &s.Skills[i], true
+}
+
+// LoadSkills loads the built-in skills (one folder per skill at the root of
+// builtin; nil for none) and the custom skills of customDir (may be empty or
+// not exist). A custom skill replaces the built-in skill of the same name. A
+// malformed skill is reported in Errors and does not stop the others; when a
+// malformed custom skill has a built-in namesake, the built-in stays
+// available and its error says so.
+func LoadSkills(builtin fs.FS, customDir string) SkillSet {
+	var set SkillSet
+	byName := map[string]Skill{}
+	if builtin != nil {
+		skills, errs := loadDir(builtin, SourceBuiltin, "skills", func(name string) string { return path.Join("skills", name, SkillFile) })
+		for _, sk := range skills {
+			byName[sk.Name] = sk
+		}
+		set.Errors = append(set.Errors, errs...)
+	}
+	if customDir != "" {
+		switch info, err := os.Stat(customDir); {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			set.Errors = append(set.Errors, SkillError{Source: SourceCustom, Path: customDir, Err: err})
+		case !info.IsDir():
+			set.Errors = append(set.Errors, SkillError{Source: SourceCustom, Path: customDir, Err: errors.New("not a directory")})
+		default:
+			skills, errs := loadDir(os.DirFS(customDir), SourceCustom, customDir, func(name string) string { return filepath.Join(customDir, name, SkillFile) })
+			for _, sk := range skills {
+				if b, ok := byName[sk.Name]; ok && b.Source == SourceBuiltin {
+					sk.ReplacesBuiltin = true
+				}
+				byName[sk.Name] = sk
+			}
+			for _, e := range errs {
+				if b, ok := byName[e.Name]; ok && b.Source == SourceBuiltin {
+					e.Err = fmt.Errorf("%w (the built-in skill %q is used instead)", e.Err, e.Name)
+				}
+				set.Errors = append(set.Errors, e)
+			}
+		}
+	}
+	for _, sk := range byName {
+		set.Skills = append(set.Skills, sk)
+	}
+	slices.SortFunc(set.Skills, func(a, b Skill) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortStableFunc(set.Errors, func(a, b SkillError) int {
+		if c := strings.Compare(a.Name, b.Name); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Source, b.Source) // "builtin" < "custom"
+	})
+	return set
+}
+
+// loadDir loads every skill folder at the root of fsys.
+func loadDir(fsys fs.FS, source, root string, display func(name string) string) ([]Skill, []SkillError) {
+	entries, err := fs.ReadDir(fsys, ".")
+	if err != nil {
+		return nil, []SkillError{{Source: source, Path: root, Err: err}}
+	}
+	var skills []Skill
+	var errs []SkillError
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") {
+			continue
+		}
+		info, err := fs.Stat(fsys, name) // follows symbolic links
+		if err != nil || !info.IsDir() {
+			continue // loose files (README, ...) are not skills
+		}
+		file := display(name)
+		data, err := readSkillFile(fsys, path.Join(name, SkillFile))
+		if err != nil {
+			errs = append(errs, SkillError{Name: name, Source: source, Path: file, Err: err})
+			continue
+		}
+		sk, err := ParseSkill(name, data)
+		if err != nil {
+			errs = append(errs, SkillError{Name: name, Source: source, Path: file, Err: err})
+			continue
+		}
+		sk.Source = source
+		sk.Path = file
+		sk.Files, _ = fs.Sub(fsys, name)
+		skills = append(skills, *sk)
+	}
+	return skills, errs
+}
+
+func readSkillFile(fsys fs.FS, name string) ([]byte, error) {
+	f, err := fsys.Open(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, errors.New("missing: a skill folder needs a SKILL.md")
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxSkillFileSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxSkillFileSize {
+		return nil, fmt.Errorf("larger than the %d KiB limit", MaxSkillFileSize>>10)
+	}
+	return data, nil
+}
+
+// ParseSkill parses the SKILL.md of the skill folder named folder. Errors
+// name the field and the line, e.g. `front matter: name "Foo" must be
+// lowercase letters, digits and hyphens (line 2)`; when several fields are
+// wrong, all are reported.
+func ParseSkill(folder string, data []byte) (*Skill, error) {
+	if len(data) > MaxSkillFileSize {
+		return nil, fmt.Errorf("larger than the %d KiB limit", MaxSkillFileSize>>10)
+	}
+	if !utf8.Valid(data) {
+		return nil, errors.New("not UTF-8 text")
+	}
+	data = bytes.TrimPrefix(data, []byte("\uFEFF"))
+	text := strings.ReplaceAll(string(data), "\r\n", "\n")
+	lines := strings.SplitAfter(text, "\n")
+	if len(lines) == 0 || strings.TrimRight(lines[0], " \t\n") != "---" {
+		return nil, errors.New(`missing front matter: SKILL.md must start with a line "---", then YAML with name and description, then a line "---"`)
+	}
+	end := -1
+	for i := 1; i < len(lines); i++ {
+		if strings.TrimRight(lines[i], " \t\n") == "---" {
+			end = i
+			break
+		}
+	}
+	if end < 0 {
+		return nil, errors.New(`front matter: no closing line "---"`)
+	}
+	// A leading newline keeps YAML's line numbers equal to the file's.
+	yamlText := "\n" + strings.Join(lines[1:end], "")
+	body := strings.TrimSpace(strings.Join(lines[end+1:], ""))
+
+	var doc yaml.Node
+	if err := yaml.Unmarshal([]byte(yamlText), &doc); err != nil {
+		return nil, fmt.Errorf("front matter: %s", strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		return nil, errors.New("front matter: empty; name and description are required")
+	}
+	root := resolve(doc.Content[0])
+	if root.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("front matter: must be a YAML mapping of fields (line %d)", root.Line)
+	}
+
+	p := &skillParser{skill: &Skill{Body: body}}
+	p.parse(root, folder)
+	if len(p.errs) > 0 {
+		return nil, errors.New("front matter: " + strings.Join(p.errs, "; "))
+	}
+	return p.skill, nil
+}
+
+// knownFields are the front matter keys we read; near misses of them
+// ("allowed_tools", "interrupt_on") are reported instead of ignored.
+var knownFields = []string{"name", "description", "license", "compatibility", "metadata", "allowed-tools", "interruptOn", "schedule"}
+
+type skillParser struct {
+	skill *Skill
+	errs  []string
+}
+
+func (p *skillParser) errorf(n *yaml.Node, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if n != nil && n.Line > 0 {
+		msg += fmt.Sprintf(" (line %d)", n.Line)
+	}
+	p.errs = append(p.errs, msg)
+}
+
+func (p *skillParser) parse(root *yaml.Node, folder string) {
+	sk := p.skill
+	seen := map[string]*yaml.Node{}
+	var nameNode, descNode *yaml.Node
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], resolve(root.Content[i+1])
+		key := k.Value
+		if prev, ok := seen[key]; ok {
+			p.errorf(k, "field %q appears twice (first on line %d)", key, prev.Line)
+			continue
+		}
+		seen[key] = k
+		switch key {
+		case "name":
+			nameNode = v
+			sk.Name, _ = p.scalar(key, v)
+		case "description":
+			descNode = v
+			sk.Description, _ = p.scalar(key, v)
+			sk.Description = strings.TrimSpace(sk.Description)
+		case "license":
+			sk.License, _ = p.scalar(key, v)
+		case "compatibility":
+			sk.Compatibility, _ = p.scalar(key, v)
+			if n := utf8.RuneCountInString(sk.Compatibility); n > MaxSkillCompatibilityLen {
+				p.errorf(v, "compatibility is %d characters, more than %d", n, MaxSkillCompatibilityLen)
+			}
+		case "metadata":
+			p.metadata(v)
+		case "allowed-tools":
+			p.allowedTools(v)
+		case "interruptOn":
+			p.interruptOn(v)
+		case "schedule":
+			p.schedule(v)
+		default:
+			if want := nearMiss(key); want != "" {
+				p.errorf(k, "unknown field %q: did you mean %q?", key, want)
+			}
+			// Other fields belong to other tools: ignored.
+		}
+	}
+
+	switch {
+	case nameNode == nil:
+		p.errorf(nil, "name is required (the folder name, %q)", folder)
+	case sk.Name == "":
+		p.errorf(nameNode, "name is empty")
+	case utf8.RuneCountInString(sk.Name) > MaxSkillNameLen:
+		p.errorf(nameNode, "name %q is longer than %d characters", sk.Name, MaxSkillNameLen)
+	case !validSkillName(sk.Name):
+		p.errorf(nameNode, "name %q must be lowercase letters, digits and hyphens, without a leading, trailing or double hyphen", sk.Name)
+	case sk.Name != folder:
+		p.errorf(nameNode, "name %q must match the folder name %q", sk.Name, folder)
+	}
+	switch {
+	case descNode == nil:
+		p.errorf(nil, "description is required (what the skill does and when to use it)")
+	case sk.Description == "":
+		p.errorf(descNode, "description is empty")
+	case utf8.RuneCountInString(sk.Description) > MaxSkillDescriptionLen:
+		p.errorf(descNode, "description is %d characters, more than %d", utf8.RuneCountInString(sk.Description), MaxSkillDescriptionLen)
+	}
+}
+
+// scalar reads a string field; null counts as empty.
+func (p *skillParser) scalar(field string, v *yaml.Node) (string, bool) {
+	if v.Kind == yaml.ScalarNode {
+		if v.Tag == "!!null" {
+			return "", true
+		}
+		return v.Value, true
+	}
+	p.errorf(v, "%s must be a string, not %s", field, kindName(v))
+	return "", false
+}
+
+func (p *skillParser) metadata(v *yaml.Node) {
+	if isNull(v) {
+		return
+	}
+	if v.Kind != yaml.MappingNode {
+		p.errorf(v, "metadata must be a mapping of keys to values, not %s", kindName(v))
+		return
+	}
+	var m map[string]any
+	if err := v.Decode(&m); err != nil {
+		p.errorf(v, "metadata: %s", strings.TrimPrefix(err.Error(), "yaml: "))
+		return
+	}
+	p.skill.Metadata = m
+}
+
+func (p *skillParser) allowedTools(v *yaml.Node) {
+	var tools []string
+	switch {
+	case isNull(v):
+		return
+	case v.Kind == yaml.ScalarNode:
+		tools = splitTools(v.Value)
+	case v.Kind == yaml.SequenceNode:
+		for _, item := range v.Content {
+			item = resolve(item)
+			if item.Kind != yaml.ScalarNode || isNull(item) {
+				p.errorf(item, "allowed-tools: each item must be a tool name, not %s", kindName(item))
+				continue
+			}
+			if s := strings.TrimSpace(item.Value); s != "" {
+				tools = append(tools, s)
+			}
+		}
+	default:
+		p.errorf(v, "allowed-tools must be a space-separated string or a list, not %s", kindName(v))
+		return
+	}
+	var out []string
+	for _, t := range tools {
+		if !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	p.skill.AllowedTools = out
+}
+
+// splitTools splits "Read Grep Bash(git status:*)" on spaces and commas,
+// except inside parentheses.
+func splitTools(s string) []string {
+	var out []string
+	var cur strings.Builder
+	depth := 0
+	flush := func() {
+		if t := strings.TrimSpace(cur.String()); t != "" {
+			out = append(out, t)
+		}
+		cur.Reset()
+	}
+	for _, r := range s {
+		switch {
+		case r == '(':
+			depth++
+		case r == ')' && depth > 0:
+			depth--
+		case depth == 0 && (r == ',' || r == ' ' || r == '\t' || r == '\n'):
+			flush()
+			continue
+		}
+		cur.WriteRune(r)
+	}
+	flush()
+	return out
+}
+
+func (p *skillParser) interruptOn(v *yaml.Node) {
+	if isNull(v) {
+		return
+	}
+	if v.Kind != yaml.MappingNode {
+		p.errorf(v, "interruptOn must map tool names to true, false or {allowedDecisions, description}, not %s", kindName(v))
+		return
+	}
+	out := map[string]Interrupt{}
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		k, val := v.Content[i], resolve(v.Content[i+1])
+		tool := strings.TrimSpace(k.Value)
+		field := "interruptOn." + tool
+		if tool == "" {
+			p.errorf(k, "interruptOn: empty tool name")
+			continue
+		}
+		if _, dup := out[tool]; dup {
+			p.errorf(k, "%s appears twice", field)
+			continue
+		}
+		switch {
+		case val.Kind == yaml.ScalarNode && val.Tag == "!!bool":
+			var on bool
+			_ = val.Decode(&on)
+			if on {
+				out[tool] = Interrupt{AllowedDecisions: slices.Clone(DefaultDecisions)}
+			}
+		case val.Kind == yaml.MappingNode:
+			if in, ok := p.interruptConfig(field, val); ok {
+				out[tool] = in
+			}
+		default:
+			p.errorf(val, "%s must be true, false or {allowedDecisions, description}, not %s", field, kindName(val))
+		}
+	}
+	if len(out) > 0 {
+		p.skill.InterruptOn = out
+	}
+}
+
+func (p *skillParser) interruptConfig(field string, v *yaml.Node) (Interrupt, bool) {
+	in := Interrupt{}
+	ok := true
+	hasDecisions := false
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		k, val := v.Content[i], resolve(v.Content[i+1])
+		switch k.Value {
+		case "allowedDecisions":
+			hasDecisions = true
+			if val.Kind != yaml.SequenceNode {
+				p.errorf(val, "%s.allowedDecisions must be a list such as [approve, reject], not %s", field, kindName(val))
+				ok = false
+				continue
+			}
+			if len(val.Content) == 0 {
+				p.errorf(val, "%s.allowedDecisions is empty (use false to not interrupt)", field)
+				ok = false
+				continue
+			}
+			for _, item := range val.Content {
+				item = resolve(item)
+				d := item.Value
+				if item.Kind != yaml.ScalarNode || !IsDecision(d) {
+					p.errorf(item, "%s.allowedDecisions: unknown decision %q (want %s)", field, d, strings.Join(Decisions, ", "))
+					ok = false
+					continue
+				}
+				if !slices.Contains(in.AllowedDecisions, d) {
+					in.AllowedDecisions = append(in.AllowedDecisions, d)
+				}
+			}
+		case "description":
+			s, good := p.scalar(field+".description", val)
+			ok = ok && good
+			in.Description = strings.TrimSpace(s)
+		default:
+			p.errorf(k, "%s: unknown key %q (want allowedDecisions or description)", field, k.Value)
+			ok = false
+		}
+	}
+	if !hasDecisions {
+		in.AllowedDecisions = slices.Clone(DefaultDecisions)
+	}
+	return in, ok
+}
+
+func (p *skillParser) schedule(v *yaml.Node) {
+	if isNull(v) {
+		return
+	}
+	s := &Schedule{}
+	switch v.Kind {
+	case yaml.ScalarNode:
+		s.Cron = strings.TrimSpace(v.Value)
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(v.Content); i += 2 {
+			k, val := v.Content[i], resolve(v.Content[i+1])
+			var dst *string
+			switch k.Value {
+			case "cron":
+				dst = &s.Cron
+			case "prompt":
+				dst = &s.Prompt
+			case "timezone":
+				dst = &s.Timezone
+			default:
+				p.errorf(k, "schedule: unknown key %q (want cron, prompt or timezone)", k.Value)
+				continue
+			}
+			str, _ := p.scalar("schedule."+k.Value, val)
+			*dst = strings.TrimSpace(str)
+		}
+	default:
+		p.errorf(v, "schedule must be a cron expression or {cron, prompt, timezone}, not %s", kindName(v))
+		return
+	}
+	if err := checkCron(s.Cron); err != nil {
+		p.errorf(v, "schedule: %v", err)
+		return
+	}
+	if s.Timezone != "" {
+		if _, err := time.LoadLocation(s.Timezone); err != nil {
+			p.errorf(v, "schedule: unknown timezone %q", s.Timezone)
+			return
+		}
+	}
+	p.skill.Schedule = s
+}
+
+// checkCron checks the shape of a cron expression; the scheduler parses it.
+func checkCron(expr string) error {
+	if expr == "" {
+		return errors.New("cron expression is empty")
+	}
+	if strings.HasPrefix(expr, "@") {
+		if d, ok := strings.CutPrefix(expr, "@every "); ok {
+			dur, err := time.ParseDuration(strings.TrimSpace(d))
+			if err != nil || dur < time.Minute {
+				return fmt.Errorf("%q: @every needs a duration of at least 1m, like @every 2h", expr)
+			}
+			return nil
+		}
+		switch expr {
+		case "@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly":
+			return nil
+		}
+		return fmt.Errorf("%q: unknown descriptor (want @hourly, @daily, @weekly, @monthly, @yearly or @every <duration>)", expr)
+	}
+	fields := strings.Fields(expr)
+	if len(fields) != 5 {
+		return fmt.Errorf("cron %q has %d fields, want 5: minute hour day-of-month month day-of-week", expr, len(fields))
+	}
+	for _, f := range fields {
+		for _, r := range f {
+			if !(r >= '0' && r <= '9' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || strings.ContainsRune("*,-/?", r)) {
+				return fmt.Errorf("cron %q: unexpected character %q", expr, r)
+			}
+		}
+	}
+	return nil
+}
+
+func validSkillName(s string) bool {
+	if s == "" || s[0] == '-' || s[len(s)-1] == '-' || strings.Contains(s, "--") {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func nearMiss(key string) string {
+	norm := func(s string) string {
+		return strings.NewReplacer("-", "", "_", "", " ", "").Replace(strings.ToLower(s))
+	}
+	for _, k := range knownFields {
+		if k != key && norm(k) == norm(key) {
+			return k
+		}
+	}
+	return ""
+}
+
+func resolve(n *yaml.Node) *yaml.Node {
+	for i := 0; n != nil && n.Kind == yaml.AliasNode && n.Alias != nil && i < 16; i++ {
+		n = n.Alias
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.Tag == "!!null"
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		if n.Tag == "!!null" {
+			return "empty"
+		}
+		return fmt.Sprintf("%q", n.Value)
+	default:
+		return "that"
+	}
+}

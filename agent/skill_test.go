@@ -1,0 +1,228 @@
+package agent_test
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"pizzabot/agent"
+)
+
+func TestParseSkill(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		folder  string
+		data    string
+		want    *agent.Skill
+		wantErr string
+	}{
+		{
+			name:   "full",
+			folder: "research-brief",
+			data: `---
+name: research-brief
+description: >
+  Researches a topic and publishes a brief.
+license: Apache-2.0
+compatibility: Needs network access
+metadata:
+  author: team
+  version: "1.0"
+allowed-tools: web_search publish_brief, Bash(git status:*)
+interruptOn:
+  write_file: true
+  delete_file: false
+  publish_brief:
+    allowedDecisions: [approve, reject]
+    description: Publishing is visible to the whole company
+schedule:
+  cron: "0 9 * * 1-5"
+  prompt: Write today's brief
+user-invocable: true
+---
+
+# Research
+
+Do the research.
+`,
+			want: &agent.Skill{
+				Name:          "research-brief",
+				Description:   "Researches a topic and publishes a brief.",
+				License:       "Apache-2.0",
+				Compatibility: "Needs network access",
+				Metadata:      map[string]any{"author": "team", "version": "1.0"},
+				AllowedTools:  []string{"web_search", "publish_brief", "Bash(git status:*)"},
+				InterruptOn: map[string]agent.Interrupt{
+					"write_file":    {AllowedDecisions: []string{"approve", "edit", "reject"}},
+					"publish_brief": {AllowedDecisions: []string{"approve", "reject"}, Description: "Publishing is visible to the whole company"},
+				},
+				Schedule: &agent.Schedule{Cron: "0 9 * * 1-5", Prompt: "Write today's brief"},
+				Body:     "# Research\n\nDo the research.",
+			},
+		},
+		{
+			name:   "allowed-tools as a list, CRLF, schedule string",
+			folder: "a1",
+			data:   "---\r\nname: a1\r\ndescription: Does a thing.\r\nallowed-tools:\r\n  - read_file\r\n  - mcp__github__create_issue\r\n  - read_file\r\nschedule: '@daily'\r\n---\r\nBody\r\n",
+			want: &agent.Skill{
+				Name: "a1", Description: "Does a thing.",
+				AllowedTools: []string{"read_file", "mcp__github__create_issue"},
+				Schedule:     &agent.Schedule{Cron: "@daily"},
+				Body:         "Body",
+			},
+		},
+		{
+			name:   "minimal, empty body",
+			folder: "x",
+			data:   "---\nname: x\ndescription: d\n---\n",
+			want:   &agent.Skill{Name: "x", Description: "d"},
+		},
+		{name: "missing front matter", folder: "x", data: "# Just markdown\n", wantErr: `missing front matter: SKILL.md must start with a line "---"`},
+		{name: "unclosed front matter", folder: "x", data: "---\nname: x\ndescription: d\n", wantErr: `front matter: no closing line "---"`},
+		{name: "empty front matter", folder: "x", data: "---\n---\nbody", wantErr: "front matter: empty; name and description are required"},
+		{name: "not a mapping", folder: "x", data: "---\n- a\n---\n", wantErr: "front matter: must be a YAML mapping of fields (line 2)"},
+		{name: "bad YAML", folder: "x", data: "---\nname: x\ndescription: a: b: c\n---\n", wantErr: "front matter: line 3: mapping values are not allowed in this context"},
+		{name: "uppercase name", folder: "Foo", data: "---\nname: Foo\ndescription: d\n---\n", wantErr: `front matter: name "Foo" must be lowercase letters, digits and hyphens, without a leading, trailing or double hyphen (line 2)`},
+		{name: "leading hyphen", folder: "-x", data: "---\nname: -x\ndescription: d\n---\n", wantErr: `name "-x" must be lowercase letters`},
+		{name: "double hyphen", folder: "a--b", data: "---\nname: a--b\ndescription: d\n---\n", wantErr: `name "a--b" must be lowercase letters`},
+		{name: "trailing hyphen", folder: "a-", data: "---\nname: a-\ndescription: d\n---\n", wantErr: `name "a-" must be lowercase letters`},
+		{name: "too long name", folder: strings.Repeat("a", 65), data: "---\nname: " + strings.Repeat("a", 65) + "\ndescription: d\n---\n", wantErr: "is longer than 64 characters"},
+		{name: "name differs from folder", folder: "other", data: "---\nname: x\ndescription: d\n---\n", wantErr: `name "x" must match the folder name "other" (line 2)`},
+		{name: "missing name and description", folder: "x", data: "---\nlicense: MIT\n---\n", wantErr: `front matter: name is required (the folder name, "x"); description is required`},
+		{name: "too long description", folder: "x", data: "---\nname: x\ndescription: " + strings.Repeat("é", 1025) + "\n---\n", wantErr: "description is 1025 characters, more than 1024 (line 3)"},
+		{name: "too long compatibility", folder: "x", data: "---\nname: x\ndescription: d\ncompatibility: " + strings.Repeat("c", 501) + "\n---\n", wantErr: "compatibility is 501 characters, more than 500"},
+		{name: "description not a string", folder: "x", data: "---\nname: x\ndescription: {a: b}\n---\n", wantErr: "description must be a string, not a mapping (line 3)"},
+		{name: "bad interruptOn decision", folder: "x", data: "---\nname: x\ndescription: d\ninterruptOn:\n  publish_brief:\n    allowedDecisions: [approve, aprove]\n---\n", wantErr: `interruptOn.publish_brief.allowedDecisions: unknown decision "aprove" (want approve, edit, reject, respond) (line 6)`},
+		{name: "empty allowedDecisions", folder: "x", data: "---\nname: x\ndescription: d\ninterruptOn:\n  t:\n    allowedDecisions: []\n---\n", wantErr: "interruptOn.t.allowedDecisions is empty (use false to not interrupt)"},
+		{name: "interruptOn unknown key", folder: "x", data: "---\nname: x\ndescription: d\ninterruptOn:\n  t:\n    allowed_decisions: [approve]\n---\n", wantErr: `interruptOn.t: unknown key "allowed_decisions"`},
+		{name: "interruptOn scalar", folder: "x", data: "---\nname: x\ndescription: d\ninterruptOn:\n  t: yes please\n---\n", wantErr: `interruptOn.t must be true, false or {allowedDecisions, description}`},
+		{name: "near miss field", folder: "x", data: "---\nname: x\ndescription: d\nallowed_tools: a b\n---\n", wantErr: `unknown field "allowed_tools": did you mean "allowed-tools"? (line 4)`},
+		{name: "duplicate field", folder: "x", data: "---\nname: x\nname: x\ndescription: d\n---\n", wantErr: `field "name" appears twice (first on line 2)`},
+		{name: "bad cron", folder: "x", data: "---\nname: x\ndescription: d\nschedule: 0 9 * *\n---\n", wantErr: `schedule: cron "0 9 * *" has 4 fields, want 5`},
+		{name: "allowed-tools mapping", folder: "x", data: "---\nname: x\ndescription: d\nallowed-tools: {a: b}\n---\n", wantErr: "allowed-tools must be a space-separated string or a list, not a mapping"},
+		{name: "too large", folder: "x", data: "---\nname: x\ndescription: d\n---\n" + strings.Repeat("x", agent.MaxSkillFileSize), wantErr: "larger than the 256 KiB limit"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := agent.ParseSkill(tt.folder, []byte(tt.data))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v\nwant it to contain %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("got  %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func skillFile(name, desc string) string {
+	return "---\nname: " + name + "\ndescription: " + desc + "\n---\nInstructions of " + name + ".\n"
+}
+
+func TestLoadSkills(t *testing.T) {
+	t.Parallel()
+	builtin := fstest.MapFS{
+		"embed.go":                 {Data: []byte("package skills")},
+		"pizza-guide/SKILL.md":     {Data: []byte(skillFile("pizza-guide", "Built-in guide."))},
+		"pizza-guide/reference.md": {Data: []byte("more")},
+		"researcher/SKILL.md":      {Data: []byte(skillFile("researcher", "Built-in researcher."))},
+		"translator/SKILL.md":      {Data: []byte(skillFile("translator", "Built-in translator."))},
+		"broken-builtin/SKILL.md":  {Data: []byte("no front matter")},
+		".hidden/SKILL.md":         {Data: []byte("ignored")},
+		"no-skill-file/notes.md":   {Data: []byte("x")},
+	}
+	custom := t.TempDir()
+	write := func(rel, data string) {
+		t.Helper()
+		p := filepath.Join(custom, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("researcher/SKILL.md", skillFile("researcher", "Custom researcher."))        // replaces the built-in
+	write("translator/SKILL.md", "---\nname: Translator\ndescription: Broken.\n---\n") // malformed: built-in stays
+	write("my-notes/SKILL.md", skillFile("my-notes", "Custom notes."))
+	write("README.md", "not a skill")
+
+	set := agent.LoadSkills(builtin, custom)
+
+	type row struct{ name, source, desc string }
+	var got []row
+	for _, s := range set.Skills {
+		got = append(got, row{s.Name, s.Source, s.Description})
+	}
+	want := []row{
+		{"my-notes", "custom", "Custom notes."},
+		{"pizza-guide", "builtin", "Built-in guide."},
+		{"researcher", "custom", "Custom researcher."},
+		{"translator", "builtin", "Built-in translator."},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("skills = %v\nwant     %v", got, want)
+	}
+
+	var gotErrs []string
+	for _, e := range set.Errors {
+		gotErrs = append(gotErrs, e.Source+" "+e.Error())
+	}
+	wantErrs := []string{
+		`builtin skills/broken-builtin/SKILL.md: missing front matter: SKILL.md must start with a line "---", then YAML with name and description, then a line "---"`,
+		`builtin skills/no-skill-file/SKILL.md: missing: a skill folder needs a SKILL.md`,
+		`custom ` + filepath.Join(custom, "translator", "SKILL.md") + `: front matter: name "Translator" must be lowercase letters, digits and hyphens, without a leading, trailing or double hyphen (line 2) (the built-in skill "translator" is used instead)`,
+	}
+	if !reflect.DeepEqual(gotErrs, wantErrs) {
+		t.Errorf("errors =\n%s\nwant\n%s", strings.Join(gotErrs, "\n"), strings.Join(wantErrs, "\n"))
+	}
+
+	r, ok := set.Get("researcher")
+	if !ok || !r.ReplacesBuiltin || r.Path != filepath.Join(custom, "researcher", "SKILL.md") {
+		t.Errorf("Get(researcher) = %+v, %v; want the custom skill replacing the built-in", r, ok)
+	}
+	g, ok := set.Get("pizza-guide")
+	if !ok || g.Path != "skills/pizza-guide/SKILL.md" || g.Body != "Instructions of pizza-guide." {
+		t.Fatalf("Get(pizza-guide) = %+v, %v", g, ok)
+	}
+	if data, err := fs.ReadFile(g.Files, "reference.md"); err != nil || string(data) != "more" {
+		t.Errorf("bundled file = %q, %v; want %q", data, err, "more")
+	}
+	if _, ok := set.Get("nope"); ok {
+		t.Error("Get(nope) found a skill")
+	}
+	var se agent.SkillError
+	if !errors.As(error(set.Errors[0]), &se) || se.Name != "broken-builtin" {
+		t.Errorf("error 0 = %+v, want folder broken-builtin", set.Errors[0])
+	}
+}
+
+func TestLoadSkillsWithoutCustomDir(t *testing.T) {
+	t.Parallel()
+	builtin := fstest.MapFS{"pizza-guide/SKILL.md": {Data: []byte(skillFile("pizza-guide", "Guide."))}}
+	set := agent.LoadSkills(builtin, filepath.Join(t.TempDir(), "does-not-exist"))
+	if len(set.Skills) != 1 || len(set.Errors) != 0 {
+		t.Errorf("set = %+v, want the one built-in and no errors", set)
+	}
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	set = agent.LoadSkills(builtin, file)
+	if len(set.Errors) != 1 || !strings.Contains(set.Errors[0].Error(), "not a directory") {
+		t.Errorf("errors = %v, want the custom path reported as not a directory", set.Errors)
+	}
+}
