@@ -3,6 +3,7 @@ package jobs
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -30,7 +31,9 @@ func NewClient(rt *Runtime, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 		return nil, err
 	}
 	client, err := river.NewClient(riverpgxv5.New(rt.Pool), &river.Config{
-		Logger:  rt.Logger,
+		// River reports routine progress at info level every few seconds;
+		// only its warnings and errors belong in our log.
+		Logger:  slog.New(minLevel{rt.Logger.Handler(), slog.LevelWarn}).With("component", "river"),
 		Workers: workers,
 		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}},
 		PeriodicJobs: []*river.PeriodicJob{
@@ -60,4 +63,22 @@ func Stop(ctx context.Context, client *river.Client[pgx.Tx]) error {
 	hard, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return client.StopAndCancel(hard)
+}
+
+// minLevel drops records below its level.
+type minLevel struct {
+	slog.Handler
+	level slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.level && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{h.Handler.WithAttrs(as), h.level}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{h.Handler.WithGroup(name), h.level}
 }

@@ -94,7 +94,7 @@ func publishTool(log *publishLog) jobs.Tool {
 
 // setup starts a runtime with a River client on a fresh database, answering
 // with a scripted model.
-func setup(t *testing.T, script scriptmodel.Script, extra ...jobs.Tool) *bundle {
+func setup(t testing.TB, script scriptmodel.Script, extra ...jobs.Tool) *bundle {
 	t.Helper()
 	ctx := context.Background()
 	b := &bundle{pool: dbtest.New(t), publish: &publishLog{}}
@@ -129,7 +129,7 @@ func setup(t *testing.T, script scriptmodel.Script, extra ...jobs.Tool) *bundle 
 		HeartbeatEvery: 100 * time.Millisecond,
 		StaleAfter:     time.Second,
 	}
-	b.client, err = jobs.NewClient(b.rt, jobs.ClientConfig{MaxWorkers: 10})
+	b.client, err = jobs.NewClient(b.rt, jobs.ClientConfig{MaxWorkers: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func setup(t *testing.T, script scriptmodel.Script, extra ...jobs.Tool) *bundle 
 }
 
 // wait polls until the thread reaches status.
-func (b *bundle) wait(t *testing.T, id int64, status string) db.Thread {
+func (b *bundle) wait(t testing.TB, id int64, status string) db.Thread {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -169,7 +169,7 @@ func (b *bundle) wait(t *testing.T, id int64, status string) db.Thread {
 	}
 }
 
-func (b *bundle) start(t *testing.T, prompt, skill string) db.Thread {
+func (b *bundle) start(t testing.TB, prompt, skill string) db.Thread {
 	t.Helper()
 	th, err := b.rt.Start(context.Background(), b.user, jobs.StartRequest{Prompt: prompt, Skill: skill})
 	if err != nil {

@@ -1,0 +1,92 @@
+package jobs_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"pizzabot/agent/scriptmodel"
+	"pizzabot/db/dbtest"
+	"pizzabot/jobs"
+)
+
+// The two benchmarks put b.N units of work in flight on 100 workers and time
+// until all are done, so ns/op is the cost of one unit at full throughput on
+// this machine (PostgreSQL included).
+
+// BenchmarkStep: one whole single-step run per op: create the thread and its
+// job, lease it, call a scripted model that answers at once (over HTTP,
+// streamed), commit the answer and end the run.
+func BenchmarkStep(b *testing.B) {
+	tb := setup(b, scriptmodel.Script{Default: &scriptmodel.Reply{Content: "ok", Chunks: 1}})
+	ctx := context.Background()
+	ids := make([]int64, b.N)
+	b.ResetTimer()
+	for i := range ids {
+		th, err := tb.rt.Start(ctx, tb.user, jobs.StartRequest{Prompt: "hi"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids[i] = th.ID
+	}
+	for {
+		var running int
+		if err := tb.pool.QueryRow(ctx, `SELECT count(*) FROM threads WHERE status = 'running'`).Scan(&running); err != nil {
+			b.Fatal(err)
+		}
+		if running == 0 {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	b.StopTimer()
+	var failed int
+	if err := tb.pool.QueryRow(ctx, `SELECT count(*) FROM threads WHERE status <> 'done'`).Scan(&failed); err != nil || failed > 0 {
+		b.Fatalf("%d runs did not finish (%v)", failed, err)
+	}
+}
+
+// BenchmarkRiverNoop: a bare River job that does nothing, on the same
+// database and worker count, as the floor BenchmarkStep is compared with.
+func BenchmarkRiverNoop(b *testing.B) {
+	pool := dbtest.New(b)
+	var done atomic.Int64
+	workers := river.NewWorkers()
+	river.AddWorker(workers, river.WorkFunc(func(ctx context.Context, j *river.Job[noopArgs]) error {
+		done.Add(1)
+		return nil
+	}))
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Logger:        slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Workers:       workers,
+		Queues:        map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 100}},
+		FetchCooldown: 50 * time.Millisecond,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := client.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer client.Stop(ctx)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := client.Insert(ctx, noopArgs{}, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for done.Load() < int64(b.N) {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+type noopArgs struct{}
+
+func (noopArgs) Kind() string { return "noop" }
