@@ -65,7 +65,6 @@ func serve(ctx context.Context, cfg config) error {
 			log.Warn("stop job queue", "err", err)
 		}
 	}()
-	_ = rt
 	h := handlers.New(handlers.Deps{
 		Pool:   st.pool,
 		Logger: log,
@@ -73,6 +72,7 @@ func serve(ctx context.Context, cfg config) error {
 			return local, nil
 		},
 		Ready: func(ctx context.Context) error { return ready(ctx, st.pool) },
+		Runs:  rt,
 	})
 	srv := &http.Server{
 		Handler:           h,

@@ -92,6 +92,11 @@ func (rt *Runtime) Start(ctx context.Context, user db.User, req StartRequest) (d
 	}
 	var t db.Thread
 	err := db.InTx(ctx, rt.Pool, func(tx pgx.Tx) error {
+		if req.FolderID != nil {
+			if _, err := db.GetFolder(ctx, tx, user.ID, *req.FolderID); err != nil {
+				return err
+			}
+		}
 		var err error
 		t, err = db.CreateThread(ctx, tx, db.NewThread{
 			UserID: user.ID, FolderID: req.FolderID, Title: req.Title, Skill: req.Skill,

@@ -1,0 +1,327 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"pizzabot/db"
+	"pizzabot/jobs"
+	"pizzabot/views"
+)
+
+// showThread shows a thread and its conversation.
+func (h *Handler) showThread(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	user := userFrom(ctx)
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	t, err := db.GetThread(ctx, h.pool, user.ID, id)
+	if err != nil {
+		return err
+	}
+	// Opening an unread thread marks it read, here in the GET handler. A GET
+	// with a side effect is a deliberate choice: it is what every mail client
+	// does, it changes only the viewer's own state, and it is idempotent.
+	// Nothing prefetches thread pages, so only a person opening one reads it.
+	if t.Unread {
+		if _, err := db.MarkRead(ctx, h.pool, user.ID, []int64{id}, true); err != nil {
+			return err
+		}
+		t.Unread = false
+	}
+	msgs, err := db.ListMessages(ctx, h.pool, user.ID, id)
+	if err != nil {
+		return err
+	}
+	nav, err := h.loadNav(ctx, r, user) // after marking read, so the counts agree
+	if err != nil {
+		return err
+	}
+	return h.render(w, r, http.StatusOK, views.ThreadPage(views.ThreadDetail{
+		Nav: nav, Thread: t, Messages: msgs, Back: backURL(r),
+	}))
+}
+
+// backURL is the listing a thread page goes back to: the one the user came
+// from, or the inbox.
+func backURL(r *http.Request) string {
+	ref := sameOriginPath(r, r.Header.Get("Referer"))
+	if isHTMX(r) {
+		ref = sameOriginPath(r, r.Header.Get("HX-Current-URL"))
+	}
+	if _, ok := parseListURL(ref); ok {
+		return ref
+	}
+	return "/inbox/all"
+}
+
+// composeForm shows the new-thread form, GET /threads/new?folder=ID with the
+// folder chosen.
+func (h *Handler) composeForm(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	nav, err := h.loadNav(ctx, r, userFrom(ctx))
+	if err != nil {
+		return err
+	}
+	p := views.Compose{Nav: nav}
+	if id, err := strconv.ParseInt(r.URL.Query().Get("folder"), 10, 64); err == nil && nav.Folder(id) != nil {
+		p.Folder.Value = strconv.FormatInt(id, 10)
+	}
+	return h.render(w, r, http.StatusOK, views.ComposePage(p))
+}
+
+// maxPromptBytes is the longest prompt accepted from the form.
+const maxPromptBytes = 100 << 10
+
+// createThread starts a thread from the new-thread form and sends the user
+// to it. A refused form comes back with the text kept and the error next to
+// its field.
+func (h *Handler) createThread(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	user := userFrom(ctx)
+	if err := parseForm(w, r); err != nil {
+		return err
+	}
+	// Browsers send a textarea's line breaks as CRLF.
+	prompt := strings.TrimSpace(strings.ReplaceAll(r.PostForm.Get("prompt"), "\r\n", "\n"))
+	form := views.Compose{
+		Prompt: views.Field{Value: prompt},
+		Folder: views.Field{Value: r.PostForm.Get("folder")},
+	}
+	switch {
+	case prompt == "":
+		form.Prompt.Error = "Write what the agent should do."
+	case len(prompt) > maxPromptBytes:
+		form.Prompt.Error = fmt.Sprintf("The prompt is %d KB; the limit is %d KB.", (len(prompt)+1023)>>10, maxPromptBytes>>10)
+	}
+	var folderID *int64
+	if s := form.Folder.Value; s != "" {
+		id, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return httpError{http.StatusBadRequest, "The folder is not valid."}
+		}
+		folderID = &id
+	}
+	if form.Prompt.Error == "" {
+		t, err := h.startThread(ctx, user, prompt, folderID)
+		if err == nil {
+			return seeOther(w, r, "/threads/"+strconv.FormatInt(t.ID, 10))
+		}
+		if !errors.Is(err, db.ErrNotFound) {
+			return err
+		}
+		// Deleted in another tab, or never the user's: same answer.
+		form.Folder.Error = "That folder does not exist any more. Choose another."
+	}
+
+	nav, err := h.loadNav(ctx, r, user)
+	if err != nil {
+		return err
+	}
+	form.Nav = nav
+	if wantsFragment(r) {
+		return h.render(w, r, http.StatusUnprocessableEntity, views.ComposeForm(form))
+	}
+	return h.render(w, r, http.StatusUnprocessableEntity, views.ComposePage(form))
+}
+
+// startThread creates a thread with its first user message and queues its
+// run, in one transaction. folderID, when set, must be one of the user's
+// folders (db.ErrNotFound otherwise).
+func (h *Handler) startThread(ctx context.Context, user db.User, prompt string, folderID *int64) (db.Thread, error) {
+	return h.runs.Start(ctx, user, jobs.StartRequest{Prompt: prompt, FolderID: folderID, TriggerKind: db.TriggerManual})
+}
+
+// The actions on one thread, from the thread page. Archive and mark unread
+// are "done with it for now": they take the user back to the list they came
+// from, as a mail client does. The others keep the user on the thread.
+
+func (h *Handler) markRead(w http.ResponseWriter, r *http.Request) error {
+	return h.threadAction(w, r, false, func(ctx context.Context, userID, id int64) error {
+		_, err := db.MarkRead(ctx, h.pool, userID, []int64{id}, true)
+		return err
+	})
+}
+
+func (h *Handler) markUnread(w http.ResponseWriter, r *http.Request) error {
+	return h.threadAction(w, r, true, func(ctx context.Context, userID, id int64) error {
+		_, err := db.MarkRead(ctx, h.pool, userID, []int64{id}, false)
+		return err
+	})
+}
+
+func (h *Handler) archive(w http.ResponseWriter, r *http.Request) error {
+	return h.threadAction(w, r, true, func(ctx context.Context, userID, id int64) error {
+		_, err := db.SetArchived(ctx, h.pool, userID, []int64{id}, true)
+		return err
+	})
+}
+
+func (h *Handler) unarchive(w http.ResponseWriter, r *http.Request) error {
+	return h.threadAction(w, r, false, func(ctx context.Context, userID, id int64) error {
+		_, err := db.SetArchived(ctx, h.pool, userID, []int64{id}, false)
+		return err
+	})
+}
+
+// moveThread puts a thread into one of the user's folders (folder=ID) or
+// takes it out of any (folder=none). Another user's folder is a 404.
+func (h *Handler) moveThread(w http.ResponseWriter, r *http.Request) error {
+	return h.threadAction(w, r, false, func(ctx context.Context, userID, id int64) error {
+		folderID, err := parseMoveTarget(r.PostForm.Get("folder"))
+		if err != nil {
+			return err
+		}
+		_, err = db.MoveThreads(ctx, h.pool, userID, []int64{id}, folderID)
+		return err
+	})
+}
+
+// threadAction applies change to the thread of the path, after checking
+// that it is the user's (a 404 otherwise). With leave set the user goes back
+// to the list the form names in "return"; otherwise they stay on the thread,
+// whose header htmx swaps for its new state, with the sidebar's counts.
+func (h *Handler) threadAction(w http.ResponseWriter, r *http.Request, leave bool, change func(ctx context.Context, userID, id int64) error) error {
+	ctx := r.Context()
+	user := userFrom(ctx)
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	if err := parseForm(w, r); err != nil {
+		return err
+	}
+	if _, err := db.GetThread(ctx, h.pool, user.ID, id); err != nil {
+		return err
+	}
+	if err := change(ctx, user.ID, id); err != nil {
+		return err
+	}
+	back := localURL(r.PostForm.Get("return"), "/inbox/all")
+	if leave {
+		return seeOther(w, r, back)
+	}
+	if !wantsFragment(r) {
+		return seeOther(w, r, "/threads/"+strconv.FormatInt(id, 10))
+	}
+	t, err := db.GetThread(ctx, h.pool, user.ID, id)
+	if err != nil {
+		return err
+	}
+	nav, err := h.loadNav(ctx, r, user)
+	if err != nil {
+		return err
+	}
+	return h.render(w, r, http.StatusOK,
+		views.ThreadHeader(t, nav.Folders, back),
+		views.Sidebar(nav, true))
+}
+
+// parseMoveTarget reads the folder a move goes to: "none" for no folder.
+func parseMoveTarget(s string) (*int64, error) {
+	switch s {
+	case "none":
+		return nil, nil
+	case "":
+		return nil, httpError{http.StatusBadRequest, "Choose the folder to move to."}
+	}
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return nil, httpError{http.StatusBadRequest, "The folder is not valid."}
+	}
+	return &id, nil
+}
+
+// maxBulk bounds the threads of one bulk action.
+const maxBulk = 1000
+
+// bulkAction applies an action to the threads selected in a listing:
+// POST /threads/bulk with ids=1&ids=2&action=read|unread|archive|move
+// (and folder=ID|none for move). Ids that are not the user's are skipped by
+// the scoped updates, without saying whether they exist. htmx gets the
+// listing named by "return" in its new state; a plain form is sent back to it.
+func (h *Handler) bulkAction(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	user := userFrom(ctx)
+	if err := parseForm(w, r); err != nil {
+		return err
+	}
+	ids, err := parseIDs(r.PostForm["ids"])
+	if err != nil {
+		return err
+	}
+	var done string
+	switch action := r.PostForm.Get("action"); action {
+	case "read", "unread":
+		_, err = db.MarkRead(ctx, h.pool, user.ID, ids, action == "read")
+		done = "Marked " + threadCount(len(ids)) + " " + action + "."
+	case "archive":
+		_, err = db.SetArchived(ctx, h.pool, user.ID, ids, true)
+		done = "Archived " + threadCount(len(ids)) + "."
+	case "move":
+		var folderID *int64
+		folderID, err = parseMoveTarget(r.PostForm.Get("folder"))
+		if err == nil {
+			_, err = db.MoveThreads(ctx, h.pool, user.ID, ids, folderID)
+		}
+		done = "Moved " + threadCount(len(ids)) + "."
+		if folderID == nil {
+			done = "Took " + threadCount(len(ids)) + " out of their folder."
+		}
+	default:
+		return httpError{http.StatusBadRequest, "Choose an action for the selected threads."}
+	}
+	if err != nil {
+		return err
+	}
+
+	back := localURL(r.PostForm.Get("return"), "/inbox/all")
+	q, isList := parseListURL(back)
+	if !wantsFragment(r) || !isList {
+		return seeOther(w, r, back)
+	}
+	list, err := h.loadListing(ctx, user, q)
+	if err != nil {
+		return err
+	}
+	nav, err := h.loadNav(ctx, r, user)
+	if err != nil {
+		return err
+	}
+	return h.render(w, r, http.StatusOK,
+		views.ThreadList(list),
+		views.Sidebar(nav, true),
+		views.FlashOOB("ok", done))
+}
+
+// parseIDs reads the selected thread ids of a bulk action.
+func parseIDs(raw []string) ([]int64, error) {
+	if len(raw) == 0 {
+		return nil, httpError{http.StatusBadRequest, "Select at least one thread."}
+	}
+	if len(raw) > maxBulk {
+		return nil, httpError{http.StatusBadRequest, fmt.Sprintf("Select at most %d threads at once.", maxBulk)}
+	}
+	ids := make([]int64, 0, len(raw))
+	for _, s := range raw {
+		id, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || id <= 0 {
+			return nil, httpError{http.StatusBadRequest, "The selection is not valid."}
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+func threadCount(n int) string {
+	if n == 1 {
+		return "1 thread"
+	}
+	return strconv.Itoa(n) + " threads"
+}

@@ -1,0 +1,229 @@
+// Pizza Bot's small script, on top of htmx: keyboard shortcuts, bulk
+// selection, local times and a few conveniences. Every page works without it.
+(function () {
+  "use strict";
+
+  document.documentElement.classList.add("js");
+
+  let current = -1; // index of the current row of the listing
+  let gPressedAt = 0; // when the "g" of "g i" was pressed
+
+  const rowSelector = '#thread-list [data-testid="thread-row"]';
+  const rows = () => Array.from(document.querySelectorAll(rowSelector));
+
+  function setCurrent(i, focus) {
+    const rs = rows();
+    if (!rs.length) {
+      current = -1;
+      return;
+    }
+    current = Math.max(0, Math.min(i, rs.length - 1));
+    rs.forEach((r, j) => r.classList.toggle("is-current", j === current));
+    if (focus !== false) {
+      const link = rs[current].querySelector(".row-link");
+      if (link) link.focus({ preventScroll: true });
+      rs[current].scrollIntoView({ block: "nearest" });
+    }
+  }
+
+  const currentRow = () => rows()[current] || null;
+
+  function isField(el) {
+    return !!el && (el.isContentEditable || ["INPUT", "TEXTAREA", "SELECT"].includes(el.tagName));
+  }
+
+  function click(selector) {
+    const el = document.querySelector(selector);
+    if (!el) return false;
+    el.click();
+    return true;
+  }
+
+  // The rows an action applies to: the selected ones, or else the current.
+  function targets() {
+    const checked = rows().filter((r) => r.querySelector('input[name="ids"]:checked'));
+    if (checked.length) return checked;
+    const row = currentRow();
+    return row ? [row] : [];
+  }
+
+  // bulk submits the bulk form with an action for the target rows. Clicking
+  // the button (rather than requestSubmit) lets htmx see which one it was.
+  function bulk(action, rs) {
+    const form = document.getElementById("bulk");
+    const button = form && form.querySelector('button[name="action"][value="' + action + '"]');
+    if (!button || !rs.length) return false;
+    rs.forEach((r) => {
+      r.querySelector('input[name="ids"]').checked = true;
+    });
+    button.click();
+    return true;
+  }
+
+  function toggleRead() {
+    const rs = targets();
+    const anyUnread = rs.some((r) => r.dataset.unread === "true");
+    return bulk(anyUnread ? "read" : "unread", rs);
+  }
+
+  function toggleHelp() {
+    const dialog = document.getElementById("shortcuts");
+    if (!dialog) return;
+    if (dialog.open) dialog.close();
+    else dialog.showModal();
+  }
+
+  document.addEventListener("keydown", (e) => {
+    const t = e.target;
+    if ((e.ctrlKey || e.metaKey) && e.key === "Enter" && t.matches && t.matches("[data-submit-on-ctrl-enter]")) {
+      e.preventDefault();
+      t.form.requestSubmit();
+      return;
+    }
+    if (e.defaultPrevented || e.ctrlKey || e.metaKey || e.altKey) return;
+    if (isField(t)) {
+      if (e.key === "Escape") t.blur();
+      return;
+    }
+    if (document.querySelector("dialog[open]")) return; // Esc closes it natively
+
+    const key = e.key;
+    const afterG = Date.now() - gPressedAt < 1000;
+    gPressedAt = 0;
+    let handled = true;
+    switch (key) {
+      case "j":
+        setCurrent(current + 1);
+        break;
+      case "k":
+        setCurrent(current - 1);
+        break;
+      case "o":
+      case "Enter": {
+        // Enter on a link or button does what it always does.
+        if (key === "Enter" && t.closest && t.closest("a, button, summary")) return;
+        const row = currentRow();
+        handled = !!row && (row.querySelector(".row-link").click(), true);
+        break;
+      }
+      case "x": {
+        if (current < 0) setCurrent(0);
+        const box = currentRow() && currentRow().querySelector('input[name="ids"]');
+        if (box) box.checked = !box.checked;
+        else handled = false;
+        break;
+      }
+      case "e":
+        handled = rows().length ? bulk("archive", targets()) : click('[data-shortcut="e"]');
+        break;
+      case "u":
+        handled = rows().length ? toggleRead() : click('[data-shortcut="u"]');
+        break;
+      case "c":
+        handled = click('[data-shortcut="c"]');
+        break;
+      case "g":
+        gPressedAt = Date.now();
+        break;
+      case "i":
+        handled = afterG && click('[data-testid="queue-all"]');
+        break;
+      case "/": {
+        const filter = document.getElementById("filter-trigger");
+        if (filter) filter.focus();
+        else handled = false;
+        break;
+      }
+      case "?":
+        toggleHelp();
+        break;
+      default:
+        handled = false;
+    }
+    if (handled) e.preventDefault();
+  });
+
+  // Keep the current row where the user is, whether they got there by
+  // keyboard, by Tab or by clicking a checkbox.
+  document.addEventListener("focusin", (e) => {
+    const row = e.target.closest && e.target.closest(rowSelector);
+    if (row) setCurrent(rows().indexOf(row), false);
+  });
+
+  document.addEventListener("click", (e) => {
+    const t = e.target.closest && e.target.closest("[data-action]");
+    if (!t) return;
+    switch (t.dataset.action) {
+      case "dismiss":
+        t.closest(".flash").remove();
+        break;
+      case "shortcuts":
+        toggleHelp();
+        break;
+    }
+  });
+
+  document.addEventListener("change", (e) => {
+    const t = e.target;
+    if (t.dataset.action === "select-all") {
+      rows().forEach((r) => {
+        r.querySelector('input[name="ids"]').checked = t.checked;
+      });
+      return;
+    }
+    const form = t.form;
+    if (form && form.dataset.autosubmit === "true" && t.tagName === "SELECT") form.requestSubmit();
+  });
+
+  // enhance prepares content that arrived with the page or with a swap.
+  function enhance(root) {
+    // Times in the reader's time zone.
+    root.querySelectorAll("time[datetime]").forEach((el) => {
+      const d = new Date(el.getAttribute("datetime"));
+      if (isNaN(d)) return;
+      const local = d.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
+      if (el.dataset.local === "true") el.textContent = local;
+      else if (el.title) el.title = local;
+    });
+    root.querySelectorAll(".flash[data-autohide]").forEach((el) => {
+      setTimeout(() => el.remove(), 6000);
+    });
+    const invalid = root.querySelector('[aria-invalid="true"]');
+    if (invalid && root !== document.body) invalid.focus();
+  }
+
+  // The tab's title leads with the Action count; keep it in step with the
+  // sidebar when a swap changes it.
+  function syncTitle() {
+    const el = document.getElementById("count-action");
+    if (!el) return;
+    const n = parseInt(el.textContent, 10) || 0;
+    const base = document.title.replace(/^\(\d+\) /, "");
+    document.title = n > 0 ? "(" + n + ") " + base : base;
+  }
+
+  function init() {
+    if (!window.htmx) {
+      enhance(document.body);
+      return;
+    }
+    htmx.onLoad((elt) => enhance(elt));
+    document.body.addEventListener("htmx:afterSettle", (e) => {
+      const target = e.detail.target;
+      if (target === document.body) {
+        current = -1; // a new page
+        const select = document.querySelector(".select-all");
+        if (select) select.checked = false;
+      } else if (target && target.id === "thread-list" && current >= 0) {
+        // After a bulk action, stay at the same position: the next thread.
+        setCurrent(current);
+        const select = document.querySelector(".select-all");
+        if (select) select.checked = false;
+      }
+      syncTitle();
+    });
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
+  else init();
+})();

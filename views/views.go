@@ -1,0 +1,151 @@
+// Package views renders Pizza Bot's HTML with templ. Pages are named XPage
+// and wrap Layout; fragments that HTMX swaps into a page are plain nouns
+// (ThreadRow, ThreadList, Sidebar). Views do no I/O: handlers load the data
+// and pass it in, together with the time to measure "3h ago" against.
+package views
+
+import (
+	"net/url"
+	"strconv"
+	"time"
+
+	"pizzabot/db"
+	"pizzabot/static"
+)
+
+// Asset returns the cache-busting URL of a static file, e.g.
+// Asset("app.css") is "/static/3f9a0c21d4e5/app.css".
+func Asset(name string) string { return static.URL(name) }
+
+// Field is a form field as it was submitted, with the message to show next
+// to it when it was refused.
+type Field struct {
+	Value string
+	Error string
+}
+
+// Nav is what the sidebar shows on every page.
+type Nav struct {
+	User    db.User
+	Counts  db.Counts
+	Folders []db.Folder
+	// Queue and FolderID mark the listing being viewed; zero on other pages.
+	Queue    db.Queue
+	FolderID int64
+	// Current is the URL of the page, where the sidebar's forms return to
+	// when they are posted without JavaScript.
+	Current string
+	// NewFolder is the new-folder form as last submitted.
+	NewFolder Field
+}
+
+// Folder returns the user's folder with the given id, or nil.
+func (n Nav) Folder(id int64) *db.Folder {
+	for i := range n.Folders {
+		if n.Folders[i].ID == id {
+			return &n.Folders[i]
+		}
+	}
+	return nil
+}
+
+// ListQuery identifies a thread listing: a queue, optional filters and the
+// page's position.
+type ListQuery struct {
+	Queue    db.Queue
+	FolderID int64  // 0: any folder
+	Trigger  string // "": any trigger kind
+	After    string // a db.Cursor as written in URLs; "": the first page
+}
+
+// URL returns the listing's canonical URL, e.g.
+// "/inbox/unread?folder=3&trigger=schedule".
+func (q ListQuery) URL() string {
+	v := url.Values{}
+	if q.FolderID != 0 {
+		v.Set("folder", strconv.FormatInt(q.FolderID, 10))
+	}
+	if q.Trigger != "" {
+		v.Set("trigger", q.Trigger)
+	}
+	if q.After != "" {
+		v.Set("after", q.After)
+	}
+	u := "/inbox/" + string(q.Queue)
+	if len(v) > 0 {
+		u += "?" + v.Encode()
+	}
+	return u
+}
+
+// Filtered reports whether the listing is narrowed by a folder or a trigger.
+func (q ListQuery) Filtered() bool { return q.FolderID != 0 || q.Trigger != "" }
+
+// Listing is one page of a thread listing.
+type Listing struct {
+	Query   ListQuery
+	Threads []db.Thread
+	// Next is where the following page starts; nil on the last page.
+	Next *db.Cursor
+	Now  time.Time
+}
+
+// NextURL returns the URL of the following page, "" on the last page.
+func (l Listing) NextURL() string {
+	if l.Next == nil {
+		return ""
+	}
+	q := l.Query
+	q.After = l.Next.String()
+	return q.URL()
+}
+
+// Inbox is what InboxPage shows: a queue, possibly narrowed to a folder or
+// a trigger kind.
+type Inbox struct {
+	Nav  Nav
+	List Listing
+	// Folder is the folder the listing is narrowed to, nil for none.
+	Folder *db.Folder
+}
+
+// ThreadDetail is what ThreadPage shows.
+type ThreadDetail struct {
+	Nav      Nav
+	Thread   db.Thread
+	Messages []db.Message
+	// Back is the listing the user came from.
+	Back string
+}
+
+// Compose is the new-thread form as last submitted.
+type Compose struct {
+	Nav    Nav
+	Prompt Field
+	// Folder holds the chosen folder's id, "" for none.
+	Folder Field
+}
+
+// FolderEdit is one folder on the folders page, with its rename form.
+type FolderEdit struct {
+	Folder db.Folder
+	// Name is the rename field as last submitted; its value is the
+	// folder's name when nothing was.
+	Name Field
+}
+
+// Folders is what FoldersPage shows.
+type Folders struct {
+	Nav  Nav
+	Rows []FolderEdit
+}
+
+// Problem is an error shown to the user.
+type Problem struct {
+	// Nav is nil when the user is unknown or the sidebar could not be
+	// loaded; the page then shows without it.
+	Nav       *Nav
+	Status    int
+	Message   string
+	RequestID string
+}
