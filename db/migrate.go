@@ -100,12 +100,22 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]string, error) {
 		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
-	current, err := schemaVersion(ctx, conn)
+	rows, err := conn.Query(ctx, `SELECT version FROM pizza_migrations`)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	done, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	have := map[int]bool{}
+	for _, v := range done {
+		have[v] = true
 	}
 	for _, m := range ms {
-		if m.version <= current {
+		// Every missing migration is applied, not just newer ones: branches
+		// may land out of order.
+		if have[m.version] {
 			continue
 		}
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
