@@ -30,3 +30,66 @@ func TestMigrateIsIdempotent(t *testing.T) {
 		t.Errorf("schema version = %d, want %d", v, db.LatestVersion())
 	}
 }
+
+// The trigger-kept counts must always equal a count of the threads.
+func TestCountsFollowEveryChange(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := context.Background()
+	alice, _ := db.UpsertUser(ctx, pool, "t", "alice", "", "", false)
+	bob, _ := db.UpsertUser(ctx, pool, "t", "bob", "", "", false)
+	want := func(u db.User) db.Counts {
+		var c db.Counts
+		err := pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE unread AND NOT archived),
+			count(*) FILTER (WHERE status = 'waiting') FROM threads WHERE user_id = $1`, u.ID).Scan(&c.All, &c.Unread, &c.Action)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	check := func(step string) {
+		t.Helper()
+		for _, u := range []db.User{alice, bob} {
+			got, err := db.CountThreads(ctx, pool, u.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w := want(u); got != w {
+				t.Fatalf("after %s: user %d counts = %+v, want %+v", step, u.ID, got, w)
+			}
+		}
+	}
+	check("nothing")
+	var ids []int64
+	for i := 0; i < 6; i++ {
+		u := alice
+		if i%3 == 0 {
+			u = bob
+		}
+		th, err := db.CreateThread(ctx, pool, db.NewThread{UserID: u.ID, Title: "t"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, th.ID)
+	}
+	check("create")
+	steps := []struct {
+		name string
+		fn   func() error
+	}{
+		{"done", func() error { return db.EndRun(ctx, pool, ids[1], db.StatusDone, "") }},
+		{"waiting", func() error { return db.EndRun(ctx, pool, ids[2], db.StatusWaiting, "") }},
+		{"waiting bob", func() error { return db.EndRun(ctx, pool, ids[0], db.StatusWaiting, "") }},
+		{"read", func() error { _, err := db.MarkRead(ctx, pool, alice.ID, ids, true); return err }},
+		{"unread", func() error { _, err := db.MarkRead(ctx, pool, alice.ID, ids[1:3], false); return err }},
+		{"archive", func() error { _, err := db.SetArchived(ctx, pool, alice.ID, ids[1:2], true); return err }},
+		{"advance", func() error { _, err := db.AdvanceRun(ctx, pool, ids[2]); return err }},
+		{"delete", func() error { _, err := pool.Exec(ctx, `DELETE FROM threads WHERE id = $1`, ids[4]); return err }},
+	}
+	for _, s := range steps {
+		if err := s.fn(); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		check(s.name)
+	}
+}
