@@ -1,0 +1,712 @@
+package handlers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/a-h/templ"
+
+	"pizzabot/db"
+	"pizzabot/jobs"
+	"pizzabot/views"
+)
+
+// The run's controls on the thread page: decisions on the calls a run
+// waits at, replies, cancel and retry. Each goes through jobs.Runtime, which
+// commits the thread's new state with the job that acts on it. A plain form
+// is answered with a redirect to the thread; htmx gets every part of the
+// thread page in its new state, swapped out of band (the forms say
+// hx-swap="none"), so one response updates the status, the conversation,
+// the pending calls and the controls together.
+
+// decide applies a person's decision to waiting calls:
+// POST /threads/{id}/decisions with call=ID (repeated for "Approve all"),
+// decision=approve|edit|reject|respond|retry|skip, and for edit the
+// arguments (arg.NAME fields from the schema form, or arguments=JSON), for
+// reject an optional message, for respond the answer in message. A refused
+// decision comes back with the form as submitted and the error next to it
+// (422).
+func (h *Handler) decide(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	user := userFrom(ctx)
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	if err := parseForm(w, r); err != nil {
+		return err
+	}
+	v, err := h.loadThreadView(ctx, user, id, formBack(r))
+	if err != nil {
+		return err
+	}
+	ids, err := parseCallIDs(r.PostForm["call"])
+	if err != nil {
+		return err
+	}
+	decision := r.PostForm.Get("decision")
+	if !isDecision(decision) {
+		return httpError{http.StatusBadRequest, "Choose a decision: approve, edit, reject, answer, retry or skip."}
+	}
+	if len(ids) > 1 && decision != db.DecisionApprove {
+		return httpError{http.StatusBadRequest, "Only approving can be done for several calls at once."}
+	}
+	waiting := map[int64]db.ToolCallRow{}
+	if v.Thread.Status == db.StatusWaiting {
+		for _, c := range v.Calls {
+			if c.State == db.CallPending || c.State == db.CallUnknown {
+				waiting[c.ID] = c
+			}
+		}
+	}
+	rows := make([]db.ToolCallRow, 0, len(ids))
+	for _, cid := range ids {
+		c, ok := waiting[cid]
+		if !ok {
+			// Decided in another tab, or the run was cancelled meanwhile.
+			return httpError{http.StatusConflict, "This call is no longer waiting for a decision. Reload the page to see where the run is."}
+		}
+		rows = append(rows, c)
+	}
+
+	// refuse shows the form again, as submitted, with msg next to it.
+	refuse := func(msg string, fields []views.ArgField) error {
+		if len(ids) > 1 {
+			v.ApproveAll = msg
+		} else {
+			c := rows[0]
+			f := v.Forms[c.ID]
+			f.Decision, f.Error = decision, msg
+			f.Message = r.PostForm.Get("message")
+			if decision == db.DecisionEdit {
+				if fields != nil {
+					f.Fields = fields
+				} else if _, sent := r.PostForm["arguments"]; sent {
+					f.Fields, f.JSON = nil, r.PostForm.Get("arguments")
+				}
+			}
+			v.Forms[c.ID] = f
+		}
+		return h.renderRunForm(w, r, user, v, views.PendingCalls)
+	}
+
+	inputs := make([]jobs.DecisionInput, 0, len(rows))
+	var editFields []views.ArgField // the schema form as submitted
+	for _, c := range rows {
+		if !allowsDecision(c, decision) {
+			return refuse(notAllowed(c, decision), nil)
+		}
+		in := jobs.DecisionInput{CallID: c.ID, Type: decision}
+		switch decision {
+		case db.DecisionReject:
+			in.Message = strings.TrimSpace(r.PostForm.Get("message"))
+		case db.DecisionRespond:
+			in.Message = strings.TrimSpace(strings.ReplaceAll(r.PostForm.Get("message"), "\r\n", "\n"))
+			if in.Message == "" {
+				return refuse("Write your answer first.", nil)
+			}
+		case db.DecisionEdit:
+			args, fields, msg := h.editedArguments(c, r.PostForm)
+			if msg != "" {
+				return refuse(msg, fields)
+			}
+			in.Arguments, editFields = args, fields
+		}
+		inputs = append(inputs, in)
+	}
+	err = h.runs.Decide(ctx, user, id, inputs)
+	var ue *jobs.UserError
+	if errors.As(err, &ue) && ue.Status == http.StatusBadRequest {
+		// Not allowed, or edited arguments the schema refuses: the person
+		// can correct the form.
+		return refuse(sentence(strings.TrimPrefix(ue.Msg, "edited arguments: ")), editFields)
+	}
+	if err != nil {
+		return runError(err)
+	}
+	return h.afterRunChange(w, r, user, id)
+}
+
+// reply continues a thread whose run has ended:
+// POST /threads/{id}/messages with content. An empty or too long reply
+// comes back with the text kept and the error next to it (422).
+func (h *Handler) reply(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	user := userFrom(ctx)
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	if err := parseForm(w, r); err != nil {
+		return err
+	}
+	content := strings.TrimSpace(strings.ReplaceAll(r.PostForm.Get("content"), "\r\n", "\n"))
+	if content == "" {
+		err = &jobs.UserError{Status: http.StatusBadRequest, Msg: "Write your reply first."}
+	} else {
+		err = h.runs.Reply(ctx, user, id, content)
+	}
+	var ue *jobs.UserError
+	if errors.As(err, &ue) && (ue.Status == http.StatusBadRequest || ue.Status == http.StatusRequestEntityTooLarge) {
+		v, lerr := h.loadThreadView(ctx, user, id, formBack(r))
+		if lerr != nil {
+			return lerr
+		}
+		v.Reply = views.Field{Value: content, Error: sentence(ue.Msg)}
+		return h.renderRunForm(w, r, user, v, views.ThreadComposer)
+	}
+	if err != nil {
+		return runError(err)
+	}
+	return h.afterRunChange(w, r, user, id)
+}
+
+// cancelRun stops a running or waiting run: POST /threads/{id}/cancel.
+func (h *Handler) cancelRun(w http.ResponseWriter, r *http.Request) error {
+	return h.runControl(w, r, h.runs.Cancel)
+}
+
+// retryRun runs a failed or cancelled run again from its last committed
+// step: POST /threads/{id}/retry.
+func (h *Handler) retryRun(w http.ResponseWriter, r *http.Request) error {
+	return h.runControl(w, r, h.runs.Retry)
+}
+
+func (h *Handler) runControl(w http.ResponseWriter, r *http.Request, change func(ctx context.Context, user db.User, id int64) error) error {
+	ctx := r.Context()
+	user := userFrom(ctx)
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	if err := parseForm(w, r); err != nil {
+		return err
+	}
+	if err := change(ctx, user, id); err != nil {
+		return runError(err)
+	}
+	return h.afterRunChange(w, r, user, id)
+}
+
+// afterRunChange answers a control that changed the run: a plain form goes
+// back to the thread; htmx gets the thread's parts and the sidebar's counts
+// in their new state, out of band.
+func (h *Handler) afterRunChange(w http.ResponseWriter, r *http.Request, user db.User, id int64) error {
+	if !wantsFragment(r) {
+		return seeOther(w, r, "/threads/"+strconv.FormatInt(id, 10))
+	}
+	ctx := r.Context()
+	v, err := h.loadThreadView(ctx, user, id, formBack(r))
+	if err != nil {
+		return err
+	}
+	v.OOB = true
+	nav, err := h.loadNav(ctx, r, user)
+	if err != nil {
+		return err
+	}
+	return h.render(w, r, http.StatusOK,
+		views.ThreadHeader(v), views.ThreadMessages(v), views.PendingCalls(v), views.ThreadComposer(v),
+		views.Sidebar(nav, true))
+}
+
+// renderRunForm answers a refused form (422): htmx gets the part holding
+// the form, out of band; a plain form the whole page.
+func (h *Handler) renderRunForm(w http.ResponseWriter, r *http.Request, user db.User, v views.ThreadView, part func(views.ThreadView) templ.Component) error {
+	if wantsFragment(r) {
+		v.OOB = true
+		return h.render(w, r, http.StatusUnprocessableEntity, part(v))
+	}
+	nav, err := h.loadNav(r.Context(), r, user)
+	if err != nil {
+		return err
+	}
+	return h.render(w, r, http.StatusUnprocessableEntity, views.ThreadPage(views.ThreadDetail{Nav: nav, View: v}))
+}
+
+// runError words the runtime's refusals (a run that already ended, one
+// still going) as the sentences the user reads.
+func runError(err error) error {
+	var ue *jobs.UserError
+	if errors.As(err, &ue) {
+		return httpError{ue.Status, sentence(ue.Msg)}
+	}
+	return err
+}
+
+// formBack is the listing the thread page's back link goes to, which its
+// forms carry in "return".
+func formBack(r *http.Request) string {
+	back := localURL(r.PostForm.Get("return"), "")
+	if _, ok := parseListURL(back); ok {
+		return back
+	}
+	return ""
+}
+
+// maxCallsPerDecision bounds the calls of one "Approve all".
+const maxCallsPerDecision = 100
+
+func parseCallIDs(raw []string) ([]int64, error) {
+	if len(raw) == 0 || len(raw) > maxCallsPerDecision {
+		return nil, httpError{http.StatusBadRequest, "The form does not say which call to decide."}
+	}
+	seen := map[int64]bool{}
+	ids := make([]int64, 0, len(raw))
+	for _, s := range raw {
+		id, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || id <= 0 {
+			return nil, httpError{http.StatusBadRequest, "The form does not say which call to decide."}
+		}
+		if !seen[id] {
+			seen[id] = true
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+func isDecision(d string) bool {
+	switch d {
+	case db.DecisionApprove, db.DecisionEdit, db.DecisionReject, db.DecisionRespond, db.DecisionRetry, db.DecisionSkip:
+		return true
+	}
+	return false
+}
+
+func allowsDecision(c db.ToolCallRow, d string) bool {
+	for _, a := range c.AllowedDecisions {
+		if a == d {
+			return true
+		}
+	}
+	return false
+}
+
+// decisionNames are the decisions as sentences name them.
+var decisionNames = map[string]string{
+	db.DecisionApprove: "approve",
+	db.DecisionEdit:    "edit",
+	db.DecisionReject:  "reject",
+	db.DecisionRespond: "answer",
+	db.DecisionRetry:   "retry",
+	db.DecisionSkip:    "skip",
+}
+
+// notAllowed explains a decision the call does not allow, naming those it
+// does: "You cannot edit this call to publish_brief: you can approve or
+// reject it."
+func notAllowed(c db.ToolCallRow, d string) string {
+	var can []string
+	for _, a := range c.AllowedDecisions {
+		can = append(can, decisionNames[a])
+	}
+	msg := "You cannot " + decisionNames[d] + " this call to " + c.Name
+	switch len(can) {
+	case 0:
+		return msg + "."
+	case 1:
+		return msg + ": you can only " + can[0] + " it."
+	}
+	return msg + ": you can " + strings.Join(can[:len(can)-1], ", ") + " or " + can[len(can)-1] + " it."
+}
+
+// sentence makes a runtime message a sentence: capitalized, with a stop.
+func sentence(msg string) string {
+	msg = strings.TrimSpace(msg)
+	if msg == "" {
+		return msg
+	}
+	r, n := utf8.DecodeRuneInString(msg)
+	msg = string(unicode.ToUpper(r)) + msg[n:]
+	if !strings.HasSuffix(msg, ".") && !strings.HasSuffix(msg, "?") && !strings.HasSuffix(msg, "!") {
+		msg += "."
+	}
+	return msg
+}
+
+// decisionForms prepares the approval form of each call the thread waits
+// at: the tool's description, and for a call that may be edited, the edit
+// form its tool's schema allows.
+func (h *Handler) decisionForms(v views.ThreadView) map[int64]views.DecisionForm {
+	forms := map[int64]views.DecisionForm{}
+	if v.Thread.Status != db.StatusWaiting {
+		return forms
+	}
+	for _, c := range v.Calls {
+		if c.State != db.CallPending && c.State != db.CallUnknown {
+			continue
+		}
+		var f views.DecisionForm
+		if h.runs != nil && h.runs.Tools != nil {
+			if tool, ok := h.runs.Tools.Get(c.Name); ok {
+				f.ToolDescription = tool.Spec.Description
+				if allowsDecision(c, db.DecisionEdit) {
+					if props, ok := flatSchema(tool.Spec.Parameters); ok {
+						f.Fields, _ = argFields(props, c.Arguments)
+					}
+				}
+			}
+		}
+		forms[c.ID] = f
+	}
+	return forms
+}
+
+// editedArguments reads the edited arguments of a call from its form: the
+// JSON textarea when sent, the schema form's fields otherwise. It returns
+// the arguments as JSON, or the message that refuses them and, for the
+// schema form, its fields as submitted with their errors.
+func (h *Handler) editedArguments(c db.ToolCallRow, form url.Values) (string, []views.ArgField, string) {
+	if _, sent := form["arguments"]; sent {
+		raw := strings.TrimSpace(form.Get("arguments"))
+		if raw == "" {
+			return "", nil, "Write the arguments as a JSON object, for example {}."
+		}
+		var buf bytes.Buffer
+		if err := json.Compact(&buf, []byte(raw)); err == nil {
+			raw = buf.String()
+		}
+		return raw, nil, ""
+	}
+	var props []argProp
+	ok := false
+	if h.runs != nil && h.runs.Tools != nil {
+		if tool, found := h.runs.Tools.Get(c.Name); found {
+			props, ok = flatSchema(tool.Spec.Parameters)
+		}
+	}
+	if !ok {
+		return "", nil, "Edit the arguments as JSON."
+	}
+	args, fields, ok := argsFromForm(props, c.Arguments, form)
+	if !ok {
+		return "", fields, "Some arguments need fixing."
+	}
+	raw, err := json.Marshal(args)
+	if err != nil {
+		return "", fields, "The arguments could not be written as JSON."
+	}
+	return string(raw), fields, ""
+}
+
+// argProp is one property of a flat object schema.
+type argProp struct {
+	name        string
+	description string
+	typ         string // string, number, integer, boolean; "" for an enum without a type
+	enum        []any  // the allowed values; nil for any
+	required    bool
+}
+
+// Keywords a flat schema may use: those that describe or constrain simple
+// values. A schema with any other (anyOf, $ref, items, nested properties)
+// is edited as JSON.
+var (
+	flatObjectKeys = keySet("type", "properties", "required", "additionalProperties",
+		"description", "title", "$schema", "$id", "$comment")
+	flatPropertyKeys = keySet("type", "description", "title", "enum", "const", "default", "examples",
+		"minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
+		"exclusiveMaximum", "multipleOf", "deprecated", "readOnly", "writeOnly", "$comment")
+)
+
+func keySet(keys ...string) map[string]bool {
+	m := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		m[k] = true
+	}
+	return m
+}
+
+// flatSchema reads a tool's parameter schema when it is an object whose
+// properties are strings, numbers, integers, booleans or enums of those,
+// in the schema's order. It reports false for any other schema.
+func flatSchema(params json.RawMessage) ([]argProp, bool) {
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(params, &top); err != nil || top == nil {
+		return nil, false
+	}
+	for k := range top {
+		if !flatObjectKeys[k] {
+			return nil, false
+		}
+	}
+	if t, ok := top["type"]; ok && string(bytes.TrimSpace(t)) != `"object"` {
+		return nil, false
+	}
+	if ap, ok := top["additionalProperties"]; ok {
+		if s := string(bytes.TrimSpace(ap)); s != "false" && s != "true" {
+			return nil, false
+		}
+	}
+	var required []string
+	if raw, ok := top["required"]; ok {
+		if err := json.Unmarshal(raw, &required); err != nil {
+			return nil, false
+		}
+	}
+	names, raws, ok := orderedObject(top["properties"])
+	if !ok || len(names) == 0 {
+		return nil, false
+	}
+	props := make([]argProp, 0, len(names))
+	for i, name := range names {
+		var p map[string]json.RawMessage
+		if err := json.Unmarshal(raws[i], &p); err != nil || p == nil {
+			return nil, false
+		}
+		for k := range p {
+			if !flatPropertyKeys[k] {
+				return nil, false
+			}
+		}
+		ap := argProp{name: name}
+		for _, r := range required {
+			ap.required = ap.required || r == name
+		}
+		if raw, ok := p["description"]; ok {
+			_ = json.Unmarshal(raw, &ap.description)
+		}
+		if raw, ok := p["type"]; ok {
+			if err := json.Unmarshal(raw, &ap.typ); err != nil {
+				return nil, false // a list of types
+			}
+			switch ap.typ {
+			case "string", "number", "integer", "boolean":
+			default:
+				return nil, false
+			}
+		}
+		if raw, ok := p["enum"]; ok {
+			dec := json.NewDecoder(bytes.NewReader(raw))
+			dec.UseNumber()
+			if err := dec.Decode(&ap.enum); err != nil || len(ap.enum) == 0 {
+				return nil, false
+			}
+			for _, e := range ap.enum {
+				switch e.(type) {
+				case string, json.Number, bool:
+				default:
+					return nil, false
+				}
+			}
+		} else if ap.typ == "" {
+			return nil, false // any type at all
+		}
+		props = append(props, ap)
+	}
+	return props, true
+}
+
+// orderedObject splits a JSON object into its keys, in order, and values.
+func orderedObject(raw json.RawMessage) ([]string, []json.RawMessage, bool) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, nil, false
+	}
+	var names []string
+	var values []json.RawMessage
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, nil, false
+		}
+		name, _ := t.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, nil, false
+		}
+		names = append(names, name)
+		values = append(values, v)
+	}
+	return names, values, true
+}
+
+// decodeArgs parses a call's arguments as an object, numbers kept as written.
+func decodeArgs(raw string) (map[string]any, bool) {
+	if strings.TrimSpace(raw) == "" {
+		return map[string]any{}, true
+	}
+	dec := json.NewDecoder(strings.NewReader(raw))
+	dec.UseNumber()
+	var args map[string]any
+	if err := dec.Decode(&args); err != nil || args == nil || dec.More() {
+		return nil, false
+	}
+	return args, true
+}
+
+// argFields makes the edit form of a call's arguments. It reports false
+// when the arguments do not fit the form (not an object, a key the schema
+// does not name, a value of another type): they are then edited as JSON,
+// so that nothing the model wrote is lost.
+func argFields(props []argProp, raw string) ([]views.ArgField, bool) {
+	args, ok := decodeArgs(raw)
+	if !ok {
+		return nil, false
+	}
+	known := map[string]bool{}
+	for _, p := range props {
+		known[p.name] = true
+	}
+	for k := range args {
+		if !known[k] {
+			return nil, false
+		}
+	}
+	fields := make([]views.ArgField, 0, len(props))
+	for _, p := range props {
+		f := views.ArgField{Name: p.name, Description: p.description, Required: p.required, Kind: views.ArgText}
+		val, has := args[p.name]
+		switch {
+		case p.enum != nil:
+			f.Kind = views.ArgChoice
+			for _, e := range p.enum {
+				f.Options = append(f.Options, choice(e))
+			}
+			if has {
+				f.Value = jsonText(val)
+				if !hasOption(f.Options, f.Value) {
+					return nil, false
+				}
+			}
+		case p.typ == "boolean":
+			f.Kind = views.ArgChoice
+			f.Options = []views.ArgOption{{Value: "true", Label: "true"}, {Value: "false", Label: "false"}}
+			if has {
+				b, ok := val.(bool)
+				if !ok {
+					return nil, false
+				}
+				f.Value = strconv.FormatBool(b)
+			}
+		case p.typ == "number" || p.typ == "integer":
+			f.Kind = views.ArgNumber
+			if p.typ == "integer" {
+				f.Kind = views.ArgInteger
+			}
+			if has {
+				n, ok := val.(json.Number)
+				if !ok {
+					return nil, false
+				}
+				f.Value = n.String()
+			}
+		default:
+			if has {
+				s, ok := val.(string)
+				if !ok {
+					return nil, false
+				}
+				f.Value = s
+			}
+			if strings.Contains(f.Value, "\n") || utf8.RuneCountInString(f.Value) > 80 {
+				f.Kind = views.ArgTextarea
+			}
+		}
+		fields = append(fields, f)
+	}
+	return fields, true
+}
+
+func choice(v any) views.ArgOption {
+	label := jsonText(v)
+	if s, ok := v.(string); ok {
+		label = s
+	}
+	return views.ArgOption{Value: jsonText(v), Label: label}
+}
+
+func jsonText(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+func hasOption(opts []views.ArgOption, v string) bool {
+	for _, o := range opts {
+		if o.Value == v {
+			return true
+		}
+	}
+	return false
+}
+
+var (
+	numberRE  = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
+	integerRE = regexp.MustCompile(`^-?(0|[1-9][0-9]*)$`)
+)
+
+// argsFromForm reads the schema form's fields back into arguments. An
+// optional field left empty is left out, unless the call had it. It
+// returns the fields as submitted, with an error on each it refuses, and
+// false when it refused any.
+func argsFromForm(props []argProp, original string, form url.Values) (map[string]any, []views.ArgField, bool) {
+	orig, _ := decodeArgs(original)
+	fields, fit := argFields(props, original)
+	if !fit {
+		// The call's arguments do not fit the form; start from an empty one.
+		fields, _ = argFields(props, "{}")
+	}
+	args := map[string]any{}
+	ok := true
+	for i, p := range props {
+		f := &fields[i]
+		raw := form.Get(f.FieldName())
+		if f.Kind == views.ArgTextarea {
+			raw = strings.ReplaceAll(raw, "\r\n", "\n")
+		}
+		f.Value = raw
+		_, had := orig[p.name]
+		if raw == "" && (f.Kind != views.ArgText && f.Kind != views.ArgTextarea || !p.required && !had) {
+			if p.required {
+				f.Error = "Fill this in."
+				ok = false
+			}
+			continue
+		}
+		switch f.Kind {
+		case views.ArgChoice:
+			if !hasOption(f.Options, raw) {
+				f.Error = "Choose one of the listed values."
+				ok = false
+				continue
+			}
+			dec := json.NewDecoder(strings.NewReader(raw))
+			dec.UseNumber()
+			var v any
+			_ = dec.Decode(&v)
+			args[p.name] = v
+		case views.ArgNumber:
+			s := strings.TrimSpace(raw)
+			if !numberRE.MatchString(s) {
+				f.Error = "Enter a number, like 3 or 2.5."
+				ok = false
+				continue
+			}
+			args[p.name] = json.Number(s)
+		case views.ArgInteger:
+			s := strings.TrimSpace(raw)
+			if !integerRE.MatchString(s) {
+				f.Error = "Enter a whole number."
+				ok = false
+				continue
+			}
+			args[p.name] = json.Number(s)
+		default:
+			args[p.name] = raw
+		}
+	}
+	return args, fields, ok
+}

@@ -1,0 +1,172 @@
+package handlers_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"pizzabot/db"
+)
+
+// TestThreadPageInBrowser decides, replies and cancels on the thread page
+// in a real headless Chromium, through htmx: a refused edit comes back in
+// place with the input kept, an accepted one replaces the page's parts,
+// and nothing breaks the page's content security policy.
+func TestThreadPageInBrowser(t *testing.T) {
+	t.Parallel()
+	const chromium = "/usr/bin/chromium"
+	if _, err := os.Stat(chromium); err != nil {
+		t.Skipf("no Chromium at %s (apt-get install chromium)", chromium)
+	}
+	rb := setupRuns(t, briefScript(briefArgs))
+	edited := rb.start("Write the brief", "researcher")
+	cancelled := rb.start("Write another brief", "researcher")
+	rb.wait(edited, db.StatusWaiting)
+	rb.wait(cancelled, db.StatusWaiting)
+	// The browser is alice.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Header.Set("X-Test-User", "alice")
+		rb.srv.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("headless", true), chromedp.Flag("disable-background-networking", true))
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelAlloc()
+	ctx, cancelBrowser := chromedp.NewContext(actx)
+	defer cancelBrowser()
+	path := srv.URL + "/threads/" + itoa(edited)
+	// The first action starts the browser: no timeout on it (it would
+	// bound the browser's life), one on the steps after.
+	if err := chromedp.Do(ctx, chromedp.Navigate(path)); err != nil {
+		t.Fatalf("start the browser: %v", err)
+	}
+	var (
+		mu      sync.Mutex
+		console []string
+	)
+	cctx, stopConsole := context.WithCancel(ctx)
+	defer stopConsole()
+	go func() {
+		for m, err := range chromedp.Console(cctx) {
+			if err != nil {
+				return
+			}
+			// The refused edit's 422 is logged by the browser, as intended.
+			expected := strings.Contains(m.Text, "status of 422")
+			if (m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleException) && !expected {
+				mu.Lock()
+				console = append(console, m.Text)
+				mu.Unlock()
+			}
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	css := func(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+	testid := func(id string) chromedp.CSS { return css(`[data-testid="` + id + `"]`) }
+	value := func(sel string) string {
+		t.Helper()
+		v, err := chromedp.Run(ctx, chromedp.Value(css(sel)))
+		if err != nil {
+			t.Fatalf("value of %s: %v", sel, err)
+		}
+		return v
+	}
+
+	// A refused edit: the error shows next to the form, the input is kept.
+	err := chromedp.Do(ctx,
+		chromedp.WaitVisible(testid("approve-button")),
+		chromedp.Click(css(".decide-edit > summary")),
+		chromedp.WaitVisible(css(`[name="arg.priority"]`)),
+		chromedp.SetValue(css(`[name="arg.title"]`), "Final brief"),
+		chromedp.SetValue(css(`[name="arg.priority"]`), "soon"),
+		chromedp.Click(testid("edit-button")),
+		chromedp.WaitVisible(testid("decision-error")),
+	)
+	if err != nil {
+		t.Fatalf("refused edit: %v", err)
+	}
+	if got, _ := chromedp.Run(ctx, chromedp.Text(testid("field-error"))); got != "Enter a whole number." {
+		t.Errorf("field error = %q", got)
+	}
+	if got := value(`[name="arg.title"]`); got != "Final brief" {
+		t.Errorf("title kept as %q", got)
+	}
+	if got := value(`[name="arg.priority"]`); got != "soon" {
+		t.Errorf("priority kept as %q", got)
+	}
+	if loc, _ := chromedp.Run(ctx, chromedp.Location()); loc != path {
+		t.Errorf("the page moved to %s", loc)
+	}
+
+	// The corrected edit: the page's parts show the decision.
+	err = chromedp.Do(ctx,
+		chromedp.SetValue(css(`[name="arg.priority"]`), "3"),
+		chromedp.Click(testid("edit-button")),
+		chromedp.WaitVisible(testid("decision-record")),
+		chromedp.WaitNotPresent(testid("pending-call")),
+	)
+	if err != nil {
+		t.Fatalf("edit: %v", err)
+	}
+	if got, _ := chromedp.Run(ctx, chromedp.Text(testid("decision-diff"))); !strings.Contains(got, `"title": "Final brief"`) {
+		t.Errorf("diff = %q", got)
+	}
+	rb.wait(edited, db.StatusDone)
+	if got := rb.published.got(); len(got) != 1 || got[0] != "Final brief" {
+		t.Errorf("published %v", got)
+	}
+
+	// A reply, sent with Ctrl+Enter from the box.
+	err = chromedp.Do(ctx,
+		chromedp.Navigate(path),
+		chromedp.WaitVisible(testid("reply-form")),
+		chromedp.SendKeys(css("#reply"), "Thanks!"),
+	)
+	if err != nil {
+		t.Fatalf("reply: %v", err)
+	}
+	if _, err := chromedp.Run(ctx, chromedp.Evaluate[bool](`document.querySelector("#reply").dispatchEvent(
+		new KeyboardEvent("keydown", {key: "Enter", ctrlKey: true, bubbles: true}))`)); err != nil {
+		t.Fatalf("Ctrl+Enter: %v", err)
+	}
+	if err := chromedp.Do(ctx, chromedp.WaitNotPresent(testid("reply-form"))); err != nil {
+		t.Fatalf("reply sent: %v", err)
+	}
+	if got, _ := chromedp.Run(ctx, chromedp.Text(css(`[data-testid="message-user"]:last-of-type .msg-body`))); got != "Thanks!" {
+		t.Errorf("last user message = %q", got)
+	}
+	// The script answers a user message by asking to publish again.
+	rb.wait(edited, db.StatusWaiting)
+
+	// Cancel a waiting run: the controls offer retry and reply instead.
+	err = chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/threads/"+itoa(cancelled)),
+		chromedp.Click(testid("cancel-button")),
+		chromedp.WaitVisible(testid("retry-button")),
+		chromedp.WaitNotPresent(testid("pending-call")),
+	)
+	if err != nil {
+		t.Fatalf("cancel: %v", err)
+	}
+	if got, _ := chromedp.Run(ctx, chromedp.AttributeValue(testid("thread-status"), "data-status")); got.Value != db.StatusCancelled {
+		t.Errorf("status pill = %q", got.Value)
+	}
+
+	stopConsole()
+	mu.Lock()
+	defer mu.Unlock()
+	for _, m := range console {
+		t.Errorf("console: %s", m)
+	}
+}

@@ -1,0 +1,527 @@
+package views
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/a-h/templ"
+
+	"pizzabot/db"
+)
+
+// ThreadView is one thread as its page shows it. The page is five parts,
+// each a component that takes a ThreadView and renders one element whose id
+// names it, so that any part can be rendered again on its own and swapped
+// in by that id (an htmx response, an SSE event):
+//
+//	ThreadHeader    #thread-header   title, status, trigger, usage, the error of a failed run
+//	ThreadMessages  #thread-messages the conversation, tool calls with their state and decisions
+//	                #thread-stream   (an empty element of ThreadPage's, for streamed model text)
+//	ActivityPanel   #thread-activity the sub-agents the run delegated to (activity.templ)
+//	PendingCalls    #thread-pending  the approval forms of the calls waiting for a person
+//	ThreadComposer  #thread-actions  reply, cancel and retry
+//
+// Each part reads only the fields it needs: Thread for all of them;
+// Folders, Usage and Back for the header; Messages and Calls for the
+// messages; Calls and Forms for the pending calls; Reply for the composer;
+// Subagents for the Activity panel and the pending calls; Parent for the
+// header and the composer.
+// The handlers build a complete one with Handler.loadThreadView.
+type ThreadView struct {
+	// Thread is the thread with its run's status and error.
+	Thread db.Thread
+	// Messages is the conversation, oldest first (db.ListMessages).
+	Messages []db.Message
+	// Calls is every tool call of the thread with its state and decision
+	// (db.ListToolCalls).
+	Calls []db.ToolCallRow
+	// Usage is the tokens the run used so far (db.ThreadUsage).
+	Usage db.Usage
+	// Folders are the user's folders, for the header's move menu.
+	Folders []db.Folder
+	// Back is the listing the header's back link goes to; "" is the inbox.
+	Back string
+	// Forms are the approval forms of the waiting calls, by tool call id
+	// (db.ToolCallRow.ID): the edit form the tool's schema allows, and what
+	// the user last submitted with the error that refused it. A waiting
+	// call without one gets a JSON textarea for its edit.
+	Forms map[int64]DecisionForm
+	// ApproveAll is the error of a refused "Approve all", if any.
+	ApproveAll string
+	// Reply is the reply box as last submitted, with its error.
+	Reply Field
+	// OOB marks every part's root hx-swap-oob="true", so that one response
+	// can replace several parts of the page at once.
+	OOB bool
+
+	// Sub-agents (activity.templ). Subagents are the threads the run
+	// delegated to, oldest first, each a complete view of its own (with
+	// Embedded set), for ActivityPanel (#thread-activity) and for their
+	// approval forms in PendingCalls. Parent is the thread that delegated
+	// this one, nil for a top-level thread. Embedded marks a sub-agent's
+	// view shown in its parent's page.
+	Subagents []ThreadView
+	Parent    *db.Thread
+	Embedded  bool
+}
+
+// DecisionForm is the approval form of one waiting tool call.
+type DecisionForm struct {
+	// ToolDescription is what the tool says it does.
+	ToolDescription string
+	// Fields is the edit form generated from the tool's JSON schema, nil
+	// when the schema is not a flat object of simple values: the arguments
+	// are then edited as JSON in a textarea.
+	Fields []ArgField
+	// JSON is the text of the arguments textarea, when Fields is nil; ""
+	// shows the call's arguments.
+	JSON string
+	// Message is the reject message or the answer, as last submitted.
+	Message string
+	// Decision is the decision last submitted; its part of the form opens
+	// to show Error.
+	Decision string
+	// Error is why the last submission was refused.
+	Error string
+}
+
+// ArgKind is the input an argument is edited with.
+type ArgKind string
+
+// The kinds of argument inputs.
+const (
+	ArgText     ArgKind = "text"     // one line of text
+	ArgTextarea ArgKind = "textarea" // text of several lines
+	ArgNumber   ArgKind = "number"   // any number
+	ArgInteger  ArgKind = "integer"  // a whole number
+	ArgChoice   ArgKind = "choice"   // one of Options (an enum, or true/false)
+)
+
+// ArgField is one argument of an edit form generated from a schema.
+type ArgField struct {
+	// Name is the property name; the form field is "arg." + Name.
+	Name string
+	// Description is the schema's description of the property.
+	Description string
+	Kind        ArgKind
+	// Options are the choices of an ArgChoice field.
+	Options []ArgOption
+	// Required fields cannot be left empty.
+	Required bool
+	// Value is the field's text: the call's argument, or what the user
+	// last submitted.
+	Value string
+	// Error is why Value was refused.
+	Error string
+}
+
+// ArgOption is one choice of an ArgChoice field. Value is the JSON text of
+// the choice ("\"draft\"", "3", "true"), Label what the user reads.
+type ArgOption struct {
+	Value string
+	Label string
+}
+
+// FieldName is the form field of an argument.
+func (f ArgField) FieldName() string { return "arg." + f.Name }
+
+// call is a tool call of an assistant message, with its recorded state
+// (nil when the thread has no row for it) and the result that answered it.
+type call struct {
+	db.ToolCall
+	Row    *db.ToolCallRow
+	Result *db.Message
+}
+
+// turn is one message of the conversation as the thread page shows it: an
+// assistant message carries its tool calls with their results, so a tool
+// message is shown on its own only when no call of the thread matches it.
+type turn struct {
+	db.Message
+	Calls []call
+}
+
+// conversation pairs each tool call with its recorded row and with the tool
+// message that answered it. A result answers the latest call of its id
+// before it: models reuse ids across steps. A result whose call is not in
+// the thread is kept as a turn of its own.
+func conversation(msgs []db.Message, rows []db.ToolCallRow) []turn {
+	type key struct {
+		msg int64
+		id  string
+	}
+	byKey := make(map[key]*db.ToolCallRow, len(rows))
+	for i := range rows {
+		byKey[key{rows[i].MessageID, rows[i].CallID}] = &rows[i]
+	}
+	turns := make([]turn, 0, len(msgs))
+	// The latest call of each id, by its index in turns.
+	type pos struct{ turn, call int }
+	latest := map[string]pos{}
+	for _, m := range msgs {
+		if m.Role == db.RoleTool && m.ToolCallID != "" {
+			if p, ok := latest[m.ToolCallID]; ok && turns[p.turn].Calls[p.call].Result == nil {
+				r := m
+				turns[p.turn].Calls[p.call].Result = &r
+				continue
+			}
+		}
+		t := turn{Message: m}
+		for _, c := range m.ToolCalls {
+			t.Calls = append(t.Calls, call{ToolCall: c, Row: byKey[key{m.ID, c.ID}]})
+			latest[c.ID] = pos{len(turns), len(t.Calls) - 1}
+		}
+		turns = append(turns, t)
+	}
+	return turns
+}
+
+// waitingCalls are the calls a person must decide, in the order the model
+// made them. Only a waiting run has them.
+func waitingCalls(v ThreadView) []db.ToolCallRow {
+	if v.Thread.Status != db.StatusWaiting {
+		return nil
+	}
+	var out []db.ToolCallRow
+	for _, c := range v.Calls {
+		if c.State == db.CallPending || c.State == db.CallUnknown {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// allApprovable reports whether an "Approve all" applies: several calls
+// wait and every one of them may be approved.
+func allApprovable(calls []db.ToolCallRow) bool {
+	if len(calls) < 2 {
+		return false
+	}
+	for _, c := range calls {
+		if !allows(c, db.DecisionApprove) {
+			return false
+		}
+	}
+	return true
+}
+
+func allows(c db.ToolCallRow, decision string) bool {
+	for _, d := range c.AllowedDecisions {
+		if d == decision {
+			return true
+		}
+	}
+	return false
+}
+
+// callIDs are the ids an "Approve all" decides, as form values.
+func callIDs(calls []db.ToolCallRow) []string {
+	out := make([]string, len(calls))
+	for i, c := range calls {
+		out[i] = itoa(c.ID)
+	}
+	return out
+}
+
+// formFor returns the approval form of a waiting call, with the arguments
+// textarea filled when nothing was submitted.
+func formFor(v ThreadView, c db.ToolCallRow) DecisionForm {
+	f := v.Forms[c.ID]
+	if f.Fields == nil && f.JSON == "" {
+		f.JSON = prettyJSON(c.Arguments)
+	}
+	return f
+}
+
+// callState names a tool call's state for the reader.
+func callState(c call) (label, class string) {
+	if c.Row == nil {
+		switch {
+		case c.Result == nil:
+			return "No result yet", "pending"
+		case c.Result.IsError:
+			return "Error", "error"
+		}
+		return "Done", "done"
+	}
+	r := c.Row
+	switch r.State {
+	case db.CallPending:
+		if r.WaitKind == db.WaitQuestion {
+			return "Waiting for your answer", "waiting"
+		}
+		return "Waiting for approval", "waiting"
+	case db.CallUnknown:
+		return "Outcome unknown", "waiting"
+	case db.CallReady:
+		return "Ready to run", "ready"
+	case db.CallRunning:
+		return "Running", "running"
+	case db.CallDone:
+		if r.IsError {
+			return "Error", "error"
+		}
+		return "Done", "done"
+	}
+	return r.State, "ready"
+}
+
+// result is a call's result: its tool message, or the row's result when
+// the message is missing.
+func (c call) result() (content string, isError, ok bool) {
+	if c.Result != nil {
+		return c.Result.Content, c.Result.IsError, true
+	}
+	if c.Row != nil && c.Row.State == db.CallDone {
+		return c.Row.Result, c.Row.IsError, true
+	}
+	return "", false, false
+}
+
+// decisionVerb says what a decision did: "Approved", "Edited", ...
+func decisionVerb(d string) string {
+	switch d {
+	case db.DecisionApprove:
+		return "Approved"
+	case db.DecisionEdit:
+		return "Edited and approved"
+	case db.DecisionReject:
+		return "Rejected"
+	case db.DecisionRespond:
+		return "Answered"
+	case db.DecisionRetry:
+		return "Run again"
+	case db.DecisionSkip:
+		return "Skipped"
+	}
+	return d
+}
+
+// deciderName names who decided; a deleted user is "someone".
+func deciderName(c db.ToolCallRow) string {
+	if c.DecidedByName != "" {
+		return c.DecidedByName
+	}
+	return "someone"
+}
+
+// diffLine is one line of an arguments diff: Op is ' ', '-' or '+'.
+type diffLine struct {
+	Op   byte
+	Text string
+}
+
+// maxDiffCells bounds the work of a line diff (lines before × lines after).
+const maxDiffCells = 250_000
+
+// argsDiff compares a call's original and edited arguments line by line,
+// both as indented JSON with sorted keys, so that only real changes show.
+// Too large a pair is shown as the whole of both.
+func argsDiff(before, after string) []diffLine {
+	a := strings.Split(canonicalJSON(before), "\n")
+	b := strings.Split(canonicalJSON(after), "\n")
+	if len(a)*len(b) > maxDiffCells {
+		out := make([]diffLine, 0, len(a)+len(b))
+		for _, l := range a {
+			out = append(out, diffLine{'-', l})
+		}
+		for _, l := range b {
+			out = append(out, diffLine{'+', l})
+		}
+		return out
+	}
+	// Lines compare without their trailing comma, which JSON adds or drops
+	// on a line when the line after it comes or goes.
+	same := func(i, j int) bool { return strings.TrimSuffix(a[i], ",") == strings.TrimSuffix(b[j], ",") }
+	// Longest common subsequence, filled from the end.
+	lcs := make([][]int, len(a)+1)
+	for i := range lcs {
+		lcs[i] = make([]int, len(b)+1)
+	}
+	for i := len(a) - 1; i >= 0; i-- {
+		for j := len(b) - 1; j >= 0; j-- {
+			if same(i, j) {
+				lcs[i][j] = lcs[i+1][j+1] + 1
+			} else {
+				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
+			}
+		}
+	}
+	var out []diffLine
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		switch {
+		case same(i, j):
+			out = append(out, diffLine{' ', b[j]})
+			i++
+			j++
+		case lcs[i+1][j] >= lcs[i][j+1]:
+			out = append(out, diffLine{'-', a[i]})
+			i++
+		default:
+			out = append(out, diffLine{'+', b[j]})
+			j++
+		}
+	}
+	for ; i < len(a); i++ {
+		out = append(out, diffLine{'-', a[i]})
+	}
+	for ; j < len(b); j++ {
+		out = append(out, diffLine{'+', b[j]})
+	}
+	return out
+}
+
+// canonicalJSON indents JSON with its object keys sorted, keeping numbers
+// as written; text that is not JSON is returned as is.
+func canonicalJSON(raw string) string {
+	dec := json.NewDecoder(strings.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil || dec.More() {
+		return raw
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return raw
+	}
+	return strings.TrimRight(buf.String(), "\n")
+}
+
+func diffClass(op byte) string {
+	switch op {
+	case '-':
+		return "diff-del"
+	case '+':
+		return "diff-add"
+	}
+	return "diff-same"
+}
+
+// thousands writes a count with thin separators: 12 345.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	if len(s) <= 3 {
+		return s
+	}
+	var b strings.Builder
+	pre := len(s) % 3
+	if pre > 0 {
+		b.WriteString(s[:pre])
+	}
+	for i := pre; i < len(s); i += 3 {
+		if b.Len() > 0 {
+			b.WriteString(",")
+		}
+		b.WriteString(s[i : i+3])
+	}
+	return b.String()
+}
+
+// usageText summarizes a run's token usage: "3 steps · 1,234 tokens in, 56 out".
+func usageText(u db.Usage) string {
+	return plural(u.Steps, "step") + " · " + thousands(u.PromptTokens) + " tokens in, " + thousands(u.CompletionTokens) + " out"
+}
+
+// backOrInbox is the back link's target.
+func backOrInbox(back string) string {
+	if back == "" {
+		return "/inbox/all"
+	}
+	return back
+}
+
+// oobAttrs marks a part for an out-of-band swap when the view asks for it.
+func oobAttrs(v ThreadView) templ.Attributes {
+	if v.OOB {
+		return templ.Attributes{"hx-swap-oob": "true"}
+	}
+	return nil
+}
+
+// effectiveArguments are the arguments a call runs with: the edited ones
+// when a person edited them.
+func effectiveArguments(c call) string {
+	if c.Row != nil {
+		return c.Row.EffectiveArguments()
+	}
+	return c.Arguments
+}
+
+// compactJSON writes JSON on one line; text that is not JSON is returned
+// as is.
+func compactJSON(raw string) string {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, []byte(raw)); err != nil {
+		return raw
+	}
+	return buf.String()
+}
+
+// maxPreview bounds the one-line previews of arguments and results.
+const maxPreview = 120
+
+// preview is the start of a text on one line, for a collapsed summary.
+func preview(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if utf8.RuneCountInString(s) <= maxPreview {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:maxPreview-1]) + "…"
+}
+
+// rejectMessage is the reject field's text as last submitted.
+func rejectMessage(f DecisionForm) string {
+	if f.Decision == db.DecisionReject {
+		return f.Message
+	}
+	return ""
+}
+
+// editMode says how an edit form edits: "fields" or "json".
+func editMode(f DecisionForm) string {
+	if f.Fields != nil {
+		return "fields"
+	}
+	return "json"
+}
+
+// skillLabel is a skill as the compose form's picker lists it: its name and
+// the start of its description.
+func skillLabel(s SkillChoice) string {
+	if s.Description == "" {
+		return s.Name
+	}
+	d := strings.Join(strings.Fields(s.Description), " ")
+	if r := []rune(d); len(r) > 90 {
+		d = string(r[:89]) + "…"
+	}
+	return s.Name + " — " + d
+}
+
+// joinList joins names in English: "a", "a and b", "a, b and c".
+func joinList(names []string) string {
+	switch len(names) {
+	case 0:
+		return ""
+	case 1:
+		return names[0]
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
+
+// invalidAttrs marks a refused argument's input for assistive technology
+// (and for the script, which focuses the first one).
+func invalidAttrs(a ArgField) templ.Attributes {
+	if a.Error != "" {
+		return templ.Attributes{"aria-invalid": "true"}
+	}
+	return nil
+}
