@@ -1,0 +1,648 @@
+package handlers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"pizzabot/db"
+	"pizzabot/jobs"
+)
+
+// The threads of the JSON API: the same runs as the web's, through the same
+// jobs.Runtime, so a thread started here shows in the inbox and the other way
+// round. docs/api.md documents every route.
+
+// apiThread is a thread as the API shows it in a listing, and the answer of
+// every change to a thread.
+type apiThread struct {
+	ID       int64      `json:"id"`
+	Title    string     `json:"title"`
+	Status   string     `json:"status"`
+	Unread   bool       `json:"unread"`
+	Archived bool       `json:"archived"`
+	Folder   *apiFolder `json:"folder"`
+	Skill    *string    `json:"skill"`
+	Trigger  apiTrigger `json:"trigger"`
+	// URL is the thread's page in the web interface, a path on this server.
+	URL       string    `json:"url"`
+	CreatedAt time.Time `json:"created_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+type apiFolder struct {
+	ID   int64  `json:"id"`
+	Name string `json:"name"`
+}
+
+// apiTrigger is what started the run: kind, when it was due, and a reference
+// (the schedule or webhook) when there is one.
+type apiTrigger struct {
+	Kind string    `json:"kind"`
+	At   time.Time `json:"at"`
+	Ref  *string   `json:"ref"`
+}
+
+// apiThreadDetail is a thread with its conversation, the calls waiting for
+// a decision and the decisions taken.
+type apiThreadDetail struct {
+	apiThread
+	Model     string        `json:"model"`
+	Error     *string       `json:"error"`
+	Messages  []apiMessage  `json:"messages"`
+	Pending   []apiPending  `json:"pending"`
+	Decisions []apiDecision `json:"decisions"`
+	Usage     apiUsage      `json:"usage"`
+}
+
+// apiMessage is one message of a conversation. An assistant message carries
+// the tool calls it asked for; a tool message is the result of one of them.
+type apiMessage struct {
+	ID         int64         `json:"id"`
+	Role       string        `json:"role"`
+	Content    string        `json:"content"`
+	ToolCalls  []apiToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string        `json:"tool_call_id,omitempty"`
+	Name       string        `json:"name,omitempty"`
+	IsError    *bool         `json:"is_error,omitempty"`
+	CreatedAt  time.Time     `json:"created_at"`
+}
+
+type apiToolCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments any    `json:"arguments"`
+}
+
+// apiPending is a tool call waiting for a person: an approval (the skill's
+// interruptOn), a question (ask_user) or a call whose outcome is unknown
+// (the server stopped while it ran).
+type apiPending struct {
+	ID               int64    `json:"id"`
+	CallID           string   `json:"call_id"`
+	Tool             string   `json:"tool"`
+	Kind             string   `json:"kind"`
+	Arguments        any      `json:"arguments"`
+	AllowedDecisions []string `json:"allowed_decisions"`
+	Description      string   `json:"description"`
+}
+
+// apiDecision is a decision taken on a tool call: who, what, when, and the
+// arguments before and after an edit.
+type apiDecision struct {
+	ID              int64     `json:"id"`
+	CallID          string    `json:"call_id"`
+	Tool            string    `json:"tool"`
+	Type            string    `json:"type"`
+	DecidedBy       *apiUser  `json:"decided_by"`
+	DecidedAt       time.Time `json:"decided_at"`
+	Message         string    `json:"message"`
+	Arguments       any       `json:"arguments"`
+	EditedArguments any       `json:"edited_arguments"`
+}
+
+type apiUser struct {
+	ID   int64  `json:"id"`
+	Name string `json:"name"`
+}
+
+type apiUsage struct {
+	Steps            int64 `json:"steps"`
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+}
+
+type apiCounts struct {
+	All    int64 `json:"all"`
+	Unread int64 `json:"unread"`
+	Action int64 `json:"action"`
+}
+
+type apiThreadList struct {
+	Threads    []apiThread `json:"threads"`
+	NextCursor *string     `json:"next_cursor"`
+	Counts     apiCounts   `json:"counts"`
+}
+
+func toAPIThread(t db.Thread) apiThread {
+	out := apiThread{
+		ID: t.ID, Title: t.Title, Status: t.Status, Unread: t.Unread, Archived: t.Archived,
+		Skill:     optional(t.Skill),
+		Trigger:   apiTrigger{Kind: t.TriggerKind, At: t.TriggerAt.UTC(), Ref: optional(t.TriggerRef)},
+		URL:       "/threads/" + strconv.FormatInt(t.ID, 10),
+		CreatedAt: t.CreatedAt.UTC(), UpdatedAt: t.UpdatedAt.UTC(),
+	}
+	if t.FolderID != nil {
+		out.Folder = &apiFolder{ID: *t.FolderID, Name: t.FolderName}
+	}
+	return out
+}
+
+// optional is nil for "": absent values are null in the API, not "".
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// apiArguments shows a tool call's arguments as the JSON the model sent, or
+// as the raw text when it is not valid JSON (a model can send anything).
+func apiArguments(raw string) any {
+	if json.Valid([]byte(raw)) {
+		return json.RawMessage(raw)
+	}
+	return raw
+}
+
+// errThreadNotFound answers for a thread that does not exist or is another
+// user's: the two look the same.
+var errThreadNotFound = httpError{http.StatusNotFound, "thread not found"}
+
+// apiThreadID parses the {id} of the path; a malformed id names nothing.
+func apiThreadID(r *http.Request) (int64, error) {
+	id, err := strconv.ParseInt(r.PathValue("id"), 10, 64)
+	if err != nil || id <= 0 {
+		return 0, errThreadNotFound
+	}
+	return id, nil
+}
+
+// threadErr says "thread not found" for an error that means the thread of
+// the path is not the user's.
+func threadErr(err error) error {
+	if errors.Is(err, db.ErrNotFound) {
+		return errThreadNotFound
+	}
+	return err
+}
+
+// apiCreateThreadRequest is the body of POST /api/v1/threads.
+type apiCreateThreadRequest struct {
+	Prompt string `json:"prompt"`
+	Skill  string `json:"skill"`
+	Folder string `json:"folder"`
+}
+
+// apiCreateThread starts a thread: POST /api/v1/threads
+// {"prompt": "...", "skill": "name", "folder": "name"} answers 201 with the
+// thread, its run queued.
+func (h *Handler) apiCreateThread(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	user := userFrom(ctx)
+	var req apiCreateThreadRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	start := jobs.StartRequest{Prompt: req.Prompt, Skill: strings.TrimSpace(req.Skill), TriggerKind: db.TriggerManual}
+	if name := strings.TrimSpace(req.Folder); name != "" {
+		f, err := db.GetFolderByName(ctx, h.pool, user.ID, name)
+		if errors.Is(err, db.ErrNotFound) {
+			return httpError{http.StatusBadRequest, fmt.Sprintf("there is no folder named %q", name)}
+		}
+		if err != nil {
+			return err
+		}
+		start.FolderID = &f.ID
+	}
+	t, err := h.runs.Start(ctx, user, start)
+	if errors.Is(err, db.ErrNotFound) {
+		// The folder was deleted between the lookup and the start.
+		return httpError{http.StatusBadRequest, fmt.Sprintf("there is no folder named %q", strings.TrimSpace(req.Folder))}
+	}
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/api/v1/threads/"+strconv.FormatInt(t.ID, 10))
+	return writeJSON(w, http.StatusCreated, toAPIThread(t))
+}
+
+// maxAPIPage bounds the threads of one page of a listing.
+const maxAPIPage = 200
+
+// apiListParams are the query parameters a listing takes.
+var apiListParams = []string{"queue", "folder", "trigger", "cursor", "limit"}
+
+// apiListThreads lists the user's threads, newest activity first:
+// GET /api/v1/threads?queue=all|unread|action&folder=ID|NAME&trigger=KIND&cursor=C&limit=N.
+// next_cursor, when not null, asks for the next page.
+func (h *Handler) apiListThreads(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	user := userFrom(ctx)
+	v := r.URL.Query()
+	for k := range v {
+		if !slices.Contains(apiListParams, k) {
+			return httpError{http.StatusBadRequest, fmt.Sprintf("unknown query parameter %q (known: %s)", k, strings.Join(apiListParams, ", "))}
+		}
+	}
+	f := db.ThreadFilter{Queue: db.QueueAll}
+	if s := v.Get("queue"); s != "" {
+		q, ok := db.ParseQueue(s)
+		if !ok {
+			return httpError{http.StatusBadRequest, fmt.Sprintf("queue %q is not one of all, unread, action", s)}
+		}
+		f.Queue = q
+	}
+	if s := v.Get("folder"); s != "" {
+		folder, err := h.apiFolderParam(ctx, user.ID, s)
+		if err != nil {
+			return err
+		}
+		f.FolderID = folder.ID
+	}
+	if s := v.Get("trigger"); s != "" {
+		kinds := []string{db.TriggerManual, db.TriggerSchedule, db.TriggerCatchup, db.TriggerWebhook}
+		if !slices.Contains(kinds, s) {
+			return httpError{http.StatusBadRequest, fmt.Sprintf("trigger %q is not one of %s", s, strings.Join(kinds, ", "))}
+		}
+		f.Trigger = s
+	}
+	var after *db.Cursor
+	if s := v.Get("cursor"); s != "" {
+		c, err := db.ParseCursor(s)
+		if err != nil {
+			return httpError{http.StatusBadRequest, "cursor is not valid: pass next_cursor from the previous page as is"}
+		}
+		after = &c
+	}
+	limit := pageSize
+	if s := v.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxAPIPage {
+			return httpError{http.StatusBadRequest, fmt.Sprintf("limit must be a number from 1 to %d", maxAPIPage)}
+		}
+		limit = n
+	}
+
+	threads, next, err := db.ListThreads(ctx, h.pool, user.ID, f, after, limit)
+	if err != nil {
+		return err
+	}
+	counts, err := db.CountThreads(ctx, h.pool, user.ID)
+	if err != nil {
+		return err
+	}
+	out := apiThreadList{
+		Threads: make([]apiThread, 0, len(threads)),
+		Counts:  apiCounts{All: counts.All, Unread: counts.Unread, Action: counts.Action},
+	}
+	for _, t := range threads {
+		out.Threads = append(out.Threads, toAPIThread(t))
+	}
+	if next != nil {
+		s := next.String()
+		out.NextCursor = &s
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+// apiFolderParam finds the user's folder named by a query parameter: an id,
+// or else a name (a folder may well be called "2026").
+func (h *Handler) apiFolderParam(ctx context.Context, userID int64, s string) (db.Folder, error) {
+	if id, err := strconv.ParseInt(s, 10, 64); err == nil && id > 0 {
+		f, err := db.GetFolder(ctx, h.pool, userID, id)
+		if !errors.Is(err, db.ErrNotFound) {
+			return f, err
+		}
+	}
+	f, err := db.GetFolderByName(ctx, h.pool, userID, s)
+	if errors.Is(err, db.ErrNotFound) {
+		return db.Folder{}, httpError{http.StatusBadRequest, fmt.Sprintf("there is no folder with id or name %q", s)}
+	}
+	return f, err
+}
+
+// apiShowThread shows a thread with its conversation, pending calls,
+// decisions and usage: GET /api/v1/threads/{id}. Unlike opening the thread
+// in the browser, reading it here does not mark it read: a script polling a
+// run must not empty the user's Unread queue. POST .../read does.
+func (h *Handler) apiShowThread(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	user := userFrom(ctx)
+	id, err := apiThreadID(r)
+	if err != nil {
+		return err
+	}
+	// One snapshot, so that a step committing meanwhile cannot show a
+	// pending call without the message that asked for it.
+	var (
+		t     db.Thread
+		msgs  []db.Message
+		calls []db.ToolCallRow
+		usage db.Usage
+	)
+	opts := pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
+	err = pgx.BeginTxFunc(ctx, h.pool, opts, func(tx pgx.Tx) error {
+		var err error
+		if t, err = db.GetThread(ctx, tx, user.ID, id); err != nil {
+			return err
+		}
+		if msgs, err = db.ListMessages(ctx, tx, user.ID, id); err != nil {
+			return err
+		}
+		if calls, err = db.ListToolCalls(ctx, tx, user.ID, id); err != nil {
+			return err
+		}
+		usage, err = db.ThreadUsage(ctx, tx, user.ID, id)
+		return err
+	})
+	if err != nil {
+		return threadErr(err)
+	}
+
+	out := apiThreadDetail{
+		apiThread: toAPIThread(t),
+		Model:     t.Model,
+		Error:     optional(t.Error),
+		Messages:  make([]apiMessage, 0, len(msgs)),
+		Pending:   []apiPending{},
+		Decisions: []apiDecision{},
+		Usage:     apiUsage{Steps: usage.Steps, PromptTokens: usage.PromptTokens, CompletionTokens: usage.CompletionTokens},
+	}
+	for _, m := range msgs {
+		am := apiMessage{ID: m.ID, Role: m.Role, Content: m.Content, CreatedAt: m.CreatedAt.UTC()}
+		for _, c := range m.ToolCalls {
+			am.ToolCalls = append(am.ToolCalls, apiToolCall{ID: c.ID, Name: c.Name, Arguments: apiArguments(c.Arguments)})
+		}
+		if m.Role == db.RoleTool {
+			isError := m.IsError
+			am.ToolCallID, am.Name, am.IsError = m.ToolCallID, m.ToolName, &isError
+		}
+		out.Messages = append(out.Messages, am)
+	}
+	for _, c := range calls {
+		if c.State == db.CallPending || c.State == db.CallUnknown {
+			out.Pending = append(out.Pending, toAPIPending(c))
+		}
+		if c.Decision != "" && c.DecidedAt != nil {
+			out.Decisions = append(out.Decisions, toAPIDecision(c))
+		}
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func toAPIPending(c db.ToolCallRow) apiPending {
+	kind := c.WaitKind
+	if kind == "" {
+		kind = db.WaitApproval
+		if c.State == db.CallUnknown {
+			kind = db.WaitUnknown
+		}
+	}
+	allowed := c.AllowedDecisions
+	if allowed == nil {
+		allowed = []string{}
+	}
+	return apiPending{
+		ID: c.ID, CallID: c.CallID, Tool: c.Name, Kind: kind,
+		// An unknown-outcome call may have been edited before it ran: show
+		// what a retry would run.
+		Arguments:        apiArguments(c.EffectiveArguments()),
+		AllowedDecisions: allowed,
+		Description:      c.Description,
+	}
+}
+
+func toAPIDecision(c db.ToolCallRow) apiDecision {
+	d := apiDecision{
+		ID: c.ID, CallID: c.CallID, Tool: c.Name, Type: c.Decision,
+		DecidedAt: c.DecidedAt.UTC(), Message: c.DecisionMessage,
+		Arguments: apiArguments(c.Arguments),
+	}
+	if c.DecidedBy != nil {
+		d.DecidedBy = &apiUser{ID: *c.DecidedBy, Name: c.DecidedByName}
+	}
+	if c.EditedArguments != nil {
+		d.EditedArguments = apiArguments(*c.EditedArguments)
+	}
+	return d
+}
+
+// apiDecisionsRequest is the body of POST /api/v1/threads/{id}/decisions.
+type apiDecisionsRequest struct {
+	Decisions []apiDecisionInput `json:"decisions"`
+}
+
+type apiDecisionInput struct {
+	ID        int64           `json:"id"`
+	Type      string          `json:"type"`
+	Arguments json.RawMessage `json:"arguments"`
+	Message   string          `json:"message"`
+}
+
+// decisionTypes are the decisions the API knows; which of them a call takes
+// is its allowed_decisions.
+var decisionTypes = []string{
+	db.DecisionApprove, db.DecisionEdit, db.DecisionReject,
+	db.DecisionRespond, db.DecisionRetry, db.DecisionSkip,
+}
+
+// apiDecide applies decisions to the calls waiting in a thread:
+// POST /api/v1/threads/{id}/decisions. Calls may be decided together or one
+// by one: once none waits the run resumes (202); while others wait the
+// answer is 200. A refused decision changes nothing, not even the other
+// decisions of the same request (the runtime decides in one transaction).
+func (h *Handler) apiDecide(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	user := userFrom(ctx)
+	id, err := apiThreadID(r)
+	if err != nil {
+		return err
+	}
+	var req apiDecisionsRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	in, err := decisionInputs(req.Decisions)
+	if err != nil {
+		return err
+	}
+	// Whether these decisions resume the run: they do when they cover every
+	// call waiting now. Read before deciding, so that the answer does not
+	// depend on how far the resumed run got by the time we look.
+	waiting, err := h.waitingCalls(ctx, user.ID, id)
+	if err != nil {
+		return threadErr(err)
+	}
+	for _, d := range in {
+		delete(waiting, d.CallID)
+	}
+	if err := h.runs.Decide(ctx, user, id, in); err != nil {
+		return threadErr(err)
+	}
+	status := http.StatusOK
+	if len(waiting) == 0 {
+		status = http.StatusAccepted
+	}
+	return h.apiThreadAfter(w, r, id, status)
+}
+
+// waitingCalls returns the ids of the thread's calls that wait for a person.
+func (h *Handler) waitingCalls(ctx context.Context, userID, threadID int64) (map[int64]bool, error) {
+	if _, err := db.GetThread(ctx, h.pool, userID, threadID); err != nil {
+		return nil, err
+	}
+	calls, err := db.ListToolCalls(ctx, h.pool, userID, threadID)
+	if err != nil {
+		return nil, err
+	}
+	waiting := map[int64]bool{}
+	for _, c := range calls {
+		if c.State == db.CallPending || c.State == db.CallUnknown {
+			waiting[c.ID] = true
+		}
+	}
+	return waiting, nil
+}
+
+// decisionInputs checks the decisions of a request and turns them into the
+// runtime's. Whether a call allows a decision is the runtime's to check.
+func decisionInputs(ds []apiDecisionInput) ([]jobs.DecisionInput, error) {
+	bad := func(i int, format string, args ...any) error {
+		return httpError{http.StatusBadRequest, fmt.Sprintf("decisions[%d]: ", i) + fmt.Sprintf(format, args...)}
+	}
+	if len(ds) == 0 {
+		return nil, httpError{http.StatusBadRequest, `"decisions" is empty: give at least one {"id": ..., "type": ...}`}
+	}
+	out := make([]jobs.DecisionInput, 0, len(ds))
+	for i, d := range ds {
+		if d.ID <= 0 {
+			return nil, bad(i, `"id" is missing: use the id of a call in the thread's "pending"`)
+		}
+		if !slices.Contains(decisionTypes, d.Type) {
+			return nil, bad(i, `"type" %q is not one of %s`, d.Type, strings.Join(decisionTypes, ", "))
+		}
+		in := jobs.DecisionInput{CallID: d.ID, Type: d.Type, Message: d.Message}
+		hasArgs := len(d.Arguments) > 0 && string(d.Arguments) != "null"
+		switch {
+		case d.Type == db.DecisionEdit && !hasArgs:
+			return nil, bad(i, `an edit needs "arguments", the call's new arguments as a JSON object`)
+		case d.Type == db.DecisionEdit:
+			if !bytes.HasPrefix(bytes.TrimSpace(d.Arguments), []byte("{")) {
+				return nil, bad(i, `"arguments" must be a JSON object`)
+			}
+			var compact bytes.Buffer
+			if err := json.Compact(&compact, d.Arguments); err != nil {
+				return nil, bad(i, `"arguments" is not valid JSON: %v`, err)
+			}
+			in.Arguments = compact.String()
+		case hasArgs:
+			return nil, bad(i, `"arguments" only goes with an edit, not %s`, d.Type)
+		}
+		if strings.TrimSpace(d.Message) != "" && d.Type != db.DecisionReject && d.Type != db.DecisionRespond {
+			return nil, bad(i, `"message" only goes with reject (a reason for the model) or respond (the answer), not %s`, d.Type)
+		}
+		out = append(out, in)
+	}
+	return out, nil
+}
+
+// apiReplyRequest is the body of POST /api/v1/threads/{id}/messages.
+type apiReplyRequest struct {
+	Content string `json:"content"`
+}
+
+// apiReply continues a thread whose run has ended with the user's message:
+// POST /api/v1/threads/{id}/messages {"content": "..."}. The run is queued (202).
+func (h *Handler) apiReply(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	id, err := apiThreadID(r)
+	if err != nil {
+		return err
+	}
+	var req apiReplyRequest
+	if err := decodeJSON(w, r, &req); err != nil {
+		return err
+	}
+	if err := h.runs.Reply(ctx, userFrom(ctx), id, req.Content); err != nil {
+		return threadErr(err)
+	}
+	return h.apiThreadAfter(w, r, id, http.StatusAccepted)
+}
+
+// apiCancel stops a running or waiting run: POST /api/v1/threads/{id}/cancel.
+func (h *Handler) apiCancel(w http.ResponseWriter, r *http.Request) error {
+	return h.apiThreadChange(w, r, func(ctx context.Context, user db.User, id int64) (int, error) {
+		return http.StatusOK, h.runs.Cancel(ctx, user, id)
+	})
+}
+
+// apiRetry runs a failed or cancelled thread again from its last committed
+// step: POST /api/v1/threads/{id}/retry. A run that had stopped for a person
+// goes back to waiting for them (200); any other is queued (202).
+func (h *Handler) apiRetry(w http.ResponseWriter, r *http.Request) error {
+	return h.apiThreadChange(w, r, func(ctx context.Context, user db.User, id int64) (int, error) {
+		// The runtime's own rule, read before it acts: a run with calls
+		// waiting for a person goes back to waiting instead of running.
+		waiting, err := h.waitingCalls(ctx, user.ID, id)
+		if err != nil {
+			return 0, err
+		}
+		if err := h.runs.Retry(ctx, user, id); err != nil {
+			return 0, err
+		}
+		if len(waiting) > 0 {
+			return http.StatusOK, nil
+		}
+		return http.StatusAccepted, nil
+	})
+}
+
+// apiMarkRead and apiMarkUnread set a thread's read state:
+// POST /api/v1/threads/{id}/read and .../unread.
+func (h *Handler) apiMarkRead(w http.ResponseWriter, r *http.Request) error {
+	return h.apiThreadChange(w, r, h.apiSetRead(true))
+}
+
+func (h *Handler) apiMarkUnread(w http.ResponseWriter, r *http.Request) error {
+	return h.apiThreadChange(w, r, h.apiSetRead(false))
+}
+
+func (h *Handler) apiSetRead(read bool) func(ctx context.Context, user db.User, id int64) (int, error) {
+	return func(ctx context.Context, user db.User, id int64) (int, error) {
+		if _, err := db.GetThread(ctx, h.pool, user.ID, id); err != nil {
+			return 0, err
+		}
+		_, err := db.MarkRead(ctx, h.pool, user.ID, []int64{id}, read)
+		return http.StatusOK, err
+	}
+}
+
+// apiThreadChange runs a change that takes no parameters on the thread of
+// the path and answers with the thread as it is after it, with the status
+// the change returns.
+func (h *Handler) apiThreadChange(w http.ResponseWriter, r *http.Request, change func(ctx context.Context, user db.User, id int64) (int, error)) error {
+	ctx := r.Context()
+	id, err := apiThreadID(r)
+	if err != nil {
+		return err
+	}
+	if err := decodeNoBody(w, r); err != nil {
+		return err
+	}
+	status, err := change(ctx, userFrom(ctx), id)
+	if err != nil {
+		return threadErr(err)
+	}
+	return h.apiThreadAfter(w, r, id, status)
+}
+
+// apiThreadAfter answers a change with the thread's summary: status is 202
+// when the change queued work on the run, 200 otherwise.
+func (h *Handler) apiThreadAfter(w http.ResponseWriter, r *http.Request, id int64, status int) error {
+	ctx := r.Context()
+	t, err := db.GetThread(ctx, h.pool, userFrom(ctx).ID, id)
+	if err != nil {
+		return threadErr(err)
+	}
+	return writeJSON(w, status, toAPIThread(t))
+}
