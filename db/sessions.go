@@ -1,0 +1,121 @@
+package db
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"time"
+)
+
+// SignInUser creates or refreshes the user an identity provider vouched
+// for, identified by (issuer, subject): email and name follow the provider,
+// and the admin role is recomputed as idpAdmin (granted by the server's
+// configuration as of this sign-in) or a grant made on the settings page.
+// A disabled user stays disabled.
+func SignInUser(ctx context.Context, q Querier, issuer, subject, email, name string, idpAdmin bool) (User, error) {
+	u, err := one[User](q.Query(ctx, `
+		INSERT INTO users (issuer, subject, email, name, is_admin, idp_admin)
+		VALUES ($1, $2, $3, $4, $5, $5)
+		ON CONFLICT (issuer, subject) DO UPDATE
+		SET email = EXCLUDED.email, name = EXCLUDED.name,
+		    idp_admin = EXCLUDED.idp_admin,
+		    is_admin = EXCLUDED.idp_admin OR users.granted_admin,
+		    updated_at = now()
+		RETURNING `+userColumns, issuer, subject, email, name, idpAdmin))
+	if err != nil {
+		return User{}, fmt.Errorf("sign in user: %w", err)
+	}
+	return u, nil
+}
+
+// Session is a signed-in browser.
+type Session struct {
+	ID         int64     `db:"id"`
+	UserID     int64     `db:"user_id"`
+	CreatedAt  time.Time `db:"created_at"`
+	LastSeenAt time.Time `db:"last_seen_at"`
+	ExpiresAt  time.Time `db:"expires_at"`
+}
+
+// HashToken is how session ids and API tokens are stored: their SHA-256.
+// They are 256 random bits, so a fast hash is enough to make the stored
+// value useless for signing in.
+func HashToken(token string) []byte {
+	sum := sha256.Sum256([]byte(token))
+	return sum[:]
+}
+
+// CreateSession records a new session of the user for the cookie value
+// token, valid until expiresAt unless unused for longer than the idle
+// timeout. It also drops the sessions that have expired, so the table does
+// not grow without end.
+func CreateSession(ctx context.Context, q Querier, userID int64, token string, expiresAt time.Time, idle time.Duration, userAgent string) (Session, error) {
+	if len(userAgent) > 300 {
+		userAgent = userAgent[:300]
+	}
+	if _, err := q.Exec(ctx, `
+		DELETE FROM sessions
+		WHERE expires_at < now() OR last_seen_at < now() - make_interval(secs => $1)`,
+		idle.Seconds()); err != nil {
+		return Session{}, fmt.Errorf("drop expired sessions: %w", err)
+	}
+	s, err := one[Session](q.Query(ctx, `
+		INSERT INTO sessions (token_hash, user_id, expires_at, user_agent)
+		VALUES ($1, $2, $3, $4)
+		RETURNING id, user_id, created_at, last_seen_at, expires_at`,
+		HashToken(token), userID, expiresAt, userAgent))
+	if err != nil {
+		return Session{}, fmt.Errorf("create session: %w", err)
+	}
+	return s, nil
+}
+
+// SessionUser returns the session of the cookie value token and its user,
+// or ErrNotFound when the session does not exist (signed out, ended by an
+// admin), has expired, has been idle longer than idle, or its user is
+// disabled. A session used more than a minute ago is marked as used now:
+// the idle timeout counts from there, without a write per request.
+func SessionUser(ctx context.Context, q Querier, token string, idle time.Duration) (Session, User, error) {
+	hash := HashToken(token)
+	r, err := one[struct {
+		SID        int64     `db:"sid"`
+		LastSeenAt time.Time `db:"last_seen_at"`
+		CreatedAt  time.Time `db:"s_created_at"`
+		ExpiresAt  time.Time `db:"expires_at"`
+		User
+	}](q.Query(ctx, `
+		SELECT s.id AS sid, s.last_seen_at, s.created_at AS s_created_at, s.expires_at,
+		       u.id, u.issuer, u.subject, u.email, u.name, u.is_admin, u.disabled, u.created_at, u.updated_at
+		FROM sessions s JOIN users u ON u.id = s.user_id
+		WHERE s.token_hash = $1 AND s.expires_at > now()
+		  AND s.last_seen_at > now() - make_interval(secs => $2)
+		  AND NOT u.disabled`, hash, idle.Seconds()))
+	if err != nil {
+		return Session{}, User{}, err
+	}
+	s := Session{ID: r.SID, UserID: r.User.ID, CreatedAt: r.CreatedAt, LastSeenAt: r.LastSeenAt, ExpiresAt: r.ExpiresAt}
+	if time.Since(r.LastSeenAt) > time.Minute {
+		if _, err := q.Exec(ctx, `UPDATE sessions SET last_seen_at = now() WHERE id = $1`, s.ID); err != nil {
+			return Session{}, User{}, fmt.Errorf("touch session: %w", err)
+		}
+	}
+	return s, r.User, nil
+}
+
+// DeleteSession ends the session of the cookie value token (sign-out).
+func DeleteSession(ctx context.Context, q Querier, token string) error {
+	if _, err := q.Exec(ctx, `DELETE FROM sessions WHERE token_hash = $1`, HashToken(token)); err != nil {
+		return fmt.Errorf("delete session: %w", err)
+	}
+	return nil
+}
+
+// DeleteUserSessions ends every session of the user and returns how many
+// there were.
+func DeleteUserSessions(ctx context.Context, q Querier, userID int64) (int64, error) {
+	tag, err := q.Exec(ctx, `DELETE FROM sessions WHERE user_id = $1`, userID)
+	if err != nil {
+		return 0, fmt.Errorf("delete sessions of user %d: %w", userID, err)
+	}
+	return tag.RowsAffected(), nil
+}

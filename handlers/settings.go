@@ -1,0 +1,649 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"pizzabot/agent"
+	"pizzabot/db"
+	"pizzabot/views"
+)
+
+// The admin settings page. Every route here goes through h.admin: a member
+// gets the same 404 as for a page that does not exist. Every change is
+// written to the audit log in the transaction that makes it.
+
+// admin is page for routes only admins reach.
+func (h *Handler) admin(fn handlerFunc) http.Handler {
+	return h.page(func(w http.ResponseWriter, r *http.Request) error {
+		if !userFrom(r.Context()).IsAdmin {
+			return httpError{http.StatusNotFound, "This page does not exist."}
+		}
+		return fn(w, r)
+	})
+}
+
+// adminHandler serves an http.Handler (River's UI) to admins only.
+func (h *Handler) adminHandler(next http.Handler) http.Handler {
+	return h.admin(func(w http.ResponseWriter, r *http.Request) error {
+		next.ServeHTTP(w, r)
+		return nil
+	})
+}
+
+// settingsNotices are the confirmations shown after a change, by the done
+// parameter of the redirect (so no user input is echoed).
+var settingsNotices = map[string]string{
+	"provider":       "Provider settings saved.",
+	"provider-reset": "The provider is configured by the environment again.",
+	"model":          "Default model saved.",
+	"origin":         "Origin allowed.",
+	"origin-removed": "Origin removed.",
+	"user":           "User updated.",
+	"sessions":       "Sessions ended.",
+	"skill":          "Skill saved.",
+	"skill-deleted":  "Custom skill deleted.",
+}
+
+// showSettings shows the settings page.
+func (h *Handler) showSettings(w http.ResponseWriter, r *http.Request) error {
+	p, err := h.loadSettings(r)
+	if err != nil {
+		return err
+	}
+	p.Notice = settingsNotices[r.URL.Query().Get("done")]
+	return h.render(w, r, http.StatusOK, views.SettingsPage(p))
+}
+
+// settingsDone sends the admin back to the section they changed.
+func settingsDone(w http.ResponseWriter, r *http.Request, done, section string) error {
+	return seeOther(w, r, "/settings?done="+done+"#"+section)
+}
+
+// loadSettings reads everything the settings page shows.
+func (h *Handler) loadSettings(r *http.Request) (views.Settings, error) {
+	ctx := r.Context()
+	user := userFrom(ctx)
+	nav, err := h.loadNav(ctx, r, user)
+	if err != nil {
+		return views.Settings{}, err
+	}
+	p := views.Settings{Nav: nav, Now: h.now(), Me: user.ID, CanStoreKeys: h.secrets != nil, JobsUI: h.jobsUI != nil}
+
+	stored, err := db.ListProviderSettings(ctx, h.pool)
+	if err != nil {
+		return p, err
+	}
+	for _, pr := range agent.Providers {
+		row := views.ProviderRow{
+			Name: pr.Name, Label: pr.Label, DefaultBaseURL: pr.DefaultBaseURL,
+			BaseURLEnv: pr.BaseURLEnv, KeyEnvDefault: pr.APIKeyEnv, KeyRequired: pr.APIKeyRequired,
+		}
+		keyVar := pr.APIKeyEnv
+		if i := slices.IndexFunc(stored, func(s db.ProviderSetting) bool { return s.Name == pr.Name }); i >= 0 {
+			s := stored[i]
+			row.Configured = true
+			row.BaseURL.Value = s.BaseURL
+			row.KeyEnv.Value = s.APIKeyEnv
+			row.KeyStored = s.APIKeySealed != nil
+			if s.APIKeyEnv != "" {
+				keyVar = s.APIKeyEnv
+			}
+		}
+		row.EnvKeySet = h.getenv(keyVar) != ""
+		p.Providers = append(p.Providers, row)
+		p.ModelExamples = append(p.ModelExamples, pr.Name+":")
+	}
+
+	if p.DefaultModel.Value, err = db.GetServerSetting(ctx, h.pool, db.SettingDefaultModel); err != nil {
+		return p, err
+	}
+	if h.runs != nil {
+		p.EnvModel = h.runs.DefaultModel
+	}
+	if p.Users, err = db.ListUserAccounts(ctx, h.pool); err != nil {
+		return p, err
+	}
+
+	if h.dataRoot != "" {
+		p.SkillsDir = h.skillsDir()
+	}
+	if h.runs != nil && h.runs.Skills != nil {
+		set := h.runs.Skills()
+		for i := range set.Skills {
+			s := &set.Skills[i]
+			row := views.SkillRow{Name: s.Name, Description: s.Description, Source: s.Source, ReplacesBuiltin: s.ReplacesBuiltin}
+			if h.runs.Tools != nil {
+				row.Missing = h.runs.Tools.Missing(s)
+			}
+			p.Skills = append(p.Skills, row)
+		}
+		for _, e := range set.Errors {
+			p.SkillErrors = append(p.SkillErrors, views.SkillLoadError{Name: e.Name, Source: e.Source, Error: e.Err.Error()})
+		}
+	}
+
+	if p.Origins, err = db.ListAllowedOrigins(ctx, h.pool); err != nil {
+		return p, err
+	}
+	p.EnvOrigins = h.origins.env
+	if p.Audit, err = db.ListAudit(ctx, h.pool, 50); err != nil {
+		return p, err
+	}
+	return p, nil
+}
+
+// getenv reads the server's environment as the runtime does.
+func (h *Handler) getenv(name string) string {
+	if h.runs != nil && h.runs.Getenv != nil {
+		return h.runs.Getenv(name)
+	}
+	return ""
+}
+
+// audited runs change and records it in the audit log, in one transaction.
+func (h *Handler) audited(ctx context.Context, action, detail string, change func(tx pgx.Tx) error) error {
+	return db.InTx(ctx, h.pool, func(tx pgx.Tx) error {
+		if err := change(tx); err != nil {
+			return err
+		}
+		return db.AddAudit(ctx, tx, userFrom(ctx), action, detail)
+	})
+}
+
+// envNamePattern is a portable environment variable name.
+var envNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+
+// checkKeyEnv refuses a variable name that is malformed or names one of the
+// server's own secrets: a provider's key is sent to its base URL, so naming
+// DATABASE_URL there would hand the database password to that URL.
+func checkKeyEnv(name string) string {
+	switch {
+	case !envNamePattern.MatchString(name):
+		return "Letters, digits and underscores, not starting with a digit, e.g. ACME_OPENAI_KEY."
+	case strings.HasPrefix(strings.ToUpper(name), "PIZZA_"),
+		strings.HasSuffix(strings.ToUpper(name), "DATABASE_URL"),
+		strings.HasPrefix(strings.ToUpper(name), "PG"):
+		return "That variable holds the server's own configuration, not a provider key."
+	}
+	return ""
+}
+
+// checkBaseURL returns a message when raw is not an http(s) URL.
+func checkBaseURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
+		return "An http or https URL, e.g. https://llm.example.com/v1."
+	}
+	return ""
+}
+
+// saveProvider stores a provider's base URL and key. The key is never
+// echoed back, logged or written to the audit log.
+func (h *Handler) saveProvider(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	pr, ok := agent.LookupProvider(r.PathValue("name"))
+	if !ok {
+		return notFound
+	}
+	if err := parseForm(w, r); err != nil {
+		return err
+	}
+	baseURL := strings.TrimSpace(r.PostForm.Get("base_url"))
+	keyEnv := strings.TrimSpace(r.PostForm.Get("key_env"))
+	key := strings.TrimSpace(r.PostForm.Get("key"))
+	var row views.ProviderRow
+	row.BaseURL.Value, row.KeyEnv.Value = baseURL, keyEnv
+	if baseURL != "" {
+		row.BaseURL.Error = checkBaseURL(baseURL)
+	}
+	if keyEnv != "" {
+		row.KeyEnv.Error = checkKeyEnv(keyEnv)
+	}
+	switch {
+	case key != "" && keyEnv != "":
+		row.Key.Error = "Either name a variable or store a key, not both."
+	case key != "" && h.secrets == nil:
+		row.Key.Error = "Storing keys needs PIZZA_SECRET_KEY in the server's environment."
+	case strings.ContainsAny(key, " \t\r\n"):
+		row.Key.Error = "A key has no spaces or line breaks."
+	}
+	if row.BaseURL.Error != "" || row.KeyEnv.Error != "" || row.Key.Error != "" {
+		p, err := h.loadSettings(r)
+		if err != nil {
+			return err
+		}
+		for i := range p.Providers {
+			if p.Providers[i].Name == pr.Name {
+				p.Providers[i].BaseURL, p.Providers[i].KeyEnv, p.Providers[i].Key = row.BaseURL, row.KeyEnv, row.Key
+			}
+		}
+		return h.render(w, r, http.StatusUnprocessableEntity, views.SettingsPage(p))
+	}
+	s := db.ProviderSetting{Name: pr.Name, BaseURL: baseURL, APIKeyEnv: keyEnv}
+	detail := "base URL " + orDefault(baseURL)
+	switch {
+	case key != "":
+		sealed, err := h.secrets.Seal([]byte(key), db.ProviderKeyPurpose(pr.Name))
+		if err != nil {
+			return err
+		}
+		s.APIKeySealed = sealed
+		detail += ", key stored (encrypted)"
+	case keyEnv != "":
+		detail += ", key from " + keyEnv
+	}
+	if err := h.audited(ctx, "provider "+pr.Name+" saved", detail, func(tx pgx.Tx) error {
+		return db.SaveProviderSetting(ctx, tx, s, key == "" && keyEnv == "")
+	}); err != nil {
+		return err
+	}
+	return settingsDone(w, r, "provider", "provider-"+pr.Name)
+}
+
+func orDefault(s string) string {
+	if s == "" {
+		return "(default)"
+	}
+	return s
+}
+
+// resetProvider forgets a provider's settings, stored key included.
+func (h *Handler) resetProvider(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	pr, ok := agent.LookupProvider(r.PathValue("name"))
+	if !ok {
+		return notFound
+	}
+	if err := h.audited(ctx, "provider "+pr.Name+" reset", "configured by the environment only", func(tx pgx.Tx) error {
+		return db.DeleteProviderSetting(ctx, tx, pr.Name)
+	}); err != nil {
+		return err
+	}
+	return settingsDone(w, r, "provider-reset", "providers")
+}
+
+// saveDefaultModel sets the model of new threads; empty falls back to
+// PIZZA_MODEL.
+func (h *Handler) saveDefaultModel(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	if err := parseForm(w, r); err != nil {
+		return err
+	}
+	model := strings.TrimSpace(r.PostForm.Get("model"))
+	if model != "" {
+		spec, err := agent.ParseModelSpec(model)
+		if err != nil {
+			p, lerr := h.loadSettings(r)
+			if lerr != nil {
+				return lerr
+			}
+			p.DefaultModel = views.Field{Value: model, Error: err.Error()}
+			return h.render(w, r, http.StatusUnprocessableEntity, views.SettingsPage(p))
+		}
+		model = spec.String()
+	}
+	if err := h.audited(ctx, "default model set", orDefault(model), func(tx pgx.Tx) error {
+		return db.SetServerSetting(ctx, tx, db.SettingDefaultModel, model)
+	}); err != nil {
+		return err
+	}
+	return settingsDone(w, r, "model", "model")
+}
+
+// NormalizeOrigin returns raw as an origin (scheme://host[:port], lower
+// case, no default port), or an error saying what is wrong with it.
+func NormalizeOrigin(raw string) (string, error) {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("%q is not an origin: want scheme://host[:port], e.g. https://intranet.example.com", raw)
+	}
+	if u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("%q is not an origin: no path, query or user, only scheme://host[:port]", raw)
+	}
+	host := strings.ToLower(u.Host)
+	if p := u.Port(); (u.Scheme == "https" && p == "443") || (u.Scheme == "http" && p == "80") {
+		host = strings.ToLower(u.Hostname())
+	}
+	return strings.ToLower(u.Scheme) + "://" + host, nil
+}
+
+// addOrigin trusts an origin for state-changing requests.
+func (h *Handler) addOrigin(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	if err := parseForm(w, r); err != nil {
+		return err
+	}
+	raw := r.PostForm.Get("origin")
+	origin, err := NormalizeOrigin(raw)
+	if err == nil {
+		err = h.audited(ctx, "origin allowed", origin, func(tx pgx.Tx) error { return db.AddAllowedOrigin(ctx, tx, origin) })
+	}
+	if errors.Is(err, db.ErrOriginExists) || (err != nil && strings.Contains(err.Error(), "is not an origin")) {
+		p, lerr := h.loadSettings(r)
+		if lerr != nil {
+			return lerr
+		}
+		p.NewOrigin = views.Field{Value: raw, Error: err.Error()}
+		return h.render(w, r, http.StatusUnprocessableEntity, views.SettingsPage(p))
+	}
+	if err != nil {
+		return err
+	}
+	return settingsDone(w, r, "origin", "origins")
+}
+
+// deleteOrigin stops trusting an origin added here.
+func (h *Handler) deleteOrigin(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	if err := parseForm(w, r); err != nil {
+		return err
+	}
+	origin := r.PostForm.Get("origin")
+	if err := h.audited(ctx, "origin removed", origin, func(tx pgx.Tx) error { return db.DeleteAllowedOrigin(ctx, tx, origin) }); err != nil {
+		return err
+	}
+	return settingsDone(w, r, "origin-removed", "origins")
+}
+
+// targetUser reads the {id} of a user route. Admins do not demote or
+// disable themselves: that is how a server loses its last admin.
+func (h *Handler) targetUser(r *http.Request, selfAllowed bool) (db.UserAccount, error) {
+	id, err := pathID(r)
+	if err != nil {
+		return db.UserAccount{}, err
+	}
+	u, err := db.GetUserAccount(r.Context(), h.pool, id)
+	if err != nil {
+		return db.UserAccount{}, err
+	}
+	if !selfAllowed && u.ID == userFrom(r.Context()).ID {
+		return db.UserAccount{}, httpError{http.StatusConflict, "You cannot change your own role or disable yourself; ask another admin."}
+	}
+	return u, nil
+}
+
+func userDesc(u db.UserAccount) string {
+	if u.Email != "" {
+		return u.Email
+	}
+	return fmt.Sprintf("%s (user %d)", u.Name, u.ID)
+}
+
+// formSwitch reads an on/off form field.
+func formSwitch(r *http.Request, name string) (bool, error) {
+	switch r.PostForm.Get(name) {
+	case "on", "true", "1":
+		return true, nil
+	case "off", "false", "0":
+		return false, nil
+	}
+	return false, httpError{http.StatusBadRequest, "The form is missing " + name + "."}
+}
+
+// setUserAdmin grants or withdraws the admin role given here.
+func (h *Handler) setUserAdmin(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	if err := parseForm(w, r); err != nil {
+		return err
+	}
+	u, err := h.targetUser(r, false)
+	if err != nil {
+		return err
+	}
+	admin, err := formSwitch(r, "admin")
+	if err != nil {
+		return err
+	}
+	action := "admin role withdrawn"
+	if admin {
+		action = "admin role granted"
+	}
+	if err := h.audited(ctx, action, userDesc(u), func(tx pgx.Tx) error { return db.SetGrantedAdmin(ctx, tx, u.ID, admin) }); err != nil {
+		return err
+	}
+	return settingsDone(w, r, "user", "users")
+}
+
+// setUserDisabled disables (ending their sessions) or enables a user.
+func (h *Handler) setUserDisabled(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	if err := parseForm(w, r); err != nil {
+		return err
+	}
+	u, err := h.targetUser(r, false)
+	if err != nil {
+		return err
+	}
+	disabled, err := formSwitch(r, "disabled")
+	if err != nil {
+		return err
+	}
+	action := "user enabled"
+	if disabled {
+		action = "user disabled"
+	}
+	if err := h.audited(ctx, action, userDesc(u), func(tx pgx.Tx) error { return db.SetUserDisabled(ctx, tx, u.ID, disabled) }); err != nil {
+		return err
+	}
+	return settingsDone(w, r, "user", "users")
+}
+
+// endUserSessions signs a user out everywhere (their tokens keep working:
+// revoking those is the owner's, or disabling the user).
+func (h *Handler) endUserSessions(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	u, err := h.targetUser(r, true)
+	if err != nil {
+		return err
+	}
+	if err := h.audited(ctx, "sessions ended", userDesc(u), func(tx pgx.Tx) error {
+		_, err := db.DeleteUserSessions(ctx, tx, u.ID)
+		return err
+	}); err != nil {
+		return err
+	}
+	if u.ID == userFrom(ctx).ID {
+		return seeOther(w, r, "/signin?signed_out=1")
+	}
+	return settingsDone(w, r, "sessions", "users")
+}
+
+// skillsDir is where custom skills live: <data root>/skills.
+func (h *Handler) skillsDir() string { return filepath.Join(h.dataRoot, "skills") }
+
+// skillNamePattern is a skill folder name as the Agent Skills format
+// allows it. Checking it first also keeps a name from leaving the skills
+// folder ("..", "/").
+var skillNamePattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?$`)
+
+// skillEditPage renders the custom skill form.
+func (h *Handler) skillEditPage(w http.ResponseWriter, r *http.Request, status int, p views.SkillEdit) error {
+	ctx := r.Context()
+	nav, err := h.loadNav(ctx, r, userFrom(ctx))
+	if err != nil {
+		return err
+	}
+	p.Nav = nav
+	return h.render(w, r, status, views.SkillEditPage(p))
+}
+
+// skillTemplate starts a new custom skill.
+const skillTemplate = `---
+name: my-skill
+description: What the skill does and when to use it, in one or two sentences.
+---
+
+# My skill
+
+Instructions for the agent, in Markdown.
+`
+
+// newSkill shows an empty custom skill form.
+func (h *Handler) newSkill(w http.ResponseWriter, r *http.Request) error {
+	if h.dataRoot == "" {
+		return notFound
+	}
+	return h.skillEditPage(w, r, http.StatusOK, views.SkillEdit{Content: views.Field{Value: skillTemplate}})
+}
+
+// editSkill shows a custom skill's SKILL.md for editing, or a built-in
+// one's as the start of a custom skill replacing it.
+func (h *Handler) editSkill(w http.ResponseWriter, r *http.Request) error {
+	name := r.PathValue("name")
+	if h.dataRoot == "" || !skillNamePattern.MatchString(name) {
+		return notFound
+	}
+	p := views.SkillEdit{Name: views.Field{Value: name}, Editing: true}
+	// A custom file is edited as it is on disk, even when it does not
+	// load: that is how it gets fixed.
+	data, err := os.ReadFile(filepath.Join(h.skillsDir(), name, agent.SkillFile))
+	switch {
+	case err == nil:
+	case errors.Is(err, fs.ErrNotExist):
+		s, ok := h.skill(name)
+		if !ok || s.Files == nil {
+			return notFound
+		}
+		if data, err = fs.ReadFile(s.Files, agent.SkillFile); err != nil {
+			return err
+		}
+		p.Builtin = true
+	default:
+		return err
+	}
+	p.Content.Value = string(data)
+	return h.skillEditPage(w, r, http.StatusOK, p)
+}
+
+func (h *Handler) skill(name string) (*agent.Skill, bool) {
+	if h.runs == nil || h.runs.Skills == nil {
+		return nil, false
+	}
+	return h.runs.Skills().Get(name)
+}
+
+// saveSkill writes a custom skill's SKILL.md, typed or uploaded, after
+// checking that it parses: a broken file never replaces a working one.
+func (h *Handler) saveSkill(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	if h.dataRoot == "" {
+		return notFound
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, agent.MaxSkillFileSize*2+64<<10)
+	if err := r.ParseMultipartForm(agent.MaxSkillFileSize * 2); err != nil {
+		if err := r.ParseForm(); err != nil {
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				return err
+			}
+			return httpError{http.StatusBadRequest, "The form could not be read."}
+		}
+	}
+	name := strings.TrimSpace(r.FormValue("name"))
+	content := r.FormValue("content")
+	p := views.SkillEdit{Name: views.Field{Value: name}, Content: views.Field{Value: content}}
+	if _, ok := h.skill(name); ok && skillNamePattern.MatchString(name) {
+		p.Editing = true
+	}
+	if f, _, err := r.FormFile("file"); err == nil {
+		data, err := io.ReadAll(io.LimitReader(f, agent.MaxSkillFileSize+1))
+		f.Close()
+		if err != nil {
+			return httpError{http.StatusBadRequest, "The uploaded file could not be read."}
+		}
+		if len(data) > 0 {
+			content = string(data)
+			p.Content.Value = content
+		}
+	}
+	if !skillNamePattern.MatchString(name) {
+		p.Name.Error = "Lowercase letters, digits and hyphens, at most 64, not starting or ending with a hyphen."
+		p.Editing = false
+		return h.skillEditPage(w, r, http.StatusUnprocessableEntity, p)
+	}
+	if _, err := agent.ParseSkill(name, []byte(content)); err != nil {
+		p.Content.Error = err.Error()
+		return h.skillEditPage(w, r, http.StatusUnprocessableEntity, p)
+	}
+	if err := writeSkillFile(h.skillsDir(), name, []byte(content)); err != nil {
+		return err
+	}
+	if err := h.audited(ctx, "skill saved", name, func(pgx.Tx) error { return nil }); err != nil {
+		return err
+	}
+	return settingsDone(w, r, "skill", "skills")
+}
+
+// writeSkillFile replaces dir/name/SKILL.md atomically, so the skill loader
+// never reads half a file.
+func writeSkillFile(dir, name string, data []byte) error {
+	folder := filepath.Join(dir, name)
+	if err := os.MkdirAll(folder, 0o755); err != nil {
+		return fmt.Errorf("create skill folder: %w", err)
+	}
+	f, err := os.CreateTemp(folder, ".SKILL.md-*")
+	if err != nil {
+		return fmt.Errorf("write skill: %w", err)
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return fmt.Errorf("write skill: %w", err)
+	}
+	if err := f.Chmod(0o644); err != nil {
+		f.Close()
+		return fmt.Errorf("write skill: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("write skill: %w", err)
+	}
+	if err := os.Rename(f.Name(), filepath.Join(folder, agent.SkillFile)); err != nil {
+		return fmt.Errorf("write skill: %w", err)
+	}
+	return nil
+}
+
+// deleteSkill removes a custom skill's folder; a built-in skill of the
+// same name is offered again.
+func (h *Handler) deleteSkill(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	name := r.PathValue("name")
+	if h.dataRoot == "" || !skillNamePattern.MatchString(name) {
+		return notFound
+	}
+	folder := filepath.Join(h.skillsDir(), name)
+	info, err := os.Lstat(folder)
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && !info.IsDir() && info.Mode()&fs.ModeSymlink == 0) {
+		return notFound
+	}
+	if err != nil {
+		return err
+	}
+	if info.Mode()&fs.ModeSymlink != 0 {
+		// A link placed by the operator: remove the link, never what it
+		// points to.
+		err = os.Remove(folder)
+	} else {
+		err = os.RemoveAll(folder)
+	}
+	if err != nil {
+		return fmt.Errorf("delete skill: %w", err)
+	}
+	if err := h.audited(ctx, "skill deleted", name, func(pgx.Tx) error { return nil }); err != nil {
+		return err
+	}
+	return settingsDone(w, r, "skill-deleted", "skills")
+}
