@@ -1,0 +1,453 @@
+// Command sse-load measures the live inbox under load: it starts a private
+// PostgreSQL and a real pizza-bot server process, opens many idle event
+// streams (GET /events) as the server's local user, and reports
+//
+//   - the server's memory per open stream (growth of its resident set);
+//   - the delay from a committed step (a transaction like the one a step
+//     commits: the assistant's message and the run's end) to the event read
+//     on every stream, p50/p99 over all streams and rounds, and the p50/p99
+//     of the slowest stream of each round;
+//   - how long the server takes to shut down with every stream open.
+//
+// Run it from the repository: go run ./cmd/sse-load -streams 10000
+// Everything runs on this machine, on loopback, and stops by itself.
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"pizzabot/db"
+	"pizzabot/db/pglocal"
+)
+
+func main() {
+	var (
+		streams = flag.Int("streams", 10000, "event streams to open")
+		rounds  = flag.Int("rounds", 20, "committed steps to time")
+		idle    = flag.Duration("idle", 20*time.Second, "how long the streams stay idle before the rounds (heartbeats every 15s)")
+		dialers = flag.Int("dialers", 200, "streams opened at once")
+		server  = flag.String("server", "", "pizza-bot binary (default: go build it)")
+		keep    = flag.Bool("keep", false, "keep the temporary directory")
+	)
+	flag.Parse()
+	if err := run(*streams, *rounds, *idle, *dialers, *server, *keep); err != nil {
+		fmt.Fprintln(os.Stderr, "sse-load:", err)
+		os.Exit(1)
+	}
+}
+
+func run(streams, rounds int, idle time.Duration, dialers int, server string, keep bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	defer cancel()
+	if err := raiseFileLimit(streams + 1000); err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "sse-load-")
+	if err != nil {
+		return err
+	}
+	if !keep {
+		defer os.RemoveAll(dir)
+	}
+	// The cluster runs as the postgres user when we are root.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
+	if server == "" {
+		server = filepath.Join(dir, "pizza-bot")
+		fmt.Println("building the server…")
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", server, "pizzabot")
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("build: %w", err)
+		}
+	}
+
+	fmt.Println("starting PostgreSQL…")
+	pg, err := pglocal.Start(ctx, pglocal.Options{
+		Dir:      filepath.Join(dir, "postgres"),
+		Logger:   slog.New(slog.DiscardHandler),
+		Settings: map[string]string{"max_connections": "200"},
+	})
+	if err != nil {
+		return err
+	}
+	defer pg.Stop(context.Background()) //nolint:errcheck
+	if err := createDatabase(ctx, pg.URL("postgres"), "pizza"); err != nil {
+		return err
+	}
+	dbURL := pg.URL("pizza")
+
+	addr, err := freeAddr()
+	if err != nil {
+		return err
+	}
+	srv := exec.Command(server, "serve")
+	srv.Env = append(os.Environ(),
+		"DATABASE_URL="+dbURL,
+		"PIZZA_ADDR="+addr,
+		"PIZZA_DATA_ROOT="+filepath.Join(dir, "data"),
+		"PIZZA_LOG_LEVEL=warn",
+		"PIZZA_MODEL=",
+	)
+	srv.Stdout, srv.Stderr = os.Stdout, os.Stderr
+	if err := srv.Start(); err != nil {
+		return err
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- srv.Wait() }()
+	defer func() {
+		if srv.ProcessState == nil {
+			_ = srv.Process.Kill()
+		}
+	}()
+	if err := waitReady(ctx, addr, exited); err != nil {
+		return err
+	}
+
+	pool, err := db.Open(ctx, dbURL)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	user, err := db.EnsureLocalUser(ctx, pool)
+	if err != nil {
+		return err
+	}
+	// The threads the rounds finish, running as a step leaves them.
+	threads := make([]int64, rounds)
+	for i := range threads {
+		t, err := db.CreateThread(ctx, pool, db.NewThread{UserID: user.ID, Title: fmt.Sprintf("Round %d", i+1)})
+		if err != nil {
+			return err
+		}
+		threads[i] = t.ID
+	}
+	time.Sleep(time.Second) // let the server's listener pass those events
+
+	base, err := rss(srv.Process.Pid)
+	if err != nil {
+		return err
+	}
+	h, err := db.EventHorizon(ctx, pool)
+	if err != nil {
+		return err
+	}
+	path := "/events?" + url.Values{"since": {h.String()}, "list": {"/inbox/all"}}.Encode()
+	fmt.Printf("opening %d streams…\n", streams)
+	start := time.Now()
+	conns, err := openStreams(ctx, addr, path, streams, dialers)
+	if err != nil {
+		return err
+	}
+	opened := time.Since(start)
+	time.Sleep(2 * time.Second)
+	after, err := rss(srv.Process.Pid)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("opened %d streams in %s; server RSS %.1f MiB -> %.1f MiB: %.1f KiB per stream\n",
+		len(conns), opened.Round(time.Millisecond), mib(base), mib(after), float64(after-base)/1024/float64(len(conns)))
+
+	fmt.Printf("idle for %s…\n", idle)
+	time.Sleep(idle)
+	if n := alive(conns); n != len(conns) {
+		return fmt.Errorf("%d of %d streams ended while idle", len(conns)-n, len(conns))
+	}
+	idleRSS, _ := rss(srv.Process.Pid)
+	fmt.Printf("all %d streams alive after %s idle; server RSS %.1f MiB\n", len(conns), idle, mib(idleRSS))
+
+	var all, slowest []time.Duration
+	for r := 0; r < rounds; r++ {
+		t0, err := commitStep(ctx, pool, threads[r])
+		if err != nil {
+			return err
+		}
+		deadline := time.Now().Add(60 * time.Second)
+		for !allGot(conns, r+1) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("round %d: %d of %d streams got the event within 60s", r+1, countGot(conns, r+1), len(conns))
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		var worst time.Duration
+		for _, c := range conns {
+			d := time.Duration(c.at(r) - t0.UnixNano())
+			all = append(all, d)
+			worst = max(worst, d)
+		}
+		slowest = append(slowest, worst)
+		time.Sleep(300 * time.Millisecond)
+	}
+	fmt.Printf("committed step -> event on a stream, %d streams x %d rounds: p50 %s, p99 %s, max %s\n",
+		len(conns), rounds, pct(all, 50), pct(all, 99), pct(all, 100))
+	fmt.Printf("committed step -> event on every stream (slowest stream per round): p50 %s, p99 %s\n",
+		pct(slowest, 50), pct(slowest, 99))
+
+	start = time.Now()
+	_ = srv.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(60 * time.Second):
+		return errors.New("the server did not stop within 60s")
+	}
+	fmt.Printf("server shut down with %d open streams in %s\n", len(conns), time.Since(start).Round(time.Millisecond))
+	for _, c := range conns {
+		c.conn.Close()
+	}
+	return nil
+}
+
+// stream is one open event stream: it records when each "update" message
+// (one per committed change to the listing) arrived.
+type stream struct {
+	conn  net.Conn
+	got   atomic.Int64
+	ended atomic.Bool
+	mu    sync.Mutex
+	times []int64
+}
+
+func (s *stream) at(i int) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.times[i]
+}
+
+func (s *stream) read(r *bufio.Reader) {
+	defer s.ended.Store(true)
+	event := ""
+	for {
+		line, err := r.ReadSlice('\n')
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+			return
+		}
+		switch {
+		case len(line) == 1: // the blank line ending a message
+			if event == "update" {
+				s.mu.Lock()
+				s.times = append(s.times, time.Now().UnixNano())
+				s.mu.Unlock()
+				s.got.Add(1)
+			}
+			event = ""
+		case strings.HasPrefix(string(line), "event: "):
+			event = strings.TrimSpace(string(line[len("event: "):]))
+		}
+	}
+}
+
+func openStreams(ctx context.Context, addr, path string, n, parallel int) ([]*stream, error) {
+	conns := make([]*stream, n)
+	sem := make(chan struct{}, parallel)
+	errc := make(chan error, 1)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			s, err := openStream(ctx, addr, path)
+			if err != nil {
+				select {
+				case errc <- err:
+				default:
+				}
+				return
+			}
+			conns[i] = s
+		}(i)
+		select {
+		case err := <-errc:
+			wg.Wait()
+			return nil, err
+		default:
+		}
+	}
+	wg.Wait()
+	select {
+	case err := <-errc:
+		return nil, err
+	default:
+	}
+	return conns, nil
+}
+
+func openStream(ctx context.Context, addr, path string) (*stream, error) {
+	d := net.Dialer{Timeout: 30 * time.Second}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(conn, "GET %s HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\nSec-Fetch-Site: same-origin\r\n\r\n", path, addr)
+	r := bufio.NewReaderSize(conn, 2048)
+	status, err := r.ReadString('\n')
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	if !strings.Contains(status, " 200 ") {
+		conn.Close()
+		return nil, fmt.Errorf("GET %s: %s", path, strings.TrimSpace(status))
+	}
+	for { // the headers
+		line, err := r.ReadString('\n')
+		if err != nil {
+			conn.Close()
+			return nil, err
+		}
+		if line == "\r\n" {
+			break
+		}
+	}
+	s := &stream{conn: conn}
+	go s.read(r)
+	return s, nil
+}
+
+func allGot(conns []*stream, n int) bool { return countGot(conns, n) == len(conns) }
+
+func countGot(conns []*stream, n int) int {
+	k := 0
+	for _, c := range conns {
+		if c.got.Load() >= int64(n) {
+			k++
+		}
+	}
+	return k
+}
+
+func alive(conns []*stream) int {
+	k := 0
+	for _, c := range conns {
+		if !c.ended.Load() {
+			k++
+		}
+	}
+	return k
+}
+
+// commitStep commits what a model step that ends its run commits, and
+// returns when COMMIT returned.
+func commitStep(ctx context.Context, pool *pgxpool.Pool, threadID int64) (time.Time, error) {
+	err := db.InTx(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := db.AddMessage(ctx, tx, db.Message{ThreadID: threadID, Role: db.RoleAssistant, Content: "Done: the answer."}); err != nil {
+			return err
+		}
+		return db.EndRun(ctx, tx, threadID, db.StatusDone, "")
+	})
+	return time.Now(), err
+}
+
+func pct(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	i = min(max(i-1, 0), len(s)-1)
+	return s[i].Round(100 * time.Microsecond)
+}
+
+// rss reads a process's resident set size, in bytes.
+func rss(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb * 1024, err
+		}
+	}
+	return 0, errors.New("no VmRSS")
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+func raiseFileLimit(n int) error {
+	var l syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return err
+	}
+	if l.Cur >= uint64(n) {
+		return nil
+	}
+	if l.Max < uint64(n) {
+		l.Max = uint64(n) // works as root
+	}
+	l.Cur = uint64(n)
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
+		return fmt.Errorf("raise the open file limit to %d: %w (ulimit -n)", n, err)
+	}
+	return nil
+}
+
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+func waitReady(ctx context.Context, addr string, exited <-chan error) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-exited:
+			return fmt.Errorf("the server exited: %v", err)
+		default:
+		}
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return errors.New("the server did not get ready within 2 minutes")
+}
+
+func createDatabase(ctx context.Context, adminURL, name string) error {
+	conn, err := pgx.Connect(ctx, adminURL)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	return err
+}

@@ -1,0 +1,634 @@
+package handlers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/a-h/templ"
+
+	"pizzabot/db"
+	"pizzabot/live"
+	"pizzabot/views"
+)
+
+// The event stream: GET /events, one per open page of a signed-in user,
+// consumed by htmx's SSE extension (views.liveConnection, static/app.js).
+//
+//	?since=POS   the event log position the page was rendered at
+//	?list=URL    the listing the page shows (/inbox/unread?folder=3)
+//	?thread=ID   the thread the page shows
+//
+// Messages, each a render of the same templ components as the pages:
+//
+//	rows    <li> rows to put in their place in the listing, or to take out
+//	update  out-of-band swaps: the queue counts, the open thread's parts
+//	notify  JSON of a browser notification: a run finished or needs action
+//	delta   JSON of model text streamed by the open thread's run
+//	resync  a fresh render of the counts, the listing and the thread, sent
+//	        when the stream cannot replay what the page missed
+//
+// Every batch of committed changes ends with an id (a db.Position). A
+// browser reconnecting with Last-Event-ID (or ?since) gets the changes it
+// missed, in order and once; one whose position is unknown or too old gets
+// "resync". A ": ping" comment every heartbeatEvery keeps proxies from
+// closing an idle stream.
+
+const (
+	// heartbeatEvery keeps idle streams alive through proxies that close
+	// silent connections (often after 30 to 60 seconds).
+	heartbeatEvery = 15 * time.Second
+	// writeTimeout bounds one write to a stream: a browser that does not
+	// read for that long is cut off (it reconnects and catches up).
+	writeTimeout = 10 * time.Second
+	// replayLimit is the most changes replayed to a reconnecting browser;
+	// past it a fresh render is cheaper.
+	replayLimit = 500
+)
+
+// liveView is what a stream's page shows.
+type liveView struct {
+	list   *views.ListQuery // nil: no listing on the page
+	filter db.ThreadFilter
+	page   *db.Cursor // the listing's page starts after this; nil: the first page
+	thread int64      // 0: no thread open
+}
+
+func (v liveView) key() string {
+	list := ""
+	if v.list != nil {
+		list = v.list.URL()
+	}
+	return list + "#" + strconv.FormatInt(v.thread, 10)
+}
+
+// parseLiveView reads the page a stream serves from its query. Values that
+// do not parse are ignored, not refused: the stream still carries the
+// counts.
+func parseLiveView(r *http.Request) liveView {
+	var v liveView
+	q := r.URL.Query()
+	if l, ok := parseListURL(localURL(q.Get("list"), "")); ok {
+		v.list = &l
+		v.filter = db.ThreadFilter{Queue: l.Queue, FolderID: l.FolderID, Trigger: l.Trigger}
+		if l.After != "" {
+			if c, err := db.ParseCursor(l.After); err == nil {
+				v.page = &c
+			}
+		}
+	}
+	if id, err := strconv.ParseInt(q.Get("thread"), 10, 64); err == nil && id > 0 {
+		v.thread = id
+	}
+	return v
+}
+
+// streamStart is where a stream resumes: Last-Event-ID, which the browser
+// sends when it reconnects by itself, or the page's ?since.
+func streamStart(r *http.Request) (db.Position, bool) {
+	for _, s := range []string{r.Header.Get("Last-Event-ID"), r.URL.Query().Get("since")} {
+		if s == "" {
+			continue
+		}
+		if p, err := db.ParsePosition(s); err == nil && !p.IsZero() {
+			return p, true
+		}
+	}
+	return db.Position{}, false
+}
+
+// sseMsg is one message of an event stream.
+type sseMsg struct {
+	event string
+	data  []byte
+}
+
+// events serves GET /events.
+func (h *Handler) events(w http.ResponseWriter, r *http.Request) error {
+	if h.live == nil {
+		return httpError{http.StatusNotFound, "Live updates are off."}
+	}
+	ctx := r.Context()
+	user := userFrom(ctx)
+	view := parseLiveView(r)
+
+	// Subscribe before reading the log: whatever commits meanwhile is then
+	// both replayed and delivered, and the second copy is skipped.
+	sub, err := h.live.Subscribe(user.ID)
+	if errors.Is(err, live.ErrClosed) {
+		// A 5xx: the browser's SSE extension tries again shortly, by then
+		// on the next server.
+		return httpError{http.StatusServiceUnavailable, "The server is restarting."}
+	}
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+
+	s := &stream{h: h, w: w, rc: http.NewResponseController(w), user: user, view: view}
+	hdr := w.Header()
+	hdr.Set("Content-Type", "text/event-stream")
+	hdr.Set("Cache-Control", "no-store")
+	hdr.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
+	w.WriteHeader(http.StatusOK)
+	// Spread the reconnections of many browsers after a restart.
+	fmt.Fprintf(&s.buf, "retry: %d\n\n", 1000+rand.N(2000))
+
+	if err := onOwnStack(func() error { return s.catchUp(ctx, r) }); err != nil {
+		return s.fail(err)
+	}
+	s.streamSoFar()
+	if err := s.flush(); err != nil {
+		return nil
+	}
+
+	heartbeat := time.NewTicker(heartbeatEvery)
+	defer heartbeat.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case u, ok := <-sub.Updates():
+			if !ok {
+				// Dropped for falling behind, or the server is stopping:
+				// end the stream; the browser reconnects with its last id.
+				return nil
+			}
+			if u.Delta != nil {
+				s.delta(u.Delta)
+			} else if err := s.send(ctx, u.Events); err != nil {
+				return s.fail(err)
+			}
+		case <-heartbeat.C:
+			s.heartbeat(sub)
+		}
+		if err := s.flush(); err != nil {
+			return nil // the browser went away or stopped reading
+		}
+	}
+}
+
+// catchUp sends what the page missed since its position, or a fresh
+// render of it.
+func (s *stream) catchUp(ctx context.Context, r *http.Request) error {
+	start, ok := streamStart(r)
+	if !ok {
+		return s.resync(ctx)
+	}
+	evs, horizon, err := db.ReplayEvents(ctx, s.h.pool, s.user.ID, start, replayLimit)
+	if errors.Is(err, db.ErrEventsGone) {
+		return s.resync(ctx)
+	}
+	if err != nil {
+		return err
+	}
+	s.last = start
+	if err := s.send(ctx, evs); err != nil {
+		return err
+	}
+	if s.last.Before(horizon) {
+		s.last = horizon
+	}
+	return nil
+}
+
+// onOwnStack runs fn on a goroutine of its own and waits for it. A stream's
+// goroutine lives as long as the stream: the deep stack of a query or a
+// render would stay with it, costing memory on every idle stream.
+func onOwnStack(fn func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	return <-done
+}
+
+// stream is one open event stream.
+type stream struct {
+	h    *Handler
+	w    http.ResponseWriter
+	rc   *http.ResponseController
+	user db.User
+	view liveView
+	last db.Position // every change up to here is on the page
+	buf  bytes.Buffer
+	// The open thread's streamed text on the page: which model call's,
+	// and how much of it.
+	textStream string
+	textLen    int
+}
+
+// fail ends a stream after an error: it is logged, and the stream simply
+// ends (the browser reconnects). Headers are sent, so there is no error page.
+func (s *stream) fail(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	s.h.log.Error("event stream failed", "user_id", s.user.ID, "error", err)
+	return nil
+}
+
+// send writes a batch of changes the page has not seen, ending with the
+// batch's position as the event id.
+func (s *stream) send(ctx context.Context, evs []db.Event) error {
+	i := 0
+	for i < len(evs) && !s.last.Before(evs[i].Position()) {
+		i++ // already replayed
+	}
+	evs = evs[i:]
+	if len(evs) == 0 {
+		return nil
+	}
+	first, last := evs[0].Position(), evs[len(evs)-1].Position()
+	key := fmt.Sprintf("%d|%s|%s|%s", s.user.ID, s.view.key(), first, last)
+	// The streams sharing the render share its encoding too: with
+	// thousands of them, each only copies bytes.
+	out, err := s.h.liveCache.get(key, func() ([]byte, error) {
+		var out bytes.Buffer
+		err := onOwnStack(func() error {
+			msgs, err := s.h.renderChanges(ctx, s.user, s.view, evs)
+			writeSSE(&out, msgs, last.String())
+			return err
+		})
+		return out.Bytes(), err
+	})
+	if err != nil {
+		return err
+	}
+	s.last = last
+	s.buf.Write(out)
+	for _, e := range evs {
+		if e.ThreadID == s.view.thread && (e.Kind == db.EventMessage || e.Kind == db.EventStatus) {
+			// The page's streamed text was just cleared for the committed
+			// message; a model call already streaming after it goes on.
+			s.textStream = ""
+			s.streamSoFar()
+			break
+		}
+	}
+	return nil
+}
+
+// streamSoFar sends the open thread's streamed text so far, when one of its
+// model calls is streaming.
+func (s *stream) streamSoFar() {
+	if s.view.thread == 0 {
+		return
+	}
+	if d, ok := s.h.live.StreamText(s.user.ID, s.view.thread); ok {
+		s.delta(d)
+	}
+}
+
+// resync sends a fresh render of everything the page shows, as of the
+// log's horizon.
+func (s *stream) resync(ctx context.Context) error {
+	horizon, err := db.EventHorizon(ctx, s.h.pool)
+	if err != nil {
+		return err
+	}
+	msg, err := s.h.renderResync(ctx, s.user, s.view)
+	if err != nil {
+		return err
+	}
+	s.last = horizon
+	writeSSE(&s.buf, []sseMsg{msg}, s.last.String())
+	return nil
+}
+
+// delta writes streamed text of the open thread. Deltas can overlap the
+// text so far sent with StreamText: what the page already has is skipped.
+func (s *stream) delta(d *live.Delta) {
+	if d.ThreadID != s.view.thread {
+		return
+	}
+	text, reset := d.Text, d.Reset
+	switch {
+	case d.Reset || d.Stream != s.textStream || d.Offset > s.textLen:
+		if d.Offset != 0 || !d.Reset {
+			// Joined a stream midway or missed a piece: take its whole
+			// text so far.
+			so, ok := s.h.live.StreamText(s.user.ID, d.ThreadID)
+			if !ok || so.Stream != d.Stream {
+				return
+			}
+			text = so.Text
+		}
+		reset = true
+		s.textStream, s.textLen = d.Stream, 0
+	case d.Offset+len(d.Text) <= s.textLen:
+		return // already on the page
+	default:
+		text = d.Text[s.textLen-d.Offset:]
+	}
+	s.textLen += len(text)
+	data, _ := json.Marshal(struct {
+		Thread int64  `json:"thread"`
+		Text   string `json:"text"`
+		Reset  bool   `json:"reset,omitempty"`
+	}{d.ThreadID, text, reset})
+	writeSSE(&s.buf, []sseMsg{{"delta", data}}, "")
+}
+
+// heartbeat keeps the connection alive. When the page is up to date it
+// also moves the stream's id to the log's position (an id without data is
+// not dispatched, but the browser remembers it), so a reconnection after a
+// long quiet time replays from there rather than starting afresh.
+func (s *stream) heartbeat(sub *live.Sub) {
+	pos := s.h.live.Position()
+	// Read the position first: updates before it were queued before it
+	// moved, so an empty queue now means they were all written.
+	if s.last.Before(pos) && len(sub.Updates()) == 0 {
+		s.last = pos
+		fmt.Fprintf(&s.buf, "id: %s\n\n", pos)
+		return
+	}
+	s.buf.WriteString(": ping\n\n")
+}
+
+// flush writes what is buffered, within writeTimeout.
+func (s *stream) flush() error {
+	if s.buf.Len() == 0 {
+		return nil
+	}
+	_ = s.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	_, err := s.w.Write(s.buf.Bytes())
+	s.buf.Reset()
+	if s.buf.Cap() > 16<<10 {
+		s.buf = bytes.Buffer{} // a resync's render: do not keep it for the stream's life
+	}
+	if err == nil {
+		err = s.rc.Flush()
+	}
+	return err
+}
+
+// writeSSE writes messages, the last one carrying id; with no messages the
+// id alone (the browser records it without dispatching anything).
+func writeSSE(buf *bytes.Buffer, msgs []sseMsg, id string) {
+	if len(msgs) == 0 && id != "" {
+		fmt.Fprintf(buf, "id: %s\n\n", id)
+		return
+	}
+	for i, m := range msgs {
+		buf.WriteString("event: ")
+		buf.WriteString(m.event)
+		buf.WriteByte('\n')
+		// A line break ends an SSE line whatever its kind; the browser
+		// joins data lines with "\n".
+		data := strings.ReplaceAll(strings.ReplaceAll(string(m.data), "\r\n", "\n"), "\r", "\n")
+		for line := range strings.SplitSeq(data, "\n") {
+			buf.WriteString("data: ")
+			buf.WriteString(line)
+			buf.WriteByte('\n')
+		}
+		if i == len(msgs)-1 && id != "" {
+			buf.WriteString("id: ")
+			buf.WriteString(id)
+			buf.WriteByte('\n')
+		}
+		buf.WriteByte('\n')
+	}
+}
+
+// threadChange is what a batch changed about one thread.
+type threadChange struct {
+	id                                     int64
+	status, thread, message, call, deleted bool
+}
+
+// rowChanged reports whether the thread's row or the counts may differ.
+func (c threadChange) rowChanged() bool { return c.status || c.thread || c.deleted }
+
+// renderChanges renders a batch of changes for a page: its rows, counts,
+// notifications and open thread.
+func (h *Handler) renderChanges(ctx context.Context, user db.User, v liveView, evs []db.Event) ([]sseMsg, error) {
+	var changes []*threadChange
+	byID := map[int64]*threadChange{}
+	for _, e := range evs {
+		c := byID[e.ThreadID]
+		if c == nil {
+			c = &threadChange{id: e.ThreadID}
+			byID[e.ThreadID] = c
+			changes = append(changes, c)
+		}
+		switch e.Kind {
+		case db.EventStatus:
+			c.status = true
+		case db.EventThread:
+			c.thread = true
+		case db.EventMessage:
+			c.message = true
+		case db.EventToolCall:
+			c.call = true
+		case db.EventDeleted:
+			c.deleted = true
+		}
+	}
+
+	now := h.now()
+	var rows, oob bytes.Buffer
+	var msgs []sseMsg
+	counts := false
+	for _, c := range changes {
+		if !c.rowChanged() && c.id != v.thread {
+			continue
+		}
+		counts = counts || c.rowChanged()
+		t, err := db.GetThread(ctx, h.pool, user.ID, c.id)
+		found := err == nil
+		if err != nil && !errors.Is(err, db.ErrNotFound) {
+			return nil, err
+		}
+		if v.list != nil && c.rowChanged() {
+			var comp templ.Component = views.RowRemoved(c.id)
+			if found && v.filter.Matches(t) && (v.page == nil || v.page.After(t)) {
+				comp = views.ThreadRow(t, now)
+			}
+			if err := comp.Render(ctx, &rows); err != nil {
+				return nil, err
+			}
+		}
+		if !found {
+			continue
+		}
+		if c.status && t.ParentThreadID == nil &&
+			(t.Status == db.StatusDone || t.Status == db.StatusFailed || t.Status == db.StatusWaiting) {
+			line, err := db.NotifySummary(ctx, h.pool, user.ID, t)
+			if err != nil {
+				return nil, err
+			}
+			data, _ := json.Marshal(views.NewNotification(t, line))
+			msgs = append(msgs, sseMsg{"notify", data})
+		}
+		if c.id == v.thread {
+			if err := h.renderThreadParts(ctx, &oob, user, c); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if counts {
+		if err := h.renderCounts(ctx, &oob, user, v); err != nil {
+			return nil, err
+		}
+	}
+	var out []sseMsg
+	if rows.Len() > 0 {
+		out = append(out, sseMsg{"rows", rows.Bytes()})
+	}
+	if oob.Len() > 0 {
+		out = append(out, sseMsg{"update", oob.Bytes()})
+	}
+	return append(out, msgs...), nil
+}
+
+// renderThreadParts renders, out of band, the parts of the open thread a
+// change touched. The composer is rendered again only when the run's status
+// changed, and the pending calls only when a call did, so that a reply or
+// an edit being typed is not swapped away by an unrelated change.
+func (h *Handler) renderThreadParts(ctx context.Context, buf *bytes.Buffer, user db.User, c *threadChange) error {
+	tv, err := h.loadThreadView(ctx, user, c.id, "")
+	if errors.Is(err, db.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	tv.OOB = true
+	var parts []templ.Component
+	if c.rowChanged() {
+		parts = append(parts, views.ThreadHeader(tv))
+	}
+	if c.message || c.call || c.status {
+		parts = append(parts, views.ThreadMessages(tv))
+	}
+	if c.message || c.status {
+		parts = append(parts, views.ThreadStreamCleared())
+	}
+	if c.call || c.status {
+		parts = append(parts, views.PendingCalls(tv))
+	}
+	if c.message || c.call || c.status {
+		// Sub-agents' progress reaches the parent as tool_call events
+		// (migration 0009).
+		parts = append(parts, views.ActivityPanel(tv))
+	}
+	if c.status {
+		parts = append(parts, views.ThreadComposer(tv))
+	}
+	for _, p := range parts {
+		if err := p.Render(ctx, buf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// renderCounts renders, out of band, the queue counts and the folders'
+// unread counts of the sidebar.
+func (h *Handler) renderCounts(ctx context.Context, buf *bytes.Buffer, user db.User, v liveView) error {
+	counts, err := db.CountThreads(ctx, h.pool, user.ID)
+	if err != nil {
+		return err
+	}
+	folders, err := db.ListFolders(ctx, h.pool, user.ID)
+	if err != nil {
+		return err
+	}
+	nav := views.Nav{Folders: folders}
+	if v.list != nil {
+		nav.FolderID = v.list.FolderID
+	}
+	if err := views.QueueCounts(counts).Render(ctx, buf); err != nil {
+		return err
+	}
+	return views.FolderNav(nav, true).Render(ctx, buf)
+}
+
+// renderResync renders everything the page shows afresh.
+func (h *Handler) renderResync(ctx context.Context, user db.User, v liveView) (sseMsg, error) {
+	var buf bytes.Buffer
+	if err := h.renderCounts(ctx, &buf, user, v); err != nil {
+		return sseMsg{}, err
+	}
+	if v.list != nil {
+		l, err := h.loadListing(ctx, user, *v.list)
+		if err != nil {
+			return sseMsg{}, err
+		}
+		if err := views.ThreadListOOB(l).Render(ctx, &buf); err != nil {
+			return sseMsg{}, err
+		}
+	}
+	if v.thread != 0 {
+		all := &threadChange{id: v.thread, status: true, thread: true, message: true, call: true}
+		if err := h.renderThreadParts(ctx, &buf, user, all); err != nil {
+			return sseMsg{}, err
+		}
+	}
+	return sseMsg{"resync", buf.Bytes()}, nil
+}
+
+// liveCache shares a batch's render between the streams of one user that
+// show the same page: ten tabs on the inbox cost one render, not ten.
+type liveCache struct {
+	mu    sync.Mutex
+	m     map[string]*liveEntry
+	swept time.Time
+}
+
+type liveEntry struct {
+	done chan struct{}
+	out  []byte
+	err  error
+	at   time.Time
+}
+
+// liveCacheTTL is how long a render is kept: long enough for every stream
+// to take the batch from its buffer.
+const liveCacheTTL = 30 * time.Second
+
+// get returns the render under key, making it with fn once.
+func (c *liveCache) get(key string, fn func() ([]byte, error)) ([]byte, error) {
+	c.mu.Lock()
+	now := time.Now()
+	if now.Sub(c.swept) > liveCacheTTL {
+		for k, e := range c.m {
+			if now.Sub(e.at) > liveCacheTTL {
+				delete(c.m, k)
+			}
+		}
+		c.swept = now
+	}
+	if c.m == nil {
+		c.m = map[string]*liveEntry{}
+	}
+	if e, ok := c.m[key]; ok {
+		c.mu.Unlock()
+		<-e.done
+		if e.err == nil {
+			return e.out, nil
+		}
+		// The render failed for the stream that made it (its request may
+		// have been cancelled): make it again.
+		return fn()
+	}
+	e := &liveEntry{done: make(chan struct{}), at: now}
+	c.m[key] = e
+	c.mu.Unlock()
+
+	e.out, e.err = fn()
+	close(e.done)
+	if e.err != nil {
+		c.mu.Lock()
+		delete(c.m, key)
+		c.mu.Unlock()
+	}
+	return e.out, e.err
+}
