@@ -1,0 +1,174 @@
+package agent_test
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+
+	"pizzabot/agent"
+)
+
+func TestParseMCPConfig(t *testing.T) {
+	t.Parallel()
+	servers, err := agent.ParseMCPConfig([]byte(`{"mcpServers": {
+		"github": {"command": "npx", "args": ["-y", "@scope/gh"], "env": {"TOKEN": "${GH_TOKEN}"}, "cwd": "/srv"},
+		"remote": {"type": "streamable-http", "url": "https://mcp.example.com/mcp", "headers": {"Authorization": "Bearer ${API_KEY:-none}"}},
+		"alias2": {"type": "streamable_http", "url": "https://a.example.com/mcp"},
+		"legacy": {"type": "sse", "url": "https://sse.example.com/sse"},
+		"nourltype": {"url": "https://b.example.com/mcp"},
+		"broken": {"command": 3},
+		"both": {"command": "x", "url": "https://c.example.com"},
+		"bad name!": {"command": "x"},
+		"weird": {"type": "websocket", "url": "wss://x"},
+		"empty": {}
+	}}`), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]agent.MCPServer{}
+	for _, s := range servers {
+		byName[s.Name] = s
+	}
+	want := map[string]agent.MCPServerConfig{
+		"github":    {Type: "stdio", Command: "npx", Args: []string{"-y", "@scope/gh"}, Env: map[string]string{"TOKEN": "${GH_TOKEN}"}, Cwd: "/srv"},
+		"remote":    {Type: "http", URL: "https://mcp.example.com/mcp", Headers: map[string]string{"Authorization": "Bearer ${API_KEY:-none}"}},
+		"alias2":    {Type: "http", URL: "https://a.example.com/mcp"},
+		"legacy":    {Type: "sse", URL: "https://sse.example.com/sse"},
+		"nourltype": {Type: "http", URL: "https://b.example.com/mcp"},
+	}
+	for name, cfg := range want {
+		s := byName[name]
+		if s.Err != nil {
+			t.Errorf("%s: %v", name, s.Err)
+		}
+		if !reflect.DeepEqual(s.Config, cfg) {
+			t.Errorf("%s = %+v, want %+v", name, s.Config, cfg)
+		}
+	}
+	wantErr := map[string]string{
+		"broken":    "command must be a string",
+		"both":      `a stdio server has no "url"`,
+		"bad name!": "letters, digits, hyphens or underscores",
+		"weird":     `type "websocket"`,
+		"empty":     `give a "command"`,
+	}
+	for name, msg := range wantErr {
+		s, ok := byName[name]
+		if !ok || s.Err == nil || !strings.Contains(s.Err.Error(), msg) {
+			t.Errorf("%s: error = %v, want %q", name, s.Err, msg)
+		}
+	}
+	if len(servers) != len(want)+len(wantErr) {
+		t.Errorf("%d servers, want %d (none dropped)", len(servers), len(want)+len(wantErr))
+	}
+}
+
+func TestParseMCPConfigMalformed(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		in, want string
+		bare     bool
+	}{
+		{"{\n  \"mcpServers\": {\n    \"a\": {\"command\": \"x\",}\n  }\n}", "line 3, column", false},
+		{`{"mcpServers": {"a": {"command": "x"}}`, "unexpected end", false},
+		{`[1, 2]`, "want a JSON object", false},
+		{`{"servers": {}}`, `no "mcpServers"`, false},
+		{`{"mcpServers": []}`, `"mcpServers" must be an object`, false},
+		{`{"mcpServers": {}} x`, "not valid JSON", false},
+	}
+	for _, c := range cases {
+		_, err := agent.ParseMCPConfig([]byte(c.in), c.bare)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ParseMCPConfig(%q) error = %v, want %q", c.in, err, c.want)
+		}
+	}
+	// A plugin's bare form.
+	servers, err := agent.ParseMCPConfig([]byte(`{"db": {"command": "${CLAUDE_PLUGIN_ROOT}/db"}}`), true)
+	if err != nil || len(servers) != 1 || servers[0].Config.Command != "${CLAUDE_PLUGIN_ROOT}/db" {
+		t.Errorf("bare form: %+v, %v", servers, err)
+	}
+	if s, err := agent.ParseMCPConfig([]byte("  \n"), false); err != nil || len(s) != 0 {
+		t.Errorf("empty file: %v, %v", s, err)
+	}
+}
+
+func TestExpand(t *testing.T) {
+	t.Parallel()
+	env := map[string]string{"TOKEN": "t0k", "EMPTY": "", "HOST": "mcp.example.com"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	cfg := agent.MCPServerConfig{
+		Type: "stdio", Command: "${BIN:-npx}", Args: []string{"--token=${TOKEN}", "$HOME stays", "${EMPTY:-fallback}", "${EMPTY}"},
+		Env: map[string]string{"A": "${TOKEN}-${MODE:-dev}"}, Cwd: "/srv/${HOST}",
+	}
+	got, err := cfg.Expand(lookup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := agent.MCPServerConfig{
+		Type: "stdio", Command: "npx", Args: []string{"--token=t0k", "$HOME stays", "fallback", ""},
+		Env: map[string]string{"A": "t0k-dev"}, Cwd: "/srv/mcp.example.com",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Expand = %+v, want %+v", got, want)
+	}
+	if cfg.Env["A"] != "${TOKEN}-${MODE:-dev}" {
+		t.Error("Expand changed its receiver")
+	}
+
+	httpCfg := agent.MCPServerConfig{Type: "http", URL: "https://${HOST}/mcp", Headers: map[string]string{"Authorization": "Bearer ${TOKEN}"}}
+	got, err = httpCfg.Expand(lookup)
+	if err != nil || got.URL != "https://mcp.example.com/mcp" || got.Headers["Authorization"] != "Bearer t0k" {
+		t.Errorf("http: %+v, %v", got, err)
+	}
+
+	// Unset variables without default: one error naming them all.
+	bad := agent.MCPServerConfig{Type: "http", URL: "https://${NOPE_HOST}/mcp", Headers: map[string]string{"X": "${NOPE_KEY}", "Y": "${NOPE_KEY}"}}
+	_, err = bad.Expand(lookup)
+	if err == nil || !strings.Contains(err.Error(), "environment variable NOPE_HOST, NOPE_KEY is not set") {
+		t.Errorf("unset: %v", err)
+	}
+	if refs := bad.References(); !reflect.DeepEqual(refs, []string{"NOPE_HOST", "NOPE_KEY"}) {
+		t.Errorf("References = %v", refs)
+	}
+	for _, c := range []struct{ in, want string }{
+		{"${UNCLOSED", "without its closing"},
+		{"${1BAD}", "is not a variable name"},
+	} {
+		_, err := agent.MCPServerConfig{Type: "stdio", Command: c.in}.Expand(lookup)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Expand(%q) = %v, want %q", c.in, err, c.want)
+		}
+	}
+	_, err = agent.MCPServerConfig{Type: "http", URL: "${EMPTY:-ftp://x}"}.Expand(lookup)
+	if err == nil || !strings.Contains(err.Error(), "not an http:// or https:// URL") {
+		t.Errorf("ftp url: %v", err)
+	}
+}
+
+func TestMCPToolName(t *testing.T) {
+	t.Parallel()
+	cases := []struct{ server, tool, want string }{
+		{"github", "create_issue", "mcp__github__create_issue"},
+		{"everything", "get-sum", "mcp__everything__get-sum"},
+		{"fs", "read.file/x", "mcp__fs__read_file_x"},
+	}
+	for _, c := range cases {
+		if got := agent.MCPToolName(c.server, c.tool); got != c.want {
+			t.Errorf("MCPToolName(%q, %q) = %q, want %q", c.server, c.tool, got, c.want)
+		}
+	}
+	long := agent.MCPToolName("a-rather-long-server-name", strings.Repeat("x", 60))
+	long2 := agent.MCPToolName("a-rather-long-server-name", strings.Repeat("x", 61))
+	if len(long) != agent.MaxToolNameLen || long == long2 {
+		t.Errorf("long names: %q, %q", long, long2)
+	}
+	if s, ok := agent.MCPServerOfTool("mcp__github__create_issue"); !ok || s != "github" {
+		t.Errorf("MCPServerOfTool = %q, %v", s, ok)
+	}
+	if _, ok := agent.MCPServerOfTool("write_file"); ok {
+		t.Error("write_file has a server")
+	}
+	if err := agent.ValidMCPServerName("a__b"); err == nil {
+		t.Error("a__b accepted")
+	}
+}

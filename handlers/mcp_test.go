@@ -1,0 +1,260 @@
+package handlers_test
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"pizzabot/agent/mcpclient"
+	"pizzabot/agent/mcpclient/mcptest"
+	"pizzabot/db"
+	"pizzabot/handlers"
+	"pizzabot/jobs"
+)
+
+// mcpSetup is setup with Extensions on a fresh data root, and a user
+// "admin" (X-Test-User: admin) who administers the server.
+func mcpSetup(t *testing.T, env map[string]string) (*bundle, *jobs.Extensions) {
+	b, ext, _ := mcpSetupRuns(t, env)
+	return b, ext
+}
+
+func mcpSetupRuns(t *testing.T, env map[string]string) (*bundle, *jobs.Extensions, *jobs.Runtime) {
+	t.Helper()
+	root := t.TempDir()
+	if f, ok := env["mcp.json"]; ok {
+		if err := os.WriteFile(filepath.Join(root, ".mcp.json"), []byte(f), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ext *jobs.Extensions
+	var runs *jobs.Runtime
+	b := setup(t, func(d *handlers.Deps) {
+		runs = d.Runs
+		admin, err := db.UpsertUser(context.Background(), d.Pool, "https://idp.test", "admin", "admin@example.com", "Ada", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		members := d.Authenticate
+		d.Authenticate = func(r *http.Request) (db.User, error) {
+			if r.Header.Get("X-Test-User") == "admin" {
+				return admin, nil
+			}
+			return members(r)
+		}
+		opts := mcpclient.Options{MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}
+		ext = &jobs.Extensions{
+			Pool: d.Pool, DataRoot: root, BuiltinSkills: fstest.MapFS{},
+			Lookup:  func(k string) (string, bool) { v, ok := env[k]; return v, ok },
+			Manager: mcpclient.New(opts), ProbeOptions: opts, RefreshEvery: time.Hour,
+		}
+		d.Runs.Tools.AddSource(jobs.MCPTools(ext.Manager))
+		d.Runs.Skills = ext.Skills
+		d.Extensions = ext
+		ext.Start(context.Background())
+		t.Cleanup(ext.Close)
+	})
+	return b, ext, runs
+}
+
+// serverRow returns the state and text of a server's row, polling until
+// want appears in its state (or the deadline).
+func serverRow(t *testing.T, b *bundle, name, wantState string) (string, string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp := b.get("admin", "/settings/mcp").wantStatus(http.StatusOK)
+		for _, n := range resp.all("mcp-server-row") {
+			if attr(n, "data-server") == name {
+				state := attr(n, "data-state")
+				if state == wantState || time.Now().After(deadline) {
+					return state, text(n)
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no row for server %s:\n%s", name, resp.body())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestMCPSettingsPage(t *testing.T) {
+	t.Parallel()
+	web := mcptest.NewHTTP(t)
+	b, ext := mcpSetup(t, map[string]string{
+		"mcp.json": `{"mcpServers": {"filed": {"type": "http", "url": "${FILED_URL}", "headers": {"Authorization": "Bearer ${NOPE_TOKEN}"}}}}`,
+		"WEB_URL":  web,
+	})
+
+	// Members do not see it.
+	b.get("alice", "/settings/mcp").wantStatus(http.StatusNotFound)
+	b.post("alice", "/settings/mcp", form("name", "x", "config", `{"command": "x"}`)).wantStatus(http.StatusNotFound)
+
+	// The file's server with an unset variable: listed with the error.
+	state, row := serverRow(t, b, "filed", "error")
+	if state != "error" || !strings.Contains(row, "FILED_URL, NOPE_TOKEN is not set") || !strings.Contains(row, ".mcp.json") {
+		t.Errorf("filed row = %s: %s", state, row)
+	}
+
+	// Added on the page, with ${VAR}: connects and lists its tools.
+	b.post("admin", "/settings/mcp", form("name", "web", "config", `{"type": "http", "url": "${WEB_URL}"}`)).wantStatus(http.StatusSeeOther)
+	state, row = serverRow(t, b, "web", "connected")
+	if state != "connected" || !strings.Contains(row, "mcp__web__echo") || !strings.Contains(row, "Settings") {
+		t.Errorf("web row = %s: %s", state, row)
+	}
+	if stored, err := db.GetMCPServer(b.ctx, b.pool, "web"); err != nil || !strings.Contains(string(stored.Config), "${WEB_URL}") {
+		t.Errorf("stored = %s, %v (want the reference, not its value)", stored.Config, err)
+	}
+
+	// Refusals come back in the form.
+	cases := []struct{ name, config, want string }{
+		{"filed", `{"command": "x"}`, "configured in .mcp.json"},
+		{"web", `{"command": "x"}`, "already exists"},
+		{"bad", `{"command": `, "not valid JSON"},
+		{"bad", `{"type": "http"}`, `needs a "url"`},
+		{"bad name", `{"command": "x"}`, "letters, digits"},
+	}
+	for _, c := range cases {
+		resp := b.post("admin", "/settings/mcp", form("name", c.name, "config", c.config)).wantStatus(http.StatusUnprocessableEntity)
+		if errs := strings.Join(resp.texts("field-error"), " | "); !strings.Contains(errs, c.want) {
+			t.Errorf("%s %s: errors %q, want %q", c.name, c.config, errs, c.want)
+		}
+	}
+
+	// A README snippet pasted whole names the server.
+	b.post("admin", "/settings/mcp", form("name", "", "config", `{"mcpServers": {"snip": {"type": "http", "url": "${WEB_URL}"}}}`)).wantStatus(http.StatusSeeOther)
+	serverRow(t, b, "snip", "connected")
+
+	// Test: connect, list the tools, disconnect.
+	resp := b.post("admin", "/settings/mcp/web/test", nil).wantStatus(http.StatusOK)
+	if got := resp.texts("mcp-test-tool"); len(got) != 8 || !strings.Contains(resp.text("mcp-test-ok"), "pizza-mcp-test") {
+		t.Errorf("test = %v %q", got, resp.text("mcp-test-ok"))
+	}
+	resp = b.post("admin", "/settings/mcp-probe", form("name", "nowhere", "config", `{"type": "http", "url": "http://127.0.0.1:1/mcp"}`)).wantStatus(http.StatusOK)
+	if resp.text("mcp-test-error") == "" {
+		t.Error("testing an unreachable server shows no error")
+	}
+
+	// Turned off and on again; deleted.
+	b.post("admin", "/settings/mcp/web/enabled", form("enabled", "off")).wantStatus(http.StatusSeeOther)
+	if state, _ := serverRow(t, b, "web", "off"); state != "off" {
+		t.Errorf("state after turning off = %s", state)
+	}
+	if _, ok := ext.Status()["web"]; ok {
+		t.Error("the server still runs")
+	}
+	b.post("admin", "/settings/mcp/web/enabled", form("enabled", "on")).wantStatus(http.StatusSeeOther)
+	serverRow(t, b, "web", "connected")
+	resp = b.get("admin", "/settings/mcp/web/edit").wantStatus(http.StatusOK)
+	if !strings.Contains(resp.body(), "${WEB_URL}") {
+		t.Error("the edit form does not show the configuration as written")
+	}
+	b.get("admin", "/settings/mcp/filed/edit").wantStatus(http.StatusNotFound)
+	b.post("admin", "/settings/mcp/web/delete", nil).wantStatus(http.StatusSeeOther)
+	if _, err := db.GetMCPServer(b.ctx, b.pool, "web"); err == nil {
+		t.Error("the server is still stored")
+	}
+}
+
+func TestPluginsPage(t *testing.T) {
+	t.Parallel()
+	b, _, runs := mcpSetupRuns(t, map[string]string{})
+	start := func(skill string) error {
+		_, err := runs.Start(b.ctx, b.alice, jobs.StartRequest{Prompt: "hi", Skill: skill})
+		return err
+	}
+	b.get("bob", "/settings/plugins").wantStatus(http.StatusNotFound)
+
+	var zbuf bytes.Buffer
+	zw := zip.NewWriter(&zbuf)
+	for name, content := range map[string]string{
+		"acme/plugin.json":            `{"name": "acme", "description": "Acme's tools.", "version": "2.0.0"}`,
+		"acme/skills/triage/SKILL.md": "---\nname: triage\ndescription: Triage issues.\nallowed-tools: mcp__tracker__list_issues\n---\nTriage.\n",
+		"acme/skills/notes/SKILL.md":  "---\nname: notes\ndescription: Notes.\nallowed-tools: write_file\n---\nWrite notes.\n",
+	} {
+		w, _ := zw.Create(name)
+		w.Write([]byte(content))
+	}
+	zw.Close()
+
+	upload := func(data []byte, filename string) *response {
+		var buf bytes.Buffer
+		mw := multipart.NewWriter(&buf)
+		fw, _ := mw.CreateFormFile("archive", filename)
+		fw.Write(data)
+		mw.Close()
+		req := httptest.NewRequest(http.MethodPost, "/settings/plugins", &buf)
+		req.Header.Set("Content-Type", mw.FormDataContentType())
+		req.Header.Set("X-Test-User", "admin")
+		rec := httptest.NewRecorder()
+		b.srv.ServeHTTP(rec, req)
+		return &response{t: t, ResponseRecorder: rec}
+	}
+	upload(zbuf.Bytes(), "acme.zip").wantStatus(http.StatusSeeOther)
+
+	resp := b.get("admin", "/settings/plugins").wantStatus(http.StatusOK)
+	rows := resp.all("plugin-row")
+	if len(rows) != 1 || attr(rows[0], "data-plugin") != "acme" || attr(rows[0], "data-enabled") != "true" {
+		t.Fatalf("plugins:\n%s", resp.body())
+	}
+	if row := text(rows[0]); !strings.Contains(row, "Acme's tools.") || !strings.Contains(row, "2.0.0") {
+		t.Errorf("row = %s", row)
+	}
+	var triage, notes string
+	for _, n := range resp.all("plugin-skill") {
+		switch attr(n, "data-skill") {
+		case "triage":
+			triage = text(n)
+		case "notes":
+			notes = text(n)
+		}
+	}
+	if !strings.Contains(triage, "needs mcp__tracker__list_issues, which is not connected") {
+		t.Errorf("triage = %q", triage)
+	}
+	if !strings.Contains(notes, "available") {
+		t.Errorf("notes = %q", notes)
+	}
+	// The plugin's available skill can run; the other is refused.
+	if err := start("notes"); err != nil {
+		t.Errorf("start notes: %v", err)
+	}
+	if err := start("triage"); err == nil || !strings.Contains(err.Error(), "mcp__tracker__list_issues") {
+		t.Errorf("start triage: %v", err)
+	}
+
+	// A bad archive is refused with the reason.
+	resp = upload([]byte("not an archive"), "x.zip").wantStatus(http.StatusUnprocessableEntity)
+	if !strings.Contains(resp.text("plugin-error"), "Not a .zip") {
+		t.Errorf("bad archive: %q", resp.text("plugin-error"))
+	}
+	resp = upload(zbuf.Bytes(), "acme.zip").wantStatus(http.StatusUnprocessableEntity)
+	if !strings.Contains(resp.text("plugin-error"), "already installed") {
+		t.Errorf("second install: %q", resp.text("plugin-error"))
+	}
+
+	// Turned off: the plugin's skills are gone with it.
+	b.post("admin", "/settings/plugins/acme/enabled", form("enabled", "off")).wantStatus(http.StatusSeeOther)
+	resp = b.get("admin", "/settings/plugins").wantStatus(http.StatusOK)
+	if rows := resp.all("plugin-row"); len(rows) != 1 || attr(rows[0], "data-enabled") != "false" {
+		t.Errorf("after turning off:\n%s", resp.body())
+	}
+	if err := start("notes"); err == nil {
+		t.Error("started a skill of a plugin that is off")
+	}
+	b.post("admin", "/settings/plugins/acme/delete", nil).wantStatus(http.StatusSeeOther)
+	if got := b.get("admin", "/settings/plugins").wantStatus(http.StatusOK).all("plugin-row"); len(got) != 0 {
+		t.Error("the plugin is still listed after uninstall")
+	}
+	b.post("admin", "/settings/plugins/acme/delete", nil).wantStatus(http.StatusNotFound)
+}
