@@ -1,0 +1,106 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"mime"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"pizzabot/agent"
+	"pizzabot/db"
+)
+
+// The attachment tools read the files attached to the run's own thread
+// (never another thread's, never another user's). They only read the
+// database, in the transaction that records their result.
+
+// maxAttachmentRead is the most text read_attachment returns in one call.
+const maxAttachmentRead = 100 << 10
+
+func attachmentTools() []Tool {
+	return []Tool{
+		{
+			Spec: agent.ToolSpec{
+				Name: "list_attachments",
+				Description: "List the files attached to this thread (by the user with their prompt, or by the webhook that started the run): " +
+					"id, name, type and size of each. Read one with read_attachment.",
+				Parameters: schema(`{"type":"object","properties":{},"additionalProperties":false}`),
+			},
+			Tx: func(ctx context.Context, tx pgx.Tx, run Run, _ map[string]any) (string, error) {
+				as, err := db.ListAttachments(ctx, tx, run.UserID, run.ThreadID)
+				if err != nil {
+					return "", err
+				}
+				if len(as) == 0 {
+					return "This thread has no attachments.", nil
+				}
+				var b strings.Builder
+				for _, a := range as {
+					fmt.Fprintf(&b, "#%d\t%s\t%s\t%d bytes\n", a.ID, a.Name, a.ContentType, a.Size)
+				}
+				return strings.TrimRight(b.String(), "\n"), nil
+			},
+		},
+		{
+			Spec: agent.ToolSpec{
+				Name: "read_attachment",
+				Description: "Read a file attached to this thread, by its id from list_attachments. Text files (plain text, Markdown, CSV, JSON, code) " +
+					"are returned as text, up to 100 KB per call: pass offset (in bytes) to read further. " +
+					"Images and PDFs cannot be read as text yet: the tool says so, and you should tell the user.",
+				Parameters: schema(`{"type":"object","properties":{
+					"id":{"type":"integer","minimum":1,"description":"The attachment's id."},
+					"offset":{"type":"integer","minimum":0,"description":"Byte offset to start reading at (default 0)."}},
+					"required":["id"],"additionalProperties":false}`),
+			},
+			Tx: func(ctx context.Context, tx pgx.Tx, run Run, args map[string]any) (string, error) {
+				id := intArg(args, "id", 0, 0, 1<<62)
+				a, err := db.GetAttachment(ctx, tx, run.UserID, id)
+				if errors.Is(err, db.ErrNotFound) || (err == nil && a.ThreadID != run.ThreadID) {
+					return "", fmt.Errorf("this thread has no attachment #%d (list_attachments lists them)", id)
+				}
+				if err != nil {
+					return "", err
+				}
+				return readAttachment(a, intArg(args, "offset", 0, 0, 1<<62))
+			},
+		},
+	}
+}
+
+// readAttachment renders an attachment for the model.
+func readAttachment(a db.Attachment, offset int64) (string, error) {
+	mt, _, _ := mime.ParseMediaType(a.ContentType)
+	switch {
+	case strings.HasPrefix(mt, "image/"):
+		return "", fmt.Errorf("%s is an image (%s, %d bytes): images are not passed to the model yet, so its content cannot be read; tell the user", a.Name, mt, a.Size)
+	case mt == "application/pdf":
+		return "", fmt.Errorf("%s is a PDF (%d bytes): text extraction from PDFs is not available yet; ask the user for a text or Markdown export", a.Name, a.Size)
+	}
+	text, ok := db.AttachmentText(a.Content)
+	if !ok {
+		return "", fmt.Errorf("%s is a binary file (%s, %d bytes), not text: it cannot be read", a.Name, a.ContentType, a.Size)
+	}
+	if offset > int64(len(text)) {
+		return "", fmt.Errorf("offset %d is past the end of %s (%d bytes)", offset, a.Name, len(text))
+	}
+	start := int(offset)
+	for start > 0 && start < len(text) && text[start]&0xC0 == 0x80 {
+		start++ // to the next character
+	}
+	end := min(start+maxAttachmentRead, len(text))
+	for end < len(text) && end > start && text[end]&0xC0 == 0x80 {
+		end--
+	}
+	header := fmt.Sprintf("%s (%s, %d bytes)", a.Name, a.ContentType, len(text))
+	if start > 0 || end < len(text) {
+		header += fmt.Sprintf(", bytes %d to %d", start, end)
+	}
+	body := text[start:end]
+	if end < len(text) {
+		body += fmt.Sprintf("\n… (%d more bytes: read_attachment with offset %d)", len(text)-end, end)
+	}
+	return header + ":\n\n" + body, nil
+}

@@ -1,0 +1,130 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"pizzabot/agent"
+	"pizzabot/db"
+)
+
+// Workspace configures the agent's workspace tools: the JavaScript sandbox,
+// long-term memory, attachments and folder grants.
+type Workspace struct {
+	// Sandbox bounds run_js scripts (zero fields: agent's defaults).
+	Sandbox agent.SandboxLimits
+	// Protected are host folders no grant reaches into, whatever an admin
+	// granted: the server's data root (its database, secrets and skills).
+	Protected []string
+}
+
+// WorkspaceTools returns the workspace tools, to pass to NewToolbox.
+func WorkspaceTools(w Workspace) []Tool {
+	var tools []Tool
+	tools = append(tools, runJSTool(w.Sandbox))
+	tools = append(tools, memoryTools()...)
+	tools = append(tools, attachmentTools()...)
+	tools = append(tools, grantTools(w.Protected)...)
+	return tools
+}
+
+// NeedsApproval is an error a tool's Tx or Call returns to park its call for
+// a person's decision instead of completing it: the runtime puts the call in
+// the pending state with these allowed decisions and description, the run
+// waits in Action, and an approval runs the same call again (a rejection
+// answers it without running it). The tool must make the second run find
+// what was approved: run_js journals the inner call it stopped at.
+type NeedsApproval struct {
+	AllowedDecisions []string
+	Description      string
+}
+
+func (e *NeedsApproval) Error() string { return "waiting for approval: " + e.Description }
+
+// failCall writes the outcome of a call whose tool returned terr: parked
+// for a decision when terr is a NeedsApproval, an error result otherwise.
+func failCall(ctx context.Context, tx pgx.Tx, c db.ToolCallRow, terr error) error {
+	var na *NeedsApproval
+	if errors.As(terr, &na) {
+		allowed := na.AllowedDecisions
+		if len(allowed) == 0 {
+			allowed = []string{db.DecisionApprove, db.DecisionReject}
+		}
+		return db.SetToolCallWait(ctx, tx, c.ID, db.CallPending, db.WaitApproval, allowed, na.Description)
+	}
+	return db.CompleteToolCall(ctx, tx, c, terr.Error(), true)
+}
+
+// callEnv is what a tool executed by the runtime may need of it: the
+// runtime itself (pool, toolbox, skills) and the call it executes, with the
+// step's lease to commit under. runCall puts it in the tool's context.
+type callEnv struct {
+	rt    *Runtime
+	jobID int64
+	step  StepArgs
+	call  db.ToolCallRow
+}
+
+type callEnvKey struct{}
+
+// withCallEnv returns ctx carrying the runtime's view of the call being
+// executed.
+func (rt *Runtime) withCallEnv(ctx context.Context, jobID int64, a StepArgs, c db.ToolCallRow) context.Context {
+	return context.WithValue(ctx, callEnvKey{}, &callEnv{rt: rt, jobID: jobID, step: a, call: c})
+}
+
+// callEnvFrom returns the call environment, or an error for a tool called
+// outside the runtime.
+func callEnvFrom(ctx context.Context) (*callEnv, error) {
+	env, ok := ctx.Value(callEnvKey{}).(*callEnv)
+	if !ok {
+		return nil, errors.New("this tool only runs inside a run")
+	}
+	return env, nil
+}
+
+// commit runs fn in a transaction under the step's lease.
+func (env *callEnv) commit(ctx context.Context, fn func(tx pgx.Tx) error) error {
+	return env.rt.commit(ctx, env.jobID, env.step, fn)
+}
+
+// intArg reads an optional integer argument (numbers arrive as json.Number),
+// clamped to [lo, hi]; def when absent.
+func intArg(args map[string]any, key string, def, lo, hi int64) int64 {
+	v, ok := args[key]
+	if !ok {
+		return def
+	}
+	var n int64
+	switch x := v.(type) {
+	case interface{ Int64() (int64, error) }:
+		i, err := x.Int64()
+		if err != nil {
+			return def
+		}
+		n = i
+	case float64:
+		n = int64(x)
+	case int64:
+		n = x
+	case int:
+		n = int64(x)
+	default:
+		return def
+	}
+	return min(max(n, lo), hi)
+}
+
+// clipText cuts s to at most n bytes on a character boundary, saying so.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n] + fmt.Sprintf("… (cut: %d more bytes)", len(s)-n)
+}
