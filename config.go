@@ -1,10 +1,12 @@
 package main
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -14,6 +16,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"pizzabot/agent"
+	"pizzabot/db"
+	"pizzabot/handlers"
+	"pizzabot/jobs"
 )
 
 // config is the server's configuration, read once from the environment.
@@ -25,19 +30,54 @@ type config struct {
 	LogLevel        slog.Level
 	LogFormat       string
 	ShutdownTimeout time.Duration
+
+	// Sign-in (OIDC) and sessions: all set, or none on a loopback address.
+	OIDCIssuer       string
+	OIDCClientID     string
+	OIDCClientSecret string
+	PublicURL        string
+	AdminEmails      []string
+	OIDCAdminGroup   string
+	SessionKeys      [][]byte
+	SessionIdle      time.Duration
+	SessionMaxAge    time.Duration
+	// AllowedOrigins are trusted for state-changing requests.
+	AllowedOrigins []string
+	// SecretKey encrypts provider keys stored in the database; nil: none
+	// can be stored.
+	SecretKey []byte
+
+	// Grants are the host folders agents may reach from PIZZA_GRANTS and
+	// <data root>/grants.json (docs/workspace.md).
+	Grants []db.GrantSpec
 }
+
+// oidcEnabled reports whether people sign in with SSO.
+func (c config) oidcEnabled() bool { return c.OIDCIssuer != "" }
 
 // envVar documents one variable; the table drives --help and must match the README.
 type envVar struct{ name, def, help string }
 
 var envVars = []envVar{
-	{"PIZZA_ADDR", "127.0.0.1:8080", "address to listen on; anything but loopback requires SSO (not available yet)"},
+	{"PIZZA_ADDR", "127.0.0.1:8080", "address to listen on; anything but loopback requires PIZZA_OIDC_*, PIZZA_PUBLIC_URL, PIZZA_ALLOWED_ORIGINS and PIZZA_SESSION_KEYS"},
 	{"PIZZA_DATA_ROOT", "~/.pizza-bot (root: /var/lib/pizza-bot)", "where skills, files and the private PostgreSQL live"},
 	{"DATABASE_URL", "(unset: private PostgreSQL under the data root)", "PostgreSQL URL, e.g. postgres://user:pass@host/db"},
 	{"PIZZA_MODEL", "(none)", "default model as <provider>:<model-id>, e.g. openai:gpt-4.1-mini"},
 	{"PIZZA_LOG_LEVEL", "info", "debug, info, warn or error"},
 	{"PIZZA_LOG_FORMAT", "text", "text or json"},
 	{"PIZZA_SHUTDOWN_TIMEOUT", "30s", "how long a stopping server waits for requests and running steps"},
+	{"PIZZA_OIDC_ISSUER", "(unset: no sign-in, loopback only)", "OpenID Connect issuer URL of the identity provider, e.g. https://login.example.com/realms/acme"},
+	{"PIZZA_OIDC_CLIENT_ID", "(none)", "client id registered at the identity provider"},
+	{"PIZZA_OIDC_CLIENT_SECRET", "(none)", "client secret (or PIZZA_OIDC_CLIENT_SECRET_FILE: a file holding it)"},
+	{"PIZZA_PUBLIC_URL", "(none)", "the URL people open, e.g. https://pizza.example.com; the redirect URL is <PIZZA_PUBLIC_URL>/auth/callback"},
+	{"PIZZA_ADMIN_EMAILS", "(none)", "comma-separated emails of the users who sign in as admins"},
+	{"PIZZA_OIDC_ADMIN_GROUP", "(none)", "a value of the ID token's groups claim that makes its members admins"},
+	{"PIZZA_ALLOWED_ORIGINS", "(none)", "comma-separated origins trusted to post forms, e.g. https://pizza.example.com"},
+	{"PIZZA_SESSION_KEYS", "(none)", "comma-separated base64 keys of 32+ bytes signing and encrypting cookies; the first signs, all are accepted (rotation)"},
+	{"PIZZA_SESSION_IDLE_TIMEOUT", "72h", "a session unused this long ends"},
+	{"PIZZA_SESSION_MAX_AGE", "336h", "a session ends this long after sign-in, however used"},
+	{"PIZZA_SECRET_KEY", "(none: keys entered in settings cannot be stored)", "base64 of 32 bytes encrypting provider keys stored in the database (AES-256-GCM)"},
+	{"PIZZA_GRANTS", "(none)", "host folders agents may reach: comma-separated absolute paths, each :ro (default) or :rw, e.g. /srv/docs,/srv/out:rw; also read from <data root>/grants.json"},
 }
 
 // loadConfig reads the configuration from getenv and reports every problem
@@ -54,10 +94,25 @@ func loadConfig(getenv func(string) string) (config, error) {
 	if c.Addr == "" {
 		c.Addr = "127.0.0.1:8080"
 	}
+	errs = append(errs, c.loadAuth(getenv)...)
 	if host, _, err := net.SplitHostPort(c.Addr); err != nil {
 		errs = append(errs, fmt.Errorf("PIZZA_ADDR %q: want host:port, e.g. 127.0.0.1:8080", c.Addr))
 	} else if !isLoopback(host) {
-		errs = append(errs, fmt.Errorf("PIZZA_ADDR %q is not a loopback address: serving a network needs SSO sign-in and an origin allowlist, which this build does not have yet; bind to 127.0.0.1", c.Addr))
+		// A network sees the server: it must know who is asking, and
+		// which sites may send it forms.
+		var missing []string
+		if !c.oidcEnabled() {
+			missing = append(missing, "PIZZA_OIDC_ISSUER, PIZZA_OIDC_CLIENT_ID and PIZZA_PUBLIC_URL (SSO sign-in)")
+		}
+		if len(c.AllowedOrigins) == 0 {
+			missing = append(missing, "PIZZA_ALLOWED_ORIGINS (the origins allowed to post forms, e.g. your PIZZA_PUBLIC_URL)")
+		}
+		if len(c.SessionKeys) == 0 {
+			missing = append(missing, "PIZZA_SESSION_KEYS (e.g. the output of: openssl rand -base64 48)")
+		}
+		if len(missing) > 0 {
+			errs = append(errs, fmt.Errorf("PIZZA_ADDR %q is not a loopback address, so sign-in is required; set %s, or bind to 127.0.0.1", c.Addr, strings.Join(missing, "; ")))
+		}
 	}
 
 	if c.DataRoot == "" {
@@ -121,7 +176,41 @@ func loadConfig(getenv func(string) string) (config, error) {
 			c.ShutdownTimeout = d
 		}
 	}
+	errs = append(errs, c.loadGrants(getenv)...)
 	return c, errors.Join(errs...)
+}
+
+// loadGrants reads the folder grants of PIZZA_GRANTS and
+// <data root>/grants.json; a folder in both takes the more permissive mode.
+// No grant may reach into the data root.
+func (c *config) loadGrants(getenv func(string) string) []error {
+	var errs []error
+	fromEnv, err := jobs.ParseGrants(getenv("PIZZA_GRANTS"))
+	if err != nil {
+		errs = append(errs, err)
+	}
+	var fromFile []db.GrantSpec
+	// A data root that is not a directory yet is reported when the server
+	// prepares it.
+	if fi, serr := os.Stat(c.DataRoot); c.DataRoot != "" && serr == nil && fi.IsDir() {
+		if fromFile, err = jobs.ReadGrantsFile(filepath.Join(c.DataRoot, "grants.json")); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	index := map[string]int{}
+	for _, g := range append(fromEnv, fromFile...) {
+		if c.DataRoot != "" && (g.Path == c.DataRoot || strings.HasPrefix(g.Path, c.DataRoot+string(filepath.Separator))) {
+			errs = append(errs, fmt.Errorf("folder grant %s is inside PIZZA_DATA_ROOT, which agents must not reach", g.Path))
+			continue
+		}
+		if i, ok := index[g.Path]; ok {
+			c.Grants[i].Writable = c.Grants[i].Writable || g.Writable
+			continue
+		}
+		index[g.Path] = len(c.Grants)
+		c.Grants = append(c.Grants, g)
+	}
+	return errs
 }
 
 // defaultDataRoot is ~/.pizza-bot, except for root, whose home is out of
@@ -156,4 +245,105 @@ func (c config) logger() *slog.Logger {
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
 	}
 	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+// loadAuth reads the sign-in, session, origin and secret settings.
+func (c *config) loadAuth(getenv func(string) string) []error {
+	var errs []error
+	c.OIDCIssuer = strings.TrimSpace(getenv("PIZZA_OIDC_ISSUER"))
+	c.OIDCClientID = strings.TrimSpace(getenv("PIZZA_OIDC_CLIENT_ID"))
+	c.OIDCClientSecret = strings.TrimSpace(getenv("PIZZA_OIDC_CLIENT_SECRET"))
+	if file := strings.TrimSpace(getenv("PIZZA_OIDC_CLIENT_SECRET_FILE")); file != "" {
+		if c.OIDCClientSecret != "" {
+			errs = append(errs, errors.New("PIZZA_OIDC_CLIENT_SECRET and PIZZA_OIDC_CLIENT_SECRET_FILE are both set: keep one"))
+		} else if b, err := os.ReadFile(file); err != nil {
+			errs = append(errs, fmt.Errorf("PIZZA_OIDC_CLIENT_SECRET_FILE: %v", err))
+		} else {
+			c.OIDCClientSecret = strings.TrimSpace(string(b))
+		}
+	}
+	c.PublicURL = strings.TrimRight(strings.TrimSpace(getenv("PIZZA_PUBLIC_URL")), "/")
+	c.OIDCAdminGroup = strings.TrimSpace(getenv("PIZZA_OIDC_ADMIN_GROUP"))
+	for _, e := range splitList(getenv("PIZZA_ADMIN_EMAILS")) {
+		c.AdminEmails = append(c.AdminEmails, strings.ToLower(e))
+	}
+
+	if c.OIDCIssuer != "" || c.OIDCClientID != "" || c.OIDCClientSecret != "" {
+		if u, err := url.Parse(c.OIDCIssuer); c.OIDCIssuer == "" || err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("PIZZA_OIDC_ISSUER %q: want the identity provider's issuer URL, e.g. https://login.example.com/realms/acme", c.OIDCIssuer))
+		}
+		if c.OIDCClientID == "" {
+			errs = append(errs, errors.New("PIZZA_OIDC_CLIENT_ID is not set: the client id registered at the identity provider"))
+		}
+		if c.PublicURL == "" {
+			errs = append(errs, errors.New("PIZZA_PUBLIC_URL is not set: the URL people open (the identity provider redirects to <PIZZA_PUBLIC_URL>/auth/callback)"))
+		}
+	}
+	if c.PublicURL != "" {
+		u, err := url.Parse(c.PublicURL)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+			errs = append(errs, fmt.Errorf("PIZZA_PUBLIC_URL %q: want scheme://host[:port] with no path, e.g. https://pizza.example.com", c.PublicURL))
+		}
+	}
+
+	for i, raw := range splitList(getenv("PIZZA_SESSION_KEYS")) {
+		k, err := decodeKey(raw)
+		if err != nil || len(k) < 32 {
+			// Never echo the key.
+			errs = append(errs, fmt.Errorf("PIZZA_SESSION_KEYS: key %d is not base64 of at least 32 bytes (make one with: openssl rand -base64 48)", i+1))
+			continue
+		}
+		c.SessionKeys = append(c.SessionKeys, k)
+	}
+	if c.oidcEnabled() && len(c.SessionKeys) == 0 {
+		errs = append(errs, errors.New("PIZZA_SESSION_KEYS is not set: sign-in needs a key for the session cookies (make one with: openssl rand -base64 48)"))
+	}
+	c.SessionIdle, c.SessionMaxAge = 72*time.Hour, 14*24*time.Hour
+	for _, d := range []struct {
+		name string
+		dst  *time.Duration
+	}{{"PIZZA_SESSION_IDLE_TIMEOUT", &c.SessionIdle}, {"PIZZA_SESSION_MAX_AGE", &c.SessionMaxAge}} {
+		if s := strings.TrimSpace(getenv(d.name)); s != "" {
+			v, err := time.ParseDuration(s)
+			if err != nil || v < time.Minute {
+				errs = append(errs, fmt.Errorf("%s %q: want a duration of at least 1m, such as 72h", d.name, s))
+				continue
+			}
+			*d.dst = v
+		}
+	}
+
+	for _, raw := range splitList(getenv("PIZZA_ALLOWED_ORIGINS")) {
+		o, err := handlers.NormalizeOrigin(raw)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("PIZZA_ALLOWED_ORIGINS: %v", err))
+			continue
+		}
+		c.AllowedOrigins = append(c.AllowedOrigins, o)
+	}
+
+	if raw := strings.TrimSpace(getenv("PIZZA_SECRET_KEY")); raw != "" {
+		k, err := decodeKey(raw)
+		if err != nil || len(k) != db.SecretKeySize {
+			errs = append(errs, errors.New("PIZZA_SECRET_KEY is not base64 of exactly 32 bytes (make one with: openssl rand -base64 32)"))
+		} else {
+			c.SecretKey = k
+		}
+	}
+	return errs
+}
+
+// splitList splits a comma- or space-separated list, dropping empty items.
+func splitList(s string) []string {
+	return strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' || r == '\n' })
+}
+
+// decodeKey reads a key written in standard or URL-safe base64, padded or
+// not.
+func decodeKey(s string) ([]byte, error) {
+	s = strings.TrimRight(strings.TrimSpace(s), "=")
+	if strings.ContainsAny(s, "-_") {
+		return base64.RawURLEncoding.DecodeString(s)
+	}
+	return base64.RawStdEncoding.DecodeString(s)
 }

@@ -17,12 +17,15 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
+	"riverqueue.com/riverui"
 
 	"pizzabot/agent"
+	"pizzabot/agent/mcpclient"
 	"pizzabot/db"
 	"pizzabot/db/pglocal"
 	"pizzabot/handlers"
 	"pizzabot/jobs"
+	"pizzabot/live"
 	"pizzabot/skills"
 )
 
@@ -45,7 +48,19 @@ func serve(ctx context.Context, cfg config) error {
 	}
 	defer st.close()
 
-	local, err := db.EnsureLocalUser(ctx, st.pool)
+	// The folder grants of the environment replace those of the last start.
+	if err := db.SyncEnvGrants(ctx, st.pool, cfg.Grants); err != nil {
+		return err
+	}
+	for _, g := range cfg.Grants {
+		log.Info("folder granted to agents", "path", g.Path, "writable", g.Writable)
+	}
+
+	secrets, err := secretBox(cfg)
+	if err != nil {
+		return err
+	}
+	auth, err := newAuth(ctx, cfg, st.pool, log)
 	if err != nil {
 		return err
 	}
@@ -53,6 +68,26 @@ func serve(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
+	// MCP servers and plugins (docs/mcp.md). Stopped after the job
+	// queue (defers run last first), whose running steps may call them.
+	ext := newExtensions(cfg, st.pool, log, rt)
+	ext.Start(ctx)
+	defer ext.Close()
+	// Settings stored by admins (settings page) over the environment.
+	rt.ProviderSettings = func(ctx context.Context, provider string) (string, string, string, error) {
+		return db.ResolveProvider(ctx, st.pool, secrets, provider)
+	}
+	rt.DefaultModelFunc = func(ctx context.Context) (string, error) {
+		return db.GetServerSetting(ctx, st.pool, db.SettingDefaultModel)
+	}
+	// Live updates: one listener per process, started before the server so
+	// that every page knows the event log's position (docs/live.md).
+	broker := live.New(st.pool, live.Options{Logger: log})
+	if err := broker.Start(ctx); err != nil {
+		return fmt.Errorf("live updates: %w", err)
+	}
+	defer broker.Close()
+	rt.OnDelta = broker.PublishDelta
 	if err := client.Start(ctx); err != nil {
 		return fmt.Errorf("start job queue: %w", err)
 	}
@@ -65,14 +100,31 @@ func serve(ctx context.Context, cfg config) error {
 			log.Warn("stop job queue", "err", err)
 		}
 	}()
+	jobsUI, err := riverui.NewHandler(&riverui.HandlerOpts{
+		Endpoints: riverui.NewEndpoints(client, nil),
+		Logger:    log.With("component", "riverui"),
+		Prefix:    "/settings/jobs",
+		// Job arguments hold thread ids only, but keep them folded.
+		JobListHideArgsByDefault: true,
+	})
+	if err != nil {
+		return fmt.Errorf("job queue UI: %w", err)
+	}
+	if err := jobsUI.Start(ctx); err != nil {
+		return fmt.Errorf("job queue UI: %w", err)
+	}
 	h := handlers.New(handlers.Deps{
-		Pool:   st.pool,
-		Logger: log,
-		Authenticate: func(*http.Request) (db.User, error) {
-			return local, nil
-		},
-		Ready: func(ctx context.Context) error { return ready(ctx, st.pool) },
-		Runs:  rt,
+		Pool:           st.pool,
+		Logger:         log,
+		Auth:           auth,
+		AllowedOrigins: cfg.AllowedOrigins,
+		DataRoot:       cfg.DataRoot,
+		Secrets:        secrets,
+		JobsUI:         jobsUI,
+		Ready:          func(ctx context.Context) error { return ready(ctx, st.pool) },
+		Runs:           rt,
+		Live:           broker,
+		Extensions:     ext,
 	})
 	srv := &http.Server{
 		Handler:           h,
@@ -80,6 +132,9 @@ func serve(ctx context.Context, cfg config) error {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	// Shutdown waits for requests to finish, and an event stream never
+	// does by itself: end them all as shutdown begins.
+	srv.RegisterOnShutdown(broker.Close)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	log.Info("serving", "url", "http://"+ln.Addr().String(), "data_root", cfg.DataRoot, "private_postgres", st.cluster != nil)
@@ -290,7 +345,9 @@ func healthcheck(ctx context.Context, cfg config) error {
 
 // newRuntime builds the agent runtime and the River client that works it.
 func newRuntime(cfg config, pool *pgxpool.Pool, log *slog.Logger) (*jobs.Runtime, *river.Client[pgx.Tx], error) {
-	tools, err := jobs.NewToolbox()
+	// The workspace tools: run_js, memory, attachments and folder grants,
+	// which never reach into the data root.
+	tools, err := jobs.NewToolbox(jobs.WorkspaceTools(jobs.Workspace{Protected: []string{cfg.DataRoot}})...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -308,4 +365,64 @@ func newRuntime(cfg config, pool *pgxpool.Pool, log *slog.Logger) (*jobs.Runtime
 		return nil, nil, err
 	}
 	return rt, client, nil
+}
+
+// newAuth is who requests act as: on a loopback address without SSO the
+// single local user, otherwise whoever signed in (or holds a token).
+func newAuth(ctx context.Context, cfg config, pool *pgxpool.Pool, log *slog.Logger) (*handlers.Auth, error) {
+	if !cfg.oidcEnabled() {
+		local, err := db.EnsureLocalUser(ctx, pool)
+		if err != nil {
+			return nil, err
+		}
+		return handlers.NewAuth(pool, log, handlers.AuthConfig{Local: &local})
+	}
+	auth, err := handlers.NewAuth(pool, log, handlers.AuthConfig{
+		OIDC:        handlers.OIDCConfig{Issuer: cfg.OIDCIssuer, ClientID: cfg.OIDCClientID, ClientSecret: cfg.OIDCClientSecret},
+		PublicURL:   cfg.PublicURL,
+		SessionKeys: cfg.SessionKeys,
+		AdminEmails: cfg.AdminEmails,
+		AdminGroup:  cfg.OIDCAdminGroup,
+		IdleTimeout: cfg.SessionIdle,
+		MaxAge:      cfg.SessionMaxAge,
+	})
+	if err != nil {
+		return nil, err
+	}
+	// The identity provider being down must not keep the server (and the
+	// runs it works) from starting: sign-in retries discovery.
+	if err := auth.Discover(ctx); err != nil {
+		log.Warn("identity provider unreachable; sign-in will retry", "issuer", cfg.OIDCIssuer, "err", err)
+	}
+	if len(cfg.AdminEmails) == 0 && cfg.OIDCAdminGroup == "" {
+		log.Warn("no admin configured: set PIZZA_ADMIN_EMAILS or PIZZA_OIDC_ADMIN_GROUP to reach the settings page")
+	}
+	return auth, nil
+}
+
+// secretBox seals provider keys stored in settings, when PIZZA_SECRET_KEY
+// is set.
+func secretBox(cfg config) (*db.SecretBox, error) {
+	if cfg.SecretKey == nil {
+		return nil, nil
+	}
+	return db.NewSecretBox(cfg.SecretKey)
+}
+
+// newExtensions wires the MCP servers and plugins into the runtime: their
+// tools join the toolbox as their servers connect, and the skills of enabled
+// plugins join the skills (custom > plugin > built-in).
+func newExtensions(cfg config, pool *pgxpool.Pool, log *slog.Logger, rt *jobs.Runtime) *jobs.Extensions {
+	mlog := log.With("component", "mcp")
+	ext := &jobs.Extensions{
+		Pool:          pool,
+		Logger:        mlog,
+		DataRoot:      cfg.DataRoot,
+		BuiltinSkills: skills.FS,
+		Manager:       mcpclient.New(mcpclient.Options{Logger: mlog}),
+		ProbeOptions:  mcpclient.Options{Logger: mlog, ConnectTimeout: 30 * time.Second},
+	}
+	rt.Tools.AddSource(jobs.MCPTools(ext.Manager))
+	rt.Skills = ext.Skills
+	return ext
 }

@@ -23,6 +23,8 @@ const (
 	SourceBuiltin = "builtin"
 	// SourceCustom is a skill in <PIZZA_DATA_ROOT>/skills.
 	SourceCustom = "custom"
+	// SourcePlugin is a skill in the skills/ folder of an enabled plugin.
+	SourcePlugin = "plugin"
 )
 
 // Limits of the Agent Skills format, and ours.
@@ -66,13 +68,16 @@ type Skill struct {
 	Schedule *Schedule `json:"schedule,omitempty"`
 	// Body is the Markdown instructions after the front matter.
 	Body string `json:"body"`
-	// Source is SourceBuiltin or SourceCustom.
+	// Source is SourceBuiltin, SourcePlugin or SourceCustom.
 	Source string `json:"source"`
+	// Plugin names the plugin of a SourcePlugin skill.
+	Plugin string `json:"plugin,omitempty"`
 	// Path is where SKILL.md is: for a built-in, its path in the source
-	// tree (skills/<name>/SKILL.md); for a custom skill, the file on disk.
+	// tree (skills/<name>/SKILL.md); for a custom or plugin skill, the file
+	// on disk.
 	Path string `json:"path"`
-	// ReplacesBuiltin reports a custom skill that hides the built-in skill
-	// of the same name (deleting it brings the built-in back).
+	// ReplacesBuiltin reports a custom or plugin skill that hides the
+	// built-in skill of the same name (deleting it brings the built-in back).
 	ReplacesBuiltin bool `json:"replaces_builtin,omitempty"`
 	// Files is the skill's folder: SKILL.md and any file it bundles.
 	Files fs.FS `json:"-"`
@@ -102,8 +107,10 @@ type SkillError struct {
 	// Name is the skill's folder name; empty for a problem with the whole
 	// skills directory.
 	Name string
-	// Source is SourceBuiltin or SourceCustom.
+	// Source is SourceBuiltin, SourcePlugin or SourceCustom.
 	Source string
+	// Plugin names the plugin of a SourcePlugin skill.
+	Plugin string
 	// Path is the SKILL.md (or directory) concerned.
 	Path string
 	// Err is what is wrong.
@@ -141,6 +148,16 @@ func (s SkillSet) Get(name string) (*Skill, bool) {
 // malformed custom skill has a built-in namesake, the built-in stays
 // available and its error says so.
 func LoadSkills(builtin fs.FS, customDir string) SkillSet {
+	return LoadSkillsWithPlugins(builtin, nil, customDir)
+}
+
+// LoadSkillsWithPlugins is LoadSkills with the skills of plugins between
+// the built-in and the custom ones: a custom skill replaces a plugin's or a
+// built-in skill of the same name, and a plugin's skill replaces a
+// built-in one. Two plugins with a skill of the same name: the plugin first
+// in name order wins and the other skill is reported in Errors. Pass only
+// the enabled plugins.
+func LoadSkillsWithPlugins(builtin fs.FS, plugins []Plugin, customDir string) SkillSet {
 	var set SkillSet
 	byName := map[string]Skill{}
 	if builtin != nil {
@@ -150,6 +167,7 @@ func LoadSkills(builtin fs.FS, customDir string) SkillSet {
 		}
 		set.Errors = append(set.Errors, errs...)
 	}
+	set.Errors = append(set.Errors, loadPluginSkills(plugins, byName)...)
 	if customDir != "" {
 		switch info, err := os.Stat(customDir); {
 		case errors.Is(err, fs.ErrNotExist):
@@ -160,7 +178,7 @@ func LoadSkills(builtin fs.FS, customDir string) SkillSet {
 		default:
 			skills, errs := loadDir(os.DirFS(customDir), SourceCustom, customDir, func(name string) string { return filepath.Join(customDir, name, SkillFile) })
 			for _, sk := range skills {
-				if b, ok := byName[sk.Name]; ok && b.Source == SourceBuiltin {
+				if b, ok := byName[sk.Name]; ok && (b.Source == SourceBuiltin || b.ReplacesBuiltin) {
 					sk.ReplacesBuiltin = true
 				}
 				byName[sk.Name] = sk
@@ -168,6 +186,8 @@ func LoadSkills(builtin fs.FS, customDir string) SkillSet {
 			for _, e := range errs {
 				if b, ok := byName[e.Name]; ok && b.Source == SourceBuiltin {
 					e.Err = fmt.Errorf("%w (the built-in skill %q is used instead)", e.Err, e.Name)
+				} else if ok && b.Source == SourcePlugin {
+					e.Err = fmt.Errorf("%w (the skill %q of plugin %s is used instead)", e.Err, e.Name, b.Plugin)
 				}
 				set.Errors = append(set.Errors, e)
 			}
@@ -181,7 +201,7 @@ func LoadSkills(builtin fs.FS, customDir string) SkillSet {
 		if c := strings.Compare(a.Name, b.Name); c != 0 {
 			return c
 		}
-		return strings.Compare(a.Source, b.Source) // "builtin" < "custom"
+		return strings.Compare(a.Source, b.Source) // "builtin" < "custom" < "plugin"
 	})
 	return set
 }

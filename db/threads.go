@@ -46,6 +46,11 @@ type Thread struct {
 	Error       string    `db:"error"`
 	CreatedAt   time.Time `db:"created_at"`
 	UpdatedAt   time.Time `db:"updated_at"`
+	// ParentThreadID is the thread that delegated this one to a skill (a
+	// sub-agent, see subagents.go), and ParentCallID the task call it
+	// answers; both nil for a top-level thread.
+	ParentThreadID *int64 `db:"parent_thread_id"`
+	ParentCallID   *int64 `db:"parent_call_id"`
 }
 
 // Finished reports whether the thread's run has ended.
@@ -55,7 +60,8 @@ func (t Thread) Finished() bool {
 
 const threadColumns = `t.id, t.user_id, t.folder_id, coalesce(f.name, '') AS folder_name,
 	t.title, t.skill, t.model, t.status, t.unread, t.archived,
-	t.trigger_kind, t.trigger_at, t.trigger_ref, t.error, t.created_at, t.updated_at`
+	t.trigger_kind, t.trigger_at, t.trigger_ref, t.error, t.created_at, t.updated_at,
+	t.parent_thread_id, t.parent_call_id`
 
 const threadFrom = ` FROM threads t LEFT JOIN folders f ON f.id = t.folder_id `
 
@@ -114,9 +120,10 @@ func ParseCursor(s string) (Cursor, error) {
 
 // ListThreads returns one page of the user's threads, newest activity first,
 // starting after the cursor (nil: the first page). The returned cursor is nil
-// on the last page.
+// on the last page. Sub-agents are not listed: they are reached from the
+// page of the thread that delegated them.
 func ListThreads(ctx context.Context, q Querier, userID int64, f ThreadFilter, after *Cursor, limit int) ([]Thread, *Cursor, error) {
-	where := []string{"t.user_id = $1"}
+	where := []string{"t.user_id = $1", "t.parent_thread_id IS NULL"}
 	args := []any{userID}
 	arg := func(v any) string {
 		args = append(args, v)
@@ -160,7 +167,8 @@ type Counts struct {
 }
 
 // CountThreads returns the sizes of the user's queues, kept current by
-// triggers (migration 0008) so the counts on every page cost one row.
+// triggers (migrations 0008, 0009: sub-agents do not count) so the counts
+// on every page cost one row.
 func CountThreads(ctx context.Context, q Querier, userID int64) (Counts, error) {
 	var c Counts
 	err := q.QueryRow(ctx, `SELECT all_count, unread_count, action_count
@@ -254,15 +262,15 @@ func SetArchived(ctx context.Context, q Querier, userID int64, ids []int64, arch
 
 // MoveThreads puts the user's threads into one of their folders, or takes
 // them out of any folder when folderID is nil. A folder of another user is
-// ErrNotFound.
+// ErrNotFound. Sub-agents stay out of folders, as out of the queues.
 func MoveThreads(ctx context.Context, q Querier, userID int64, ids []int64, folderID *int64) (int64, error) {
 	if folderID != nil {
 		if _, err := GetFolder(ctx, q, userID, *folderID); err != nil {
 			return 0, err
 		}
 	}
-	tag, err := q.Exec(ctx, `UPDATE threads SET folder_id = $3 WHERE user_id = $1 AND id = ANY($2)`,
-		userID, ids, folderID)
+	tag, err := q.Exec(ctx, `UPDATE threads SET folder_id = $3
+		WHERE user_id = $1 AND id = ANY($2) AND parent_thread_id IS NULL`, userID, ids, folderID)
 	if err != nil {
 		return 0, fmt.Errorf("move threads: %w", err)
 	}

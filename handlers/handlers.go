@@ -23,6 +23,7 @@ import (
 
 	"pizzabot/db"
 	"pizzabot/jobs"
+	"pizzabot/live"
 	"pizzabot/views"
 )
 
@@ -40,6 +41,28 @@ type Deps struct {
 	Ready func(ctx context.Context) error
 	// Runs starts, continues, decides and cancels runs.
 	Runs *jobs.Runtime
+
+	// Auth signs people in (OIDC, sessions) and checks personal access
+	// tokens; its routes are mounted when set. When Authenticate is nil,
+	// Auth.Authenticate is used.
+	Auth *Auth
+	// AllowedOrigins are origins trusted for state-changing requests and
+	// the event stream, besides our own (PIZZA_ALLOWED_ORIGINS); admins add
+	// more on the settings page.
+	AllowedOrigins []string
+	// DataRoot is <PIZZA_DATA_ROOT>: custom skills live in DataRoot/skills.
+	DataRoot string
+	// Secrets seals model provider keys entered on the settings page; nil
+	// when PIZZA_SECRET_KEY is unset (keys are then named by variable only).
+	Secrets *db.SecretBox
+	// JobsUI is River's job UI, served to admins under /settings/jobs/.
+	JobsUI http.Handler
+	// Live carries committed changes and streamed model text to the
+	// browsers' event streams (events.go); nil turns live updates off.
+	Live *live.Broker
+	// Extensions are the MCP servers and plugins managed on
+	// /settings/mcp and /settings/plugins (mcp.go); nil hides them.
+	Extensions *jobs.Extensions
 }
 
 // ErrUnauthenticated is what Deps.Authenticate returns, wrapped, for a
@@ -54,6 +77,17 @@ type Handler struct {
 	ready        func(ctx context.Context) error
 	runs         *jobs.Runtime
 	now          func() time.Time
+
+	auth     *Auth
+	origins  *originCheck
+	dataRoot string
+	secrets  *db.SecretBox
+	jobsUI   http.Handler
+
+	live      *live.Broker
+	liveCache liveCache
+
+	ext *jobs.Extensions
 }
 
 // New returns the web interface as one http.Handler: the routes of
@@ -67,9 +101,18 @@ func New(d Deps) http.Handler {
 		ready:        d.Ready,
 		runs:         d.Runs,
 		now:          time.Now,
+		auth:         d.Auth,
+		dataRoot:     d.DataRoot,
+		secrets:      d.Secrets,
+		jobsUI:       d.JobsUI,
+		live:         d.Live,
+		ext:          d.Extensions,
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
+	}
+	if h.authenticate == nil && h.auth != nil {
+		h.authenticate = h.auth.Authenticate
 	}
 	if h.ready == nil {
 		h.ready = func(ctx context.Context) error { return h.pool.Ping(ctx) }
@@ -80,12 +123,23 @@ func New(d Deps) http.Handler {
 	// Refuses state-changing requests that a browser marks as coming from
 	// another origin (Sec-Fetch-Site, or Origin against Host): our CSRF
 	// protection, with no token to thread through every form.
+	// The allowlist (originCheck, auth.go) adds the origins that
+	// PIZZA_ALLOWED_ORIGINS and the settings trust, extends the check to
+	// the event stream, and lets bearer-token requests through.
 	cop := http.NewCrossOriginProtection()
-	cop.SetDenyHandler(h.handle(func(http.ResponseWriter, *http.Request) error {
-		return httpError{http.StatusForbidden, "This request came from another site and was refused."}
-	}))
+	for _, o := range d.AllowedOrigins {
+		if err := cop.AddTrustedOrigin(o); err != nil {
+			h.log.Warn("ignoring an allowed origin", "origin", o, "err", err)
+		}
+	}
+	if d.Auth != nil && d.Auth.publicOrigin != "" {
+		// Behind a proxy that rewrites Host, our own pages' Origin would
+		// not match the Host we see.
+		_ = cop.AddTrustedOrigin(d.Auth.publicOrigin)
+	}
+	h.origins = &originCheck{cop: cop, pool: h.pool, log: h.log, env: d.AllowedOrigins}
 
-	var handler http.Handler = cop.Handler(mux)
+	var handler http.Handler = h.protectOrigin(mux)
 	handler = securityHeaders(handler)
 	handler = h.recoverPanics(handler)
 	handler = h.logRequests(handler)
@@ -124,7 +178,7 @@ func (h *Handler) page(fn handlerFunc) http.Handler {
 	return h.handle(func(w http.ResponseWriter, r *http.Request) error {
 		user, err := h.authenticate(r)
 		if errors.Is(err, ErrUnauthenticated) {
-			return httpError{http.StatusUnauthorized, "You are not signed in."}
+			return h.unauthenticated(w, r)
 		}
 		if err != nil {
 			return fmt.Errorf("authenticate: %w", err)
@@ -133,6 +187,11 @@ func (h *Handler) page(fn handlerFunc) http.Handler {
 			return httpError{http.StatusForbidden, "Your account is disabled."}
 		}
 		requestInfoFrom(r.Context()).user = user
+		if h.live != nil {
+			// Take the event log's position before the page reads its
+			// data: its event stream resumes there (views.WithLive).
+			r = r.WithContext(views.WithLive(r.Context(), h.live.Position().String(), localURL(r.URL.RequestURI(), "")))
+		}
 		return fn(w, r)
 	})
 }
@@ -140,6 +199,11 @@ func (h *Handler) page(fn handlerFunc) http.Handler {
 // renderError answers a request whose handler failed. An htmx request gets
 // the message in the page's flash area; any other request an error page.
 func (h *Handler) renderError(w http.ResponseWriter, r *http.Request, err error) {
+	if isAPI(r) {
+		// A panic or a refused cross-origin request under /api/: JSON too.
+		h.renderAPIError(w, r, err)
+		return
+	}
 	ctx := r.Context()
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		// The client went away: there is no one to answer.

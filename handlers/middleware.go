@@ -116,7 +116,7 @@ func (h *Handler) logRequests(next http.Handler) http.Handler {
 		attrs := []any{
 			"request_id", info.id,
 			"method", r.Method,
-			"path", r.URL.Path,
+			"path", logPath(r.URL.Path),
 			"status", status,
 			"bytes", rec.bytes,
 			"duration_ms", time.Since(start).Milliseconds(),
@@ -180,4 +180,14 @@ func slogLevelFor(path string, status int) slog.Level {
 		return slog.LevelDebug
 	}
 	return slog.LevelInfo
+}
+
+// logPath hides the secret part of a path before it is logged: a webhook's
+// token.
+func logPath(p string) string {
+	if rest, ok := strings.CutPrefix(p, "/hooks/"); ok {
+		skill, _, _ := strings.Cut(rest, "/")
+		return "/hooks/" + skill + "/[token]"
+	}
+	return p
 }

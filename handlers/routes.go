@@ -28,11 +28,132 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	mux.Handle("POST /threads/{id}/unarchive", h.page(h.unarchive))
 	mux.Handle("POST /threads/{id}/move", h.page(h.moveThread))
 
+	// A thread's run, from its page (runs.go): decisions on the calls it
+	// waits at, a reply once it has ended, cancel and retry.
+	mux.Handle("POST /threads/{id}/decisions", h.page(h.decide))
+	mux.Handle("POST /threads/{id}/messages", h.page(h.reply))
+	mux.Handle("POST /threads/{id}/cancel", h.page(h.cancelRun))
+	mux.Handle("POST /threads/{id}/retry", h.page(h.retryRun))
+
+	// Sub-agents (activity.go; docs/subagents.md): a decision on a
+	// call a sub-agent waits at, from its parent's page, which it answers.
+	mux.Handle("POST /threads/{id}/subagents/{child}/decisions", h.page(h.decideSubagent))
+
+	// Live updates (events.go): the signed-in user's event stream, for the
+	// page named by ?list= or ?thread=, resuming at ?since= or Last-Event-ID.
+	mux.Handle("GET /events", h.page(h.events))
+
 	// Folders. A folder's threads are listed at /inbox/{queue}?folder=ID.
 	mux.Handle("GET /folders", h.page(h.listFolders))
 	mux.Handle("POST /folders", h.page(h.createFolder))
 	mux.Handle("POST /folders/{id}/rename", h.page(h.renameFolder))
 	mux.Handle("POST /folders/{id}/delete", h.page(h.deleteFolder))
+
+	// The agent's workspace (memory.go, attachments.go, grants.go;
+	// docs/workspace.md): the user's long-term memories, their
+	// attachments' downloads (another user's is a 404), and the admins'
+	// folder grants.
+	mux.Handle("GET /memory", h.page(h.showMemory))
+	mux.Handle("POST /memory", h.page(h.createMemory))
+	mux.Handle("POST /memory/{id}", h.page(h.updateMemory))
+	mux.Handle("POST /memory/{id}/delete", h.page(h.deleteMemory))
+	mux.Handle("GET /attachments/{id}", h.page(h.downloadAttachment))
+	mux.Handle("GET /settings/grants", h.admin(h.showGrants))
+	mux.Handle("POST /settings/grants", h.admin(h.addGrant))
+	mux.Handle("POST /settings/grants/{id}/writable", h.admin(h.setGrantWritable))
+	mux.Handle("POST /settings/grants/{id}/delete", h.admin(h.deleteGrant))
+
+	// The JSON API (api.go, api_threads.go; docs/api.md). Errors are
+	// {"error": "..."}; reading a thread here does not mark it read.
+	mux.Handle("POST /api/v1/threads", h.api(h.apiCreateThread))
+	mux.Handle("GET /api/v1/threads", h.api(h.apiListThreads))
+	mux.Handle("GET /api/v1/threads/{id}", h.api(h.apiShowThread))
+	mux.Handle("POST /api/v1/threads/{id}/decisions", h.api(h.apiDecide))
+	mux.Handle("POST /api/v1/threads/{id}/messages", h.api(h.apiReply))
+	mux.Handle("POST /api/v1/threads/{id}/cancel", h.api(h.apiCancel))
+	mux.Handle("POST /api/v1/threads/{id}/retry", h.api(h.apiRetry))
+	mux.Handle("POST /api/v1/threads/{id}/read", h.api(h.apiMarkRead))
+	mux.Handle("POST /api/v1/threads/{id}/unread", h.api(h.apiMarkUnread))
+	mux.Handle("/api/v1/", h.apiNotFound(mux))
+
+	// Sign-in (oidc.go): open to anyone, mounted when SSO is configured.
+	// The identity provider sends the browser back to /auth/callback.
+	if h.auth.SignInEnabled() {
+		mux.Handle("GET /signin", h.handle(h.showSignIn))
+		mux.Handle("GET /auth/login", h.handle(h.startSignIn))
+		mux.Handle("GET /auth/callback", h.handle(h.finishSignIn))
+		mux.Handle("POST /auth/signout", h.handle(h.signOut))
+	}
+
+	// Personal access tokens for the API (tokens.go), the user's own.
+	mux.Handle("GET /tokens", h.page(h.listTokens))
+	mux.Handle("POST /tokens", h.page(h.createToken))
+	mux.Handle("POST /tokens/{id}/revoke", h.page(h.revokeToken))
+
+	// Admin settings (settings.go): a member gets a 404. MCP servers
+	// (/settings/mcp) and folder grants (/settings/grants) use h.admin too.
+	mux.Handle("GET /settings", h.admin(h.showSettings))
+	mux.Handle("POST /settings/providers/{name}", h.admin(h.saveProvider))
+	mux.Handle("POST /settings/providers/{name}/reset", h.admin(h.resetProvider))
+	mux.Handle("POST /settings/model", h.admin(h.saveDefaultModel))
+	mux.Handle("POST /settings/origins", h.admin(h.addOrigin))
+	mux.Handle("POST /settings/origins/delete", h.admin(h.deleteOrigin))
+	mux.Handle("POST /settings/users/{id}/admin", h.admin(h.setUserAdmin))
+	mux.Handle("POST /settings/users/{id}/disable", h.admin(h.setUserDisabled))
+	mux.Handle("POST /settings/users/{id}/end-sessions", h.admin(h.endUserSessions))
+	mux.Handle("GET /settings/skills/new", h.admin(h.newSkill))
+	mux.Handle("GET /settings/skills/{name}/edit", h.admin(h.editSkill))
+	mux.Handle("POST /settings/skills", h.admin(h.saveSkill))
+	mux.Handle("POST /settings/skills/{name}/delete", h.admin(h.deleteSkill))
+	if h.jobsUI != nil {
+		// River's UI and its JSON API, under its own prefix.
+		mux.Handle("/settings/jobs/", h.adminHandler(h.jobsUI))
+	}
+
+	// MCP servers and plugins (mcp.go; docs/mcp.md), admins only.
+	// Servers come from .mcp.json, this page and plugins; any can be turned
+	// off and tested, those of this page edited and deleted.
+	mux.Handle("GET /settings/mcp", h.admin(h.showMCP))
+	mux.Handle("POST /settings/mcp", h.admin(h.createMCPServer))
+	mux.Handle("POST /settings/mcp-probe", h.admin(h.probeMCPForm))
+	mux.Handle("GET /settings/mcp/{name}/edit", h.admin(h.editMCPServer))
+	mux.Handle("POST /settings/mcp/{name}/edit", h.admin(h.updateMCPServer))
+	mux.Handle("POST /settings/mcp/{name}/delete", h.admin(h.deleteMCPServer))
+	mux.Handle("POST /settings/mcp/{name}/enabled", h.admin(h.setMCPServerEnabled))
+	mux.Handle("POST /settings/mcp/{name}/restart", h.admin(h.restartMCPServer))
+	mux.Handle("POST /settings/mcp/{name}/test", h.admin(h.testMCPServer))
+	mux.Handle("GET /settings/plugins", h.admin(h.showPlugins))
+	mux.Handle("POST /settings/plugins", h.admin(h.installPlugin))
+	mux.Handle("POST /settings/plugins/{name}/enabled", h.admin(h.setPluginEnabled))
+	mux.Handle("POST /settings/plugins/{name}/delete", h.admin(h.uninstallPlugin))
+
+	// Runs that start themselves (schedules.go, webhooks.go;
+	// docs/triggers.md). Schedules fire from jobs.ScheduleWorker.
+	mux.Handle("GET /schedules", h.page(h.listSchedules))
+	mux.Handle("GET /schedules/new", h.page(h.newScheduleForm))
+	mux.Handle("GET /schedules/preview", h.page(h.schedulePreview))
+	mux.Handle("POST /schedules", h.page(h.createSchedule))
+	mux.Handle("GET /schedules/{id}", h.page(h.showSchedule))
+	mux.Handle("POST /schedules/{id}", h.page(h.updateSchedule))
+	mux.Handle("POST /schedules/{id}/pause", h.page(h.pauseSchedule))
+	mux.Handle("POST /schedules/{id}/resume", h.page(h.resumeSchedule))
+	mux.Handle("POST /schedules/{id}/delete", h.page(h.deleteSchedule))
+	mux.Handle("GET /api/v1/schedules", h.api(h.apiListSchedules))
+	mux.Handle("POST /api/v1/schedules", h.api(h.apiCreateSchedule))
+	mux.Handle("GET /api/v1/schedules/{id}", h.api(h.apiShowSchedule))
+	mux.Handle("PATCH /api/v1/schedules/{id}", h.api(h.apiUpdateSchedule))
+	mux.Handle("DELETE /api/v1/schedules/{id}", h.api(h.apiDeleteSchedule))
+	mux.Handle("GET /webhooks", h.page(h.listWebhooks))
+	mux.Handle("GET /webhooks/{skill}", h.page(h.showWebhook))
+	mux.Handle("POST /webhooks/{skill}", h.page(h.setWebhook))
+	mux.Handle("POST /webhooks/{skill}/revoke", h.page(h.revokeWebhook))
+	// A webhook's URL, every method (405 but for POST). It authenticates by
+	// the token in its path, not by a session: it is deliberately not
+	// h.page, and it must stay outside the origin check (protectOrigin),
+	// since the systems that call it are not browsers of ours. It answers
+	// JSON, and hides the token from the request log.
+	mux.Handle("/hooks/{skill}/{token}", http.HandlerFunc(h.receiveHook))
+	mux.Handle("/hooks/", http.HandlerFunc(h.noHook))
 
 	// Anything else is a 404 page, with the sidebar when signed in.
 	mux.Handle("/", h.page(func(http.ResponseWriter, *http.Request) error {

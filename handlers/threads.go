@@ -33,9 +33,8 @@ func (h *Handler) showThread(w http.ResponseWriter, r *http.Request) error {
 		if _, err := db.MarkRead(ctx, h.pool, user.ID, []int64{id}, true); err != nil {
 			return err
 		}
-		t.Unread = false
 	}
-	msgs, err := db.ListMessages(ctx, h.pool, user.ID, id)
+	v, err := h.loadThreadView(ctx, user, id, backURL(r))
 	if err != nil {
 		return err
 	}
@@ -43,9 +42,38 @@ func (h *Handler) showThread(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return h.render(w, r, http.StatusOK, views.ThreadPage(views.ThreadDetail{
-		Nav: nav, Thread: t, Messages: msgs, Back: backURL(r),
-	}))
+	return h.render(w, r, http.StatusOK, views.ThreadPage(views.ThreadDetail{Nav: nav, View: v}))
+}
+
+// loadThreadView loads everything the thread page shows of one of the
+// user's threads (db.ErrNotFound for another's), with the approval forms of
+// its waiting calls as the tool schemas make them. back is where the header's
+// back link goes ("" for the inbox). The live parts of the page (see
+// views.ThreadView) are rendered again from it alone.
+func (h *Handler) loadThreadView(ctx context.Context, user db.User, id int64, back string) (views.ThreadView, error) {
+	t, err := db.GetThread(ctx, h.pool, user.ID, id)
+	if err != nil {
+		return views.ThreadView{}, err
+	}
+	v := views.ThreadView{Thread: t, Back: back}
+	if v.Messages, err = db.ListMessages(ctx, h.pool, user.ID, id); err != nil {
+		return views.ThreadView{}, err
+	}
+	if v.Calls, err = db.ListToolCalls(ctx, h.pool, user.ID, id); err != nil {
+		return views.ThreadView{}, err
+	}
+	if v.Usage, err = db.ThreadUsage(ctx, h.pool, user.ID, id); err != nil {
+		return views.ThreadView{}, err
+	}
+	if v.Folders, err = db.ListFolders(ctx, h.pool, user.ID); err != nil {
+		return views.ThreadView{}, err
+	}
+	v.Forms = h.decisionForms(v)
+	// The sub-agents it delegated to, or the thread that delegated it.
+	if err := h.loadActivity(ctx, user, &v); err != nil {
+		return views.ThreadView{}, err
+	}
+	return v, nil
 }
 
 // backURL is the listing a thread page goes back to: the one the user came
@@ -61,8 +89,8 @@ func backURL(r *http.Request) string {
 	return "/inbox/all"
 }
 
-// composeForm shows the new-thread form, GET /threads/new?folder=ID with the
-// folder chosen.
+// composeForm shows the new-thread form, GET /threads/new?folder=ID&skill=NAME
+// with the folder and the skill chosen.
 func (h *Handler) composeForm(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	nav, err := h.loadNav(ctx, r, userFrom(ctx))
@@ -70,10 +98,45 @@ func (h *Handler) composeForm(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	p := views.Compose{Nav: nav}
-	if id, err := strconv.ParseInt(r.URL.Query().Get("folder"), 10, 64); err == nil && nav.Folder(id) != nil {
+	q := r.URL.Query()
+	if id, err := strconv.ParseInt(q.Get("folder"), 10, 64); err == nil && nav.Folder(id) != nil {
 		p.Folder.Value = strconv.FormatInt(id, 10)
 	}
+	h.fillSkills(&p)
+	for _, s := range p.Skills {
+		if s.Name == q.Get("skill") && len(s.Missing) == 0 {
+			p.Skill.Value = s.Name
+		}
+	}
 	return h.render(w, r, http.StatusOK, views.ComposePage(p))
+}
+
+// fillSkills lists the skills in the compose form: those that can run, those
+// missing a tool, and those that failed to load.
+func (h *Handler) fillSkills(p *views.Compose) {
+	if h.runs == nil || h.runs.Skills == nil {
+		return
+	}
+	set := h.runs.Skills()
+	for i := range set.Skills {
+		s := &set.Skills[i]
+		c := views.SkillChoice{Name: s.Name, Description: s.Description}
+		if h.runs.Tools != nil {
+			c.Missing = h.runs.Tools.Missing(s)
+		}
+		p.Skills = append(p.Skills, c)
+	}
+	for _, e := range set.Errors {
+		name := e.Name
+		if name == "" {
+			name = e.Source + " skills"
+		}
+		msg := "unknown error"
+		if e.Err != nil {
+			msg = e.Err.Error()
+		}
+		p.SkillErrors = append(p.SkillErrors, views.SkillProblem{Name: name, Error: msg})
+	}
 }
 
 // maxPromptBytes is the longest prompt accepted from the form.
@@ -93,6 +156,7 @@ func (h *Handler) createThread(w http.ResponseWriter, r *http.Request) error {
 	form := views.Compose{
 		Prompt: views.Field{Value: prompt},
 		Folder: views.Field{Value: r.PostForm.Get("folder")},
+		Skill:  views.Field{Value: strings.TrimSpace(r.PostForm.Get("skill"))},
 	}
 	switch {
 	case prompt == "":
@@ -109,15 +173,21 @@ func (h *Handler) createThread(w http.ResponseWriter, r *http.Request) error {
 		folderID = &id
 	}
 	if form.Prompt.Error == "" {
-		t, err := h.startThread(ctx, user, prompt, folderID)
-		if err == nil {
+		t, err := h.startThread(ctx, user, prompt, folderID, form.Skill.Value)
+		var ue *jobs.UserError
+		switch {
+		case err == nil:
 			return seeOther(w, r, "/threads/"+strconv.FormatInt(t.ID, 10))
-		}
-		if !errors.Is(err, db.ErrNotFound) {
+		case errors.Is(err, db.ErrNotFound):
+			// Deleted in another tab, or never the user's: same answer.
+			form.Folder.Error = "That folder does not exist any more. Choose another."
+		case errors.As(err, &ue) && form.Skill.Value != "" && ue.Status == http.StatusBadRequest:
+			// The prompt was checked above, so the refusal is the skill's:
+			// gone, or missing a tool since the form was shown.
+			form.Skill.Error = sentence(ue.Msg)
+		default:
 			return err
 		}
-		// Deleted in another tab, or never the user's: same answer.
-		form.Folder.Error = "That folder does not exist any more. Choose another."
 	}
 
 	nav, err := h.loadNav(ctx, r, user)
@@ -125,6 +195,7 @@ func (h *Handler) createThread(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	form.Nav = nav
+	h.fillSkills(&form)
 	if wantsFragment(r) {
 		return h.render(w, r, http.StatusUnprocessableEntity, views.ComposeForm(form))
 	}
@@ -132,10 +203,12 @@ func (h *Handler) createThread(w http.ResponseWriter, r *http.Request) error {
 }
 
 // startThread creates a thread with its first user message and queues its
-// run, in one transaction. folderID, when set, must be one of the user's
-// folders (db.ErrNotFound otherwise).
-func (h *Handler) startThread(ctx context.Context, user db.User, prompt string, folderID *int64) (db.Thread, error) {
-	return h.runs.Start(ctx, user, jobs.StartRequest{Prompt: prompt, FolderID: folderID, TriggerKind: db.TriggerManual})
+// run, in one transaction: the one place the web interface starts runs.
+// folderID, when set, must be one of the user's folders (db.ErrNotFound
+// otherwise); skill, when set, must be a skill whose tools are all
+// connected (a *jobs.UserError otherwise).
+func (h *Handler) startThread(ctx context.Context, user db.User, prompt string, folderID *int64, skill string) (db.Thread, error) {
+	return h.runs.Start(ctx, user, jobs.StartRequest{Prompt: prompt, FolderID: folderID, Skill: skill, TriggerKind: db.TriggerManual})
 }
 
 // The actions on one thread, from the thread page. Archive and mark unread
@@ -214,12 +287,16 @@ func (h *Handler) threadAction(w http.ResponseWriter, r *http.Request, leave boo
 	if err != nil {
 		return err
 	}
+	usage, err := db.ThreadUsage(ctx, h.pool, user.ID, id)
+	if err != nil {
+		return err
+	}
 	nav, err := h.loadNav(ctx, r, user)
 	if err != nil {
 		return err
 	}
 	return h.render(w, r, http.StatusOK,
-		views.ThreadHeader(t, nav.Folders, back),
+		views.ThreadHeader(views.ThreadView{Thread: t, Usage: usage, Folders: nav.Folders, Back: back}),
 		views.Sidebar(nav, true))
 }
 

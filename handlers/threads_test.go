@@ -163,7 +163,7 @@ func TestThreadPage(t *testing.T) {
 
 	r := b.get("alice", "/threads/"+itoa(th.ID)).wantStatus(http.StatusOK)
 	var roles []string
-	for _, n := range r.all("message") {
+	for _, n := range findAll(r.doc(), func(n *htmlNode) bool { return strings.HasPrefix(attr(n, "data-testid"), "message-") }) {
 		roles = append(roles, attr(n, "data-role"))
 	}
 	if want := []string{"system", "user", "assistant", "assistant"}; !slices.Equal(roles, want) {

@@ -15,6 +15,11 @@ import (
 type ClientConfig struct {
 	// MaxWorkers bounds the steps one process runs at once (default 100).
 	MaxWorkers int
+	// ScheduleEvery is how often the leader looks for due schedules
+	// (default ScheduleEvery); Now is the schedules' clock (default
+	// time.Now). Tests shorten the one and drive the other.
+	ScheduleEvery time.Duration
+	Now           func() time.Time
 }
 
 // NewClient builds the River client that works the runtime's jobs and wires
@@ -30,6 +35,12 @@ func NewClient(rt *Runtime, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 	if err := river.AddWorkerSafely(workers, &RescueWorker{rt: rt}); err != nil {
 		return nil, err
 	}
+	if cfg.ScheduleEvery <= 0 {
+		cfg.ScheduleEvery = ScheduleEvery
+	}
+	if err := river.AddWorkerSafely(workers, &ScheduleWorker{rt: rt, now: cfg.Now}); err != nil {
+		return nil, err
+	}
 	client, err := river.NewClient(riverpgxv5.New(rt.Pool), &river.Config{
 		// River reports routine progress at info level every few seconds;
 		// only its warnings and errors belong in our log.
@@ -39,6 +50,10 @@ func NewClient(rt *Runtime, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 		PeriodicJobs: []*river.PeriodicJob{
 			river.NewPeriodicJob(river.PeriodicInterval(RescueEvery),
 				func() (river.JobArgs, *river.InsertOpts) { return RescueArgs{}, nil },
+				&river.PeriodicJobOpts{RunOnStart: true}),
+			// One attempt: a failed sweep is retried by the next one.
+			river.NewPeriodicJob(river.PeriodicInterval(cfg.ScheduleEvery),
+				func() (river.JobArgs, *river.InsertOpts) { return ScheduleArgs{}, &river.InsertOpts{MaxAttempts: 1} },
 				&river.PeriodicJobOpts{RunOnStart: true}),
 		},
 		// Our heartbeats rescue dead steps; River's rescuer is the backstop

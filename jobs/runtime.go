@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,8 +33,18 @@ type Runtime struct {
 	Getenv func(string) string
 	// ModelRetry overrides the model retry policy (tests make it fast).
 	ModelRetry agent.RetryPolicy
-	// OnDelta, when set, receives a run's streamed model text.
+	// OnDelta, when set, receives a run's streamed model text. reset drops
+	// the text streamed so far; each model call starts with one.
 	OnDelta func(threadID int64, text string, reset bool)
+	// ProviderSettings, when set, returns what an admin stored for a
+	// provider on the settings page, which takes precedence over Getenv: a
+	// base URL, the name of the variable holding the key, or the key
+	// itself ("" leaves the environment's). It is asked at every model
+	// step, so a change reaches every replica at once.
+	ProviderSettings func(ctx context.Context, provider string) (baseURL, keyEnv, key string, err error)
+	// DefaultModelFunc, when set, returns the default model chosen on the
+	// settings page; "" falls back to DefaultModel.
+	DefaultModelFunc func(ctx context.Context) (string, error)
 
 	// HeartbeatEvery and StaleAfter: a step proves alive every
 	// HeartbeatEvery; a run whose step has not for StaleAfter is rescued.
@@ -43,7 +54,14 @@ type Runtime struct {
 	client *river.Client[pgx.Tx]
 
 	modelsMu sync.Mutex
-	models   map[string]*agent.Model
+	models   map[string]cachedModel
+}
+
+// cachedModel is a model client and a fingerprint of the base URL and key
+// it was built with: a change of either builds a new client.
+type cachedModel struct {
+	fingerprint [32]byte
+	model       *agent.Model
 }
 
 // UserError is a refusal to show the user as is (HTTP 4xx).
@@ -75,40 +93,10 @@ type StartRequest struct {
 // Start creates a thread with the user's prompt and queues its first step,
 // in one transaction.
 func (rt *Runtime) Start(ctx context.Context, user db.User, req StartRequest) (db.Thread, error) {
-	req.Prompt = strings.TrimSpace(req.Prompt)
-	if req.Prompt == "" {
-		return db.Thread{}, userErr(400, "the prompt is empty")
-	}
-	if len(req.Prompt) > MaxPrompt {
-		return db.Thread{}, userErr(413, "the prompt is longer than %d KB", MaxPrompt>>10)
-	}
-	if req.Skill != "" {
-		if err := rt.checkSkill(req.Skill); err != nil {
-			return db.Thread{}, err
-		}
-	}
-	if req.Title == "" {
-		req.Title = db.TitleFromPrompt(req.Prompt)
-	}
 	var t db.Thread
-	err := db.InTx(ctx, rt.Pool, func(tx pgx.Tx) error {
-		if req.FolderID != nil {
-			if _, err := db.GetFolder(ctx, tx, user.ID, *req.FolderID); err != nil {
-				return err
-			}
-		}
-		var err error
-		t, err = db.CreateThread(ctx, tx, db.NewThread{
-			UserID: user.ID, FolderID: req.FolderID, Title: req.Title, Skill: req.Skill,
-			Model: rt.DefaultModel, TriggerKind: req.TriggerKind, TriggerAt: req.TriggerAt, TriggerRef: req.TriggerRef,
-		})
-		if err != nil {
-			return err
-		}
-		if _, err := db.AddMessage(ctx, tx, db.Message{ThreadID: t.ID, Role: db.RoleUser, Content: req.Prompt}); err != nil {
-			return err
-		}
-		return rt.advance(ctx, tx, t.ID)
+	err := db.InTx(ctx, rt.Pool, func(tx pgx.Tx) (err error) {
+		t, err = rt.StartTx(ctx, tx, user, req)
+		return err
 	})
 	if err != nil {
 		return db.Thread{}, err
@@ -164,6 +152,9 @@ func (rt *Runtime) Reply(ctx context.Context, user db.User, threadID int64, cont
 		if err != nil {
 			return err
 		}
+		if t.ParentThreadID != nil {
+			return errSubagentThread
+		}
 		switch t.Status {
 		case db.StatusRunning:
 			return userErr(409, "the run is still going: wait for it to finish or cancel it")
@@ -187,6 +178,9 @@ func (rt *Runtime) Retry(ctx context.Context, user db.User, threadID int64) erro
 		if err != nil {
 			return err
 		}
+		if t.ParentThreadID != nil {
+			return errSubagentThread
+		}
 		if t.Status != db.StatusFailed && t.Status != db.StatusCancelled {
 			return userErr(409, "only a failed or cancelled run can be retried (this one is %s)", t.Status)
 		}
@@ -204,11 +198,18 @@ func (rt *Runtime) Retry(ctx context.Context, user db.User, threadID int64) erro
 	})
 }
 
-// Cancel stops a running or waiting run. Calls that were waiting get a
-// "cancelled" result so the conversation can be continued later.
+// Cancel stops a running or waiting run, and its sub-agents with it. Calls
+// that were waiting get a "cancelled" result so the conversation can be
+// continued later. A sub-agent cancelled on its own gives its parent an
+// error result, and the parent goes on.
 func (rt *Runtime) Cancel(ctx context.Context, user db.User, threadID int64) error {
-	var leaseJob *int64
+	var leaseJobs []int64
 	err := db.InTx(ctx, rt.Pool, func(tx pgx.Tx) error {
+		// The sub-agents are locked before the thread: see task.go.
+		subs, err := db.LockSubagents(ctx, tx, user.ID, threadID)
+		if err != nil {
+			return err
+		}
 		t, err := db.LockThread(ctx, tx, user.ID, threadID)
 		if err != nil {
 			return err
@@ -216,8 +217,12 @@ func (rt *Runtime) Cancel(ctx context.Context, user db.User, threadID int64) err
 		if t.Finished() {
 			return userErr(409, "the run has already ended (%s)", t.Status)
 		}
+		var leaseJob *int64
 		if err := tx.QueryRow(ctx, `SELECT run_lease_job FROM threads WHERE id = $1`, t.ID).Scan(&leaseJob); err != nil {
 			return err
+		}
+		if leaseJob != nil {
+			leaseJobs = append(leaseJobs, *leaseJob)
 		}
 		open, err := db.OpenToolCalls(ctx, tx, t.ID)
 		if err != nil {
@@ -227,19 +232,31 @@ func (rt *Runtime) Cancel(ctx context.Context, user db.User, threadID int64) err
 			if c.State == db.CallRunning {
 				continue // the executing job writes its result, or the next run asks about it
 			}
-			if err := db.CompleteToolCall(ctx, tx, c, "Cancelled by the user before this call ran.", true); err != nil {
+			msg := "Cancelled by the user before this call ran."
+			if c.State == db.CallDelegated {
+				msg = "Cancelled by the user while its sub-agent was working."
+			}
+			if err := db.CompleteToolCall(ctx, tx, c, msg, true); err != nil {
 				return err
 			}
 		}
-		return db.EndRun(ctx, tx, t.ID, db.StatusCancelled, "Cancelled by "+displayName(user)+".")
+		if err := rt.endRun(ctx, tx, t.ID, db.StatusCancelled, "Cancelled by "+displayName(user)+"."); err != nil {
+			return err
+		}
+		subJobs, err := rt.cancelSubagents(ctx, tx, subs, displayName(user))
+		leaseJobs = append(leaseJobs, subJobs...)
+		return err
 	})
 	if err != nil {
 		return err
 	}
-	if leaseJob != nil && rt.client != nil {
+	for _, job := range leaseJobs {
+		if rt.client == nil {
+			break
+		}
 		// Interrupt the step at once; it would notice at its next heartbeat anyway.
-		if _, err := rt.client.JobCancel(ctx, *leaseJob); err != nil && !errors.Is(err, river.ErrNotFound) {
-			rt.Logger.Warn("cancel step job", "thread_id", threadID, "job_id", *leaseJob, "err", err)
+		if _, err := rt.client.JobCancel(ctx, job); err != nil && !errors.Is(err, river.ErrNotFound) {
+			rt.Logger.Warn("cancel step job", "thread_id", threadID, "job_id", job, "err", err)
 		}
 	}
 	return nil
@@ -301,7 +318,11 @@ func (rt *Runtime) Decide(ctx context.Context, user db.User, threadID int64, dec
 		if len(seen) < len(byID) {
 			return nil // others still wait
 		}
-		return rt.advance(ctx, tx, t.ID)
+		if err := rt.advance(ctx, tx, t.ID); err != nil {
+			return err
+		}
+		// A sub-agent going on may take its parent out of Action (task.go).
+		return rt.resumeParent(ctx, tx, t)
 	})
 }
 
@@ -356,15 +377,26 @@ func (rt *Runtime) decide(ctx context.Context, tx pgx.Tx, user db.User, c db.Too
 	return userErr(400, "unknown decision %q", d.Type)
 }
 
-// model returns the client for a model spec, built once.
+// defaultModel is the model spec of a new thread: the settings' choice,
+// else DefaultModel. A settings lookup that fails falls back too (logged):
+// starting a run must not depend on it.
+func (rt *Runtime) defaultModel(ctx context.Context) string {
+	if rt.DefaultModelFunc != nil {
+		m, err := rt.DefaultModelFunc(ctx)
+		if err != nil && rt.Logger != nil {
+			rt.Logger.WarnContext(ctx, "read the default model from the settings", "err", err)
+		} else if err == nil && m != "" {
+			return m
+		}
+	}
+	return rt.DefaultModel
+}
+
+// model returns the client for a model spec, built once per base URL and
+// key: the environment, overlaid with the provider's settings.
 func (rt *Runtime) model(spec string) (*agent.Model, error) {
 	if spec == "" {
-		return nil, errors.New("no model is configured: set PIZZA_MODEL to <provider>:<model-id>, e.g. openai:gpt-4.1-mini")
-	}
-	rt.modelsMu.Lock()
-	defer rt.modelsMu.Unlock()
-	if m, ok := rt.models[spec]; ok {
-		return m, nil
+		return nil, errors.New("no model is configured: set PIZZA_MODEL to <provider>:<model-id>, e.g. openai:gpt-4.1-mini, or choose one in the settings")
 	}
 	ms, err := agent.ParseModelSpec(spec)
 	if err != nil {
@@ -374,6 +406,33 @@ func (rt *Runtime) model(spec string) (*agent.Model, error) {
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
+	p, _ := agent.LookupProvider(ms.Provider)
+	if rt.ProviderSettings != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		baseURL, keyEnv, key, err := rt.ProviderSettings(ctx, p.Name)
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("read the settings of provider %s: %w", p.Name, err)
+		}
+		env := getenv
+		getenv = func(name string) string {
+			switch {
+			case name == p.BaseURLEnv && baseURL != "":
+				return baseURL
+			case name == p.APIKeyEnv && key != "":
+				return key
+			case name == p.APIKeyEnv && keyEnv != "":
+				return env(keyEnv)
+			}
+			return env(name)
+		}
+	}
+	fp := sha256.Sum256([]byte(getenv(p.BaseURLEnv) + "\x00" + getenv(p.APIKeyEnv)))
+	rt.modelsMu.Lock()
+	defer rt.modelsMu.Unlock()
+	if c, ok := rt.models[spec]; ok && c.fingerprint == fp {
+		return c.model, nil
+	}
 	m, err := agent.NewModel(ms, getenv)
 	if err != nil {
 		return nil, err
@@ -382,8 +441,8 @@ func (rt *Runtime) model(spec string) (*agent.Model, error) {
 		m.Retry = rt.ModelRetry
 	}
 	if rt.models == nil {
-		rt.models = map[string]*agent.Model{}
+		rt.models = map[string]cachedModel{}
 	}
-	rt.models[spec] = m
+	rt.models[spec] = cachedModel{fingerprint: fp, model: m}
 	return m, nil
 }

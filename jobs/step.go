@@ -172,7 +172,7 @@ func (rt *Runtime) fail(ctx context.Context, jobID int64, a StepArgs, started ti
 		if err := db.InsertStep(ctx, tx, db.Step{ThreadID: a.ThreadID, Kind: "model", Model: model, Error: msg, StartedAt: started}); err != nil {
 			return err
 		}
-		return db.EndRun(ctx, tx, a.ThreadID, db.StatusFailed, msg)
+		return rt.endRun(ctx, tx, a.ThreadID, db.StatusFailed, msg)
 	})
 }
 
@@ -185,6 +185,9 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs) error
 		return err
 	}
 	system := baseSystemPrompt
+	if t.ParentThreadID != nil {
+		system = subagentSystemPrompt // see task.go
+	}
 	var skill *agent.Skill
 	if t.Skill != "" {
 		s, ok := rt.skills().Get(t.Skill)
@@ -205,9 +208,12 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs) error
 	if err != nil {
 		return err
 	}
-	tools := rt.Tools.Offer(skill)
+	tools := rt.offerTask(t, rt.Tools.Offer(skill))
 	in := agent.StepInput{Model: model, System: system, Messages: toAgent(msgs), Tools: tools}
 	if rt.OnDelta != nil {
+		// Every model call starts its stream with a reset: receivers tell
+		// its text from text a previous call sent after its commit.
+		rt.OnDelta(t.ID, "", true)
 		in.OnDelta = func(s string) { rt.OnDelta(t.ID, s, false) }
 		in.OnReset = func() { rt.OnDelta(t.ID, "", true) }
 	}
@@ -237,7 +243,7 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs) error
 			return err
 		}
 		if out.Done() {
-			return db.EndRun(ctx, tx, t.ID, db.StatusDone, "")
+			return rt.endRun(ctx, tx, t.ID, db.StatusDone, "")
 		}
 		waiting := false
 		for _, p := range out.Calls {
@@ -268,7 +274,7 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs) error
 			waiting = waiting || nc.State == db.CallPending
 		}
 		if waiting {
-			return db.EndRun(ctx, tx, t.ID, db.StatusWaiting, "")
+			return rt.endRun(ctx, tx, t.ID, db.StatusWaiting, "")
 		}
 		return rt.advance(ctx, tx, t.ID)
 	})
@@ -284,12 +290,19 @@ func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, open [
 		return err
 	}
 	run := Run{ThreadID: a.ThreadID, UserID: userID}
+	// Sub-agents first, so that they work while the other calls run.
+	if err := rt.delegate(ctx, jobID, a, open); err != nil {
+		return err
+	}
 	for _, c := range open {
+		if skipInStep(c) {
+			continue // a sub-agent's to answer (task.go)
+		}
 		tool, known := rt.Tools.Get(c.Name)
 		switch c.State {
 		case db.CallPending, db.CallUnknown:
 			return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
-				return db.EndRun(ctx, tx, a.ThreadID, db.StatusWaiting, "")
+				return rt.endRun(ctx, tx, a.ThreadID, db.StatusWaiting, "")
 			})
 		case db.CallRunning:
 			// The job that started this call died during it.
@@ -301,7 +314,7 @@ func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, open [
 					[]string{db.DecisionRetry, db.DecisionSkip}, unknownOutcome); err != nil {
 					return err
 				}
-				return db.EndRun(ctx, tx, a.ThreadID, db.StatusWaiting, "")
+				return rt.endRun(ctx, tx, a.ThreadID, db.StatusWaiting, "")
 			})
 		}
 		if err := rt.runCall(ctx, jobID, a, run, c, tool, known); err != nil {
@@ -312,7 +325,7 @@ func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, open [
 		if err := db.InsertStep(ctx, tx, db.Step{ThreadID: a.ThreadID, Kind: "tools", StartedAt: started}); err != nil {
 			return err
 		}
-		return rt.advance(ctx, tx, a.ThreadID)
+		return rt.afterTools(ctx, tx, a.ThreadID)
 	})
 }
 
@@ -329,6 +342,9 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run Run
 			return db.CompleteToolCall(ctx, tx, c, err.Error(), true)
 		})
 	}
+	// Tools that need the runtime (run_js calling other tools) find it and
+	// this call in their context; see workspace.go.
+	ctx = rt.withCallEnv(ctx, jobID, a, c)
 	if tool.Tx != nil {
 		return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
 			// A savepoint: a failing tool must not abort the transaction
@@ -342,7 +358,7 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run Run
 				if err := sp.Rollback(ctx); err != nil {
 					return err
 				}
-				return db.CompleteToolCall(ctx, tx, c, terr.Error(), true)
+				return failCall(ctx, tx, c, terr) // an error result, or parked for approval
 			}
 			if err := sp.Commit(ctx); err != nil {
 				return err
@@ -365,7 +381,7 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run Run
 	}
 	return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
 		if terr != nil {
-			return db.CompleteToolCall(ctx, tx, c, terr.Error(), true)
+			return failCall(ctx, tx, c, terr) // an error result, or parked for approval
 		}
 		return db.CompleteToolCall(ctx, tx, c, result, false)
 	})

@@ -8,6 +8,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
@@ -41,9 +42,15 @@ type Tool struct {
 	Ask bool
 }
 
-// Toolbox holds the tools runs can be offered.
+// Toolbox holds the tools runs can be offered: fixed tools (the built-ins
+// and those given to NewToolbox), and tools from sources that come and go
+// while the server runs (MCP servers, see AddSource). It is safe for
+// concurrent use.
 type Toolbox struct {
 	tools map[string]Tool
+
+	mu      sync.RWMutex
+	sources []func() []Tool
 }
 
 // NewToolbox returns a toolbox with the built-in tools and extra ones.
@@ -61,16 +68,53 @@ func NewToolbox(extra ...Tool) (*Toolbox, error) {
 	return tb, nil
 }
 
+// AddSource registers fn, which returns the tools a source offers now; it
+// is called each time the toolbox is read, so its tools appear and vanish
+// with it. fn must be fast and safe for concurrent use, and its tools'
+// schemas already checked (agent.ToolSpec.CheckSchema). A name that a fixed
+// tool or an earlier source has is ignored.
+func (tb *Toolbox) AddSource(fn func() []Tool) {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	tb.sources = append(tb.sources, fn)
+}
+
+// snapshot returns every tool available now, fixed tools first.
+func (tb *Toolbox) snapshot() map[string]Tool {
+	tb.mu.RLock()
+	sources := tb.sources
+	tb.mu.RUnlock()
+	if len(sources) == 0 {
+		return tb.tools
+	}
+	all := make(map[string]Tool, len(tb.tools))
+	for n, t := range tb.tools {
+		all[n] = t
+	}
+	for _, src := range sources {
+		for _, t := range src() {
+			if _, taken := all[t.Spec.Name]; !taken {
+				all[t.Spec.Name] = t
+			}
+		}
+	}
+	return all
+}
+
 // Get returns the tool of that name.
 func (tb *Toolbox) Get(name string) (Tool, bool) {
-	t, ok := tb.tools[name]
+	if t, ok := tb.tools[name]; ok {
+		return t, true
+	}
+	t, ok := tb.snapshot()[name]
 	return t, ok
 }
 
-// Names lists the tools, sorted.
+// Names lists the tools available now, sorted.
 func (tb *Toolbox) Names() []string {
-	names := make([]string, 0, len(tb.tools))
-	for n := range tb.tools {
+	all := tb.snapshot()
+	names := make([]string, 0, len(all))
+	for n := range all {
 		names = append(names, n)
 	}
 	sort.Strings(names)
@@ -80,30 +124,63 @@ func (tb *Toolbox) Names() []string {
 // Offer returns the specs offered to a run: a skill's allowed tools when the
 // run has a skill (which must all exist: see Missing), every tool otherwise.
 func (tb *Toolbox) Offer(skill *agent.Skill) []agent.ToolSpec {
+	all := tb.snapshot()
 	var names []string
 	if skill != nil {
 		names = skill.AllowedTools
 	} else {
-		names = tb.Names()
+		names = make([]string, 0, len(all))
+		for n := range all {
+			names = append(names, n)
+		}
+		sort.Strings(names)
 	}
 	specs := make([]agent.ToolSpec, 0, len(names))
 	for _, n := range names {
-		if t, ok := tb.tools[n]; ok {
+		if t, ok := all[n]; ok {
 			specs = append(specs, t.Spec)
 		}
 	}
 	return specs
 }
 
-// Missing lists the tools a skill declares that the toolbox lacks.
+// Missing lists the tools a skill declares that the toolbox lacks now.
 func (tb *Toolbox) Missing(skill *agent.Skill) []string {
+	return missingFrom(tb.snapshot(), skill)
+}
+
+func missingFrom(all map[string]Tool, skill *agent.Skill) []string {
 	var missing []string
 	for _, n := range skill.AllowedTools {
-		if _, ok := tb.tools[n]; !ok {
+		if _, ok := all[n]; !ok {
 			missing = append(missing, n)
 		}
 	}
 	return missing
+}
+
+// SkillStatus is a skill and whether it can be offered now.
+type SkillStatus struct {
+	Skill agent.Skill
+	// Missing lists the tools the skill declares (allowed-tools) that are
+	// not connected now; while any is, the skill is not offered.
+	Missing []string
+}
+
+// Available reports whether the skill can be offered.
+func (s SkillStatus) Available() bool { return len(s.Missing) == 0 }
+
+// SkillAvailability says, for each skill of set, which declared tools are
+// missing now, e.g. for the skills list ("needs mcp__github__create_issue,
+// which is not connected"). Start refuses, and pickers should hide, the
+// skills that are not Available.
+func (tb *Toolbox) SkillAvailability(set agent.SkillSet) []SkillStatus {
+	all := tb.snapshot()
+	out := make([]SkillStatus, 0, len(set.Skills))
+	for _, sk := range set.Skills {
+		out = append(out, SkillStatus{Skill: sk, Missing: missingFrom(all, &sk)})
+	}
+	return out
 }
 
 // Scratch file limits.
@@ -232,6 +309,7 @@ func builtinTools() []Tool {
 			},
 			Ask: true,
 		},
+		taskTool(), // the runtime starts a sub-agent for it: task.go
 	}
 }
 

@@ -202,6 +202,142 @@
     document.title = n > 0 ? "(" + n + ") " + base : base;
   }
 
+  // Live updates (handlers/events.go, docs/readme/live.md). The page's event
+  // stream (#live) carries "update" and "resync" messages, out-of-band swaps
+  // that htmx makes, and "rows", "notify" and "delta" messages, handled here.
+
+  const live = () => document.getElementById("live");
+
+  // The SSE extension opens a new stream after an error response, from its
+  // sse-connect URL: keep that URL at the page's position, as the browser's
+  // own reconnection does with Last-Event-ID.
+  function rememberPosition(id) {
+    const el = live();
+    if (!el || !id) return;
+    const url = new URL(el.getAttribute("sse-connect"), location.href);
+    if (url.searchParams.get("since") === id) return;
+    url.searchParams.set("since", id);
+    el.setAttribute("sse-connect", url.pathname + url.search);
+  }
+
+  // placeRows puts live rows where the listing's order (data-sort, newest
+  // first) says, replacing the thread's old row, or takes rows out.
+  function placeRows(html) {
+    const list = document.getElementById("thread-rows");
+    if (!list) return;
+    const before = rows()[current];
+    const currentID = before ? before.id : "";
+    const tpl = document.createElement("template");
+    tpl.innerHTML = html;
+    Array.from(tpl.content.children).forEach((li) => {
+      const old = document.getElementById(li.id);
+      const box = old && old.querySelector('input[name="ids"]');
+      const checked = !!box && box.checked;
+      if (old) old.remove();
+      if (li.dataset.live === "remove") return;
+      const next = Array.from(list.querySelectorAll(":scope > .row")).find((r) => r.dataset.sort < li.dataset.sort);
+      if (next) list.insertBefore(li, next);
+      else if (!document.getElementById("load-more")) list.appendChild(li);
+      else return; // older than this page's last row: it belongs to a later page
+      if (checked) li.querySelector('input[name="ids"]').checked = true;
+      if (window.htmx) htmx.process(li);
+      enhance(li);
+    });
+    const any = !!list.querySelector(".row");
+    list.hidden = !any;
+    const empty = document.getElementById("empty-state");
+    if (empty) empty.hidden = any;
+    if (current >= 0) {
+      const i = rows().findIndex((r) => r.id === currentID);
+      setCurrent(i >= 0 ? i : current, false);
+    }
+  }
+
+  function updateNotificationsButton() {
+    const b = document.querySelector('[data-action="notifications"]');
+    if (b) b.hidden = !("Notification" in window) || Notification.permission !== "default";
+  }
+
+  // notify shows a browser notification about a thread, unless the user is
+  // looking at that very thread. Clicking it opens the thread.
+  function notify(n) {
+    if (!("Notification" in window) || Notification.permission !== "granted") return;
+    if (document.visibilityState === "visible" && location.pathname === n.url) return;
+    const note = new Notification(n.title, { body: n.body, tag: "pizza-thread-" + n.thread });
+    note.onclick = () => {
+      window.focus();
+      note.close();
+      location.assign(n.url);
+    };
+  }
+
+  // appendDelta shows model text as it streams; the committed message
+  // replaces it (ThreadStreamCleared).
+  function appendDelta(d) {
+    const el = document.getElementById("thread-stream");
+    const thread = el && el.closest("[data-thread-id]");
+    if (!thread || thread.dataset.threadId !== String(d.thread)) return;
+    if (d.reset) el.textContent = "";
+    el.style.whiteSpace = "pre-wrap";
+    el.append(d.text);
+  }
+
+  document.addEventListener("htmx:sseBeforeMessage", (e) => {
+    const msg = e.detail;
+    rememberPosition(msg.lastEventId);
+    if (!e.target.dataset || e.target.dataset.liveJs !== "true") return; // htmx swaps it
+    e.preventDefault();
+    try {
+      const data = msg.type === "rows" ? msg.data : JSON.parse(msg.data);
+      if (msg.type === "rows") placeRows(data);
+      else if (msg.type === "notify") notify(data);
+      else if (msg.type === "delta") appendDelta(data);
+    } catch (err) {
+      console.error("live update", msg.type, err);
+    }
+    syncTitle();
+  });
+  document.addEventListener("htmx:sseMessage", () => syncTitle());
+  document.addEventListener("htmx:sseOpen", () => {
+    const el = live();
+    if (el) el.dataset.state = "open";
+  });
+  document.addEventListener("htmx:sseError", () => {
+    const el = live();
+    if (el) el.dataset.state = "reconnecting";
+  });
+
+  // A live render of the thread's parts does not know which listing the
+  // page came from: keep the page's back link and the forms' "return".
+  document.addEventListener("htmx:oobBeforeSwap", (e) => {
+    const target = e.detail.target;
+    if (target && target.id === "thread-activity") {
+      // Keep the sub-agents the reader opened open across live updates.
+      target.querySelectorAll("details[id^='subagent-']").forEach((d) => {
+        const fresh = e.detail.fragment.querySelector("#" + CSS.escape(d.id));
+        if (fresh) fresh.open = d.open;
+      });
+      return;
+    }
+    if (!target || !/^thread-(header|messages|pending|actions)$/.test(target.id)) return;
+    const link = document.querySelector("#thread-header .back-link");
+    const back = link && link.getAttribute("href");
+    if (!back) return;
+    e.detail.fragment.querySelectorAll(".back-link").forEach((a) => a.setAttribute("href", back));
+    e.detail.fragment.querySelectorAll('input[name="return"]').forEach((i) => {
+      i.value = back;
+    });
+  });
+
+  document.addEventListener("click", (e) => {
+    const b = e.target.closest && e.target.closest('[data-action="notifications"]');
+    if (!b || !("Notification" in window)) return;
+    Promise.resolve(Notification.requestPermission()).then(updateNotificationsButton, updateNotificationsButton);
+  });
+  document.addEventListener("htmx:afterSettle", updateNotificationsButton);
+  document.addEventListener("DOMContentLoaded", updateNotificationsButton);
+  if (document.readyState !== "loading") updateNotificationsButton();
+
   function init() {
     if (!window.htmx) {
       enhance(document.body);

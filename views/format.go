@@ -119,53 +119,6 @@ func prettyJSON(raw string) string {
 	return buf.String()
 }
 
-// call is a tool call together with the result that answered it, if any.
-type call struct {
-	db.ToolCall
-	Result *db.Message
-}
-
-// turn is one message of the conversation as the thread page shows it: an
-// assistant message carries its tool calls with their results, so a tool
-// message is shown on its own only when no call of the thread matches it.
-type turn struct {
-	db.Message
-	Calls []call
-}
-
-// conversation pairs tool results with the calls they answer. A tool result
-// whose call is not in the thread is kept as a turn of its own.
-func conversation(msgs []db.Message) []turn {
-	results := make(map[string]db.Message)
-	for _, m := range msgs {
-		if m.Role == db.RoleTool && m.ToolCallID != "" {
-			results[m.ToolCallID] = m
-		}
-	}
-	underCall := make(map[int64]bool)
-	turns := make([]turn, 0, len(msgs))
-	for _, m := range msgs {
-		t := turn{Message: m}
-		for _, c := range m.ToolCalls {
-			cl := call{ToolCall: c}
-			if r, ok := results[c.ID]; ok {
-				cl.Result = &r
-				underCall[r.ID] = true
-			}
-			t.Calls = append(t.Calls, cl)
-		}
-		turns = append(turns, t)
-	}
-	out := turns[:0]
-	for _, t := range turns {
-		if t.Role == db.RoleTool && underCall[t.ID] {
-			continue
-		}
-		out = append(out, t)
-	}
-	return out
-}
-
 // userName is how the sidebar names the signed-in user.
 func userName(u db.User) string {
 	switch {

@@ -109,13 +109,11 @@ type Inbox struct {
 	Folder *db.Folder
 }
 
-// ThreadDetail is what ThreadPage shows.
+// ThreadDetail is what ThreadPage shows: the sidebar and the thread (see
+// ThreadView in thread.go).
 type ThreadDetail struct {
-	Nav      Nav
-	Thread   db.Thread
-	Messages []db.Message
-	// Back is the listing the user came from.
-	Back string
+	Nav  Nav
+	View ThreadView
 }
 
 // Compose is the new-thread form as last submitted.
@@ -124,6 +122,29 @@ type Compose struct {
 	Prompt Field
 	// Folder holds the chosen folder's id, "" for none.
 	Folder Field
+	// Skill holds the chosen skill's name, "" for none.
+	Skill Field
+	// Skills are the skills to choose from, sorted by name, with those
+	// that cannot run here.
+	Skills []SkillChoice
+	// SkillErrors are the skills that failed to load.
+	SkillErrors []SkillProblem
+}
+
+// SkillChoice is a skill in the compose form's picker.
+type SkillChoice struct {
+	Name        string
+	Description string
+	// Missing lists the tools the skill needs that are not connected; the
+	// skill cannot be chosen until they are.
+	Missing []string
+}
+
+// SkillProblem is a skill that failed to load, and why.
+type SkillProblem struct {
+	// Name is the skill's folder name.
+	Name  string
+	Error string
 }
 
 // FolderEdit is one folder on the folders page, with its rename form.

@@ -65,28 +65,6 @@ func TestRelTime(t *testing.T) {
 	}
 }
 
-func TestConversationPairsResults(t *testing.T) {
-	t.Parallel()
-	msgs := []db.Message{
-		{ID: 1, Role: db.RoleUser, Content: "go"},
-		{ID: 2, Role: db.RoleAssistant, ToolCalls: []db.ToolCall{{ID: "a", Name: "x"}, {ID: "b", Name: "y"}}},
-		{ID: 3, Role: db.RoleTool, ToolCallID: "a", Content: "A"},
-		{ID: 4, Role: db.RoleTool, ToolCallID: "zz", Content: "orphan"},
-	}
-	turns := conversation(msgs)
-	var ids []int64
-	for _, tr := range turns {
-		ids = append(ids, tr.ID)
-	}
-	if len(ids) != 3 || ids[0] != 1 || ids[1] != 2 || ids[2] != 4 {
-		t.Fatalf("turns = %v, want [1 2 4]", ids)
-	}
-	calls := turns[1].Calls
-	if calls[0].Result == nil || calls[0].Result.Content != "A" || calls[1].Result != nil {
-		t.Errorf("calls = %+v", calls)
-	}
-}
-
 func TestThreadRowEscapes(t *testing.T) {
 	t.Parallel()
 	var sb strings.Builder
