@@ -64,7 +64,9 @@ func TestScheduleFormInBrowser(t *testing.T) {
 			}
 		}
 	}()
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	// Generous: CI runs every browser test of the package at once under
+	// the race detector on two cores.
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
 	testid := func(id string) chromedp.CSS { return chromedp.CSS(`[data-testid="` + id + `"]`) }
 	// waitFor polls a JavaScript condition on the page.
@@ -79,9 +81,15 @@ func TestScheduleFormInBrowser(t *testing.T) {
 		return fires.length === 5 && fires.every(f => f.textContent.includes('08:00 CE'));
 	})()`
 
-	// From the sidebar to the form.
+	// From the sidebar to the form. The sidebar link is checked by its
+	// address rather than clicked: the sidebar is re-rendered by live
+	// updates, and a click racing that swap lands on a detached node.
+	waitFor("the sidebar link to the schedules",
+		`document.querySelector('[data-testid="schedules-link"]')?.getAttribute('href') === '/schedules'`)
+	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/schedules")); err != nil {
+		t.Fatal(err)
+	}
 	err := chromedp.Do(ctx,
-		chromedp.Click(testid("schedules-link")),
 		chromedp.WaitVisible(testid("new-schedule")),
 		chromedp.Click(testid("new-schedule")),
 		chromedp.WaitVisible(testid("schedule-cron")),
