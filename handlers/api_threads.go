@@ -62,6 +62,36 @@ type apiThreadDetail struct {
 	Pending   []apiPending  `json:"pending"`
 	Decisions []apiDecision `json:"decisions"`
 	Usage     apiUsage      `json:"usage"`
+	// Attachments are the files attached to the thread.
+	Attachments []apiAttachment `json:"attachments"`
+}
+
+// apiAttachment is a file attached to a thread. URL downloads it, for its
+// owner only.
+type apiAttachment struct {
+	ID          int64  `json:"id"`
+	Name        string `json:"name"`
+	Size        int64  `json:"size"`
+	ContentType string `json:"content_type"`
+	URL         string `json:"url"`
+}
+
+// apiCreatedThread is the answer of POST /api/v1/threads: the thread and
+// the files attached with its prompt.
+type apiCreatedThread struct {
+	apiThread
+	Attachments []apiAttachment `json:"attachments"`
+}
+
+func toAPIAttachments(as []db.Attachment) []apiAttachment {
+	out := make([]apiAttachment, 0, len(as))
+	for _, a := range as {
+		out = append(out, apiAttachment{
+			ID: a.ID, Name: a.Name, Size: a.Size, ContentType: a.ContentType,
+			URL: "/attachments/" + strconv.FormatInt(a.ID, 10),
+		})
+	}
+	return out
 }
 
 // apiMessage is one message of a conversation. An assistant message carries
@@ -195,15 +225,25 @@ type apiCreateThreadRequest struct {
 
 // apiCreateThread starts a thread: POST /api/v1/threads
 // {"prompt": "...", "skill": "name", "folder": "name"} answers 201 with the
-// thread, its run queued.
+// thread, its run queued. The same fields as multipart/form-data, with
+// files in "files", start it with the files attached (in the same
+// transaction: a refused file leaves nothing behind); the answer lists them.
 func (h *Handler) apiCreateThread(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	user := userFrom(ctx)
 	var req apiCreateThreadRequest
-	if err := decodeJSON(w, r, &req); err != nil {
+	var uploads []jobs.Upload
+	if isMultipart(r) {
+		var closeUploads func()
+		var err error
+		if req, uploads, closeUploads, err = apiUploadRequest(w, r); err != nil {
+			return err
+		}
+		defer closeUploads()
+	} else if err := decodeJSON(w, r, &req); err != nil {
 		return err
 	}
-	start := jobs.StartRequest{Prompt: req.Prompt, Skill: strings.TrimSpace(req.Skill), TriggerKind: db.TriggerManual}
+	start := jobs.StartRequest{Prompt: req.Prompt, Skill: strings.TrimSpace(req.Skill), TriggerKind: db.TriggerManual, Files: uploads}
 	if name := strings.TrimSpace(req.Folder); name != "" {
 		f, err := db.GetFolderByName(ctx, h.pool, user.ID, name)
 		if errors.Is(err, db.ErrNotFound) {
@@ -222,8 +262,54 @@ func (h *Handler) apiCreateThread(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
+	var as []db.Attachment
+	if len(uploads) > 0 {
+		if as, err = db.ListAttachments(ctx, h.pool, user.ID, t.ID); err != nil {
+			return err
+		}
+	}
 	w.Header().Set("Location", "/api/v1/threads/"+strconv.FormatInt(t.ID, 10))
-	return writeJSON(w, http.StatusCreated, toAPIThread(t))
+	return writeJSON(w, http.StatusCreated, apiCreatedThread{apiThread: toAPIThread(t), Attachments: toAPIAttachments(as)})
+}
+
+// apiUploadRequest reads a multipart POST /api/v1/threads: the fields of
+// apiCreateThreadRequest and the files of "files", checked against the
+// attachment limits. Unknown fields are refused, as in the JSON body. The
+// returned function closes the files.
+func apiUploadRequest(w http.ResponseWriter, r *http.Request) (apiCreateThreadRequest, []jobs.Upload, func(), error) {
+	none := func() {}
+	if err := parseUploadForm(w, r); err != nil {
+		var he httpError
+		if errors.As(err, &he) && he.status == http.StatusRequestEntityTooLarge {
+			he.msg = fmt.Sprintf("the body is larger than %d MB", maxUploadBody>>20)
+			return apiCreateThreadRequest{}, nil, none, he
+		}
+		return apiCreateThreadRequest{}, nil, none, httpError{http.StatusBadRequest, "the multipart/form-data body could not be read"}
+	}
+	known := []string{"prompt", "skill", "folder"}
+	for k, v := range r.MultipartForm.Value {
+		if !slices.Contains(known, k) {
+			return apiCreateThreadRequest{}, nil, none, httpError{http.StatusBadRequest, fmt.Sprintf("unknown field %q (known: prompt, skill, folder, and files for the files)", k)}
+		}
+		if len(v) > 1 {
+			return apiCreateThreadRequest{}, nil, none, httpError{http.StatusBadRequest, fmt.Sprintf("field %q is given %d times", k, len(v))}
+		}
+	}
+	for k := range r.MultipartForm.File {
+		if k != uploadField {
+			return apiCreateThreadRequest{}, nil, none, httpError{http.StatusBadRequest, fmt.Sprintf("files go in the field %q, not %q", uploadField, k)}
+		}
+	}
+	req := apiCreateThreadRequest{Prompt: r.PostForm.Get("prompt"), Skill: r.PostForm.Get("skill"), Folder: r.PostForm.Get("folder")}
+	files := uploadedFiles(r)
+	if status, msg := checkUploads(files); status != 0 {
+		return apiCreateThreadRequest{}, nil, none, httpError{status, msg}
+	}
+	uploads, closeUploads, err := openUploads(files)
+	if err != nil {
+		return apiCreateThreadRequest{}, nil, none, err
+	}
+	return req, uploads, closeUploads, nil
 }
 
 // maxAPIPage bounds the threads of one page of a listing.
@@ -339,6 +425,7 @@ func (h *Handler) apiShowThread(w http.ResponseWriter, r *http.Request) error {
 		msgs  []db.Message
 		calls []db.ToolCallRow
 		usage db.Usage
+		as    []db.Attachment
 	)
 	opts := pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
 	err = pgx.BeginTxFunc(ctx, h.pool, opts, func(tx pgx.Tx) error {
@@ -352,7 +439,10 @@ func (h *Handler) apiShowThread(w http.ResponseWriter, r *http.Request) error {
 		if calls, err = db.ListToolCalls(ctx, tx, user.ID, id); err != nil {
 			return err
 		}
-		usage, err = db.ThreadUsage(ctx, tx, user.ID, id)
+		if usage, err = db.ThreadUsage(ctx, tx, user.ID, id); err != nil {
+			return err
+		}
+		as, err = db.ListAttachments(ctx, tx, user.ID, id)
 		return err
 	})
 	if err != nil {
@@ -367,6 +457,8 @@ func (h *Handler) apiShowThread(w http.ResponseWriter, r *http.Request) error {
 		Pending:   []apiPending{},
 		Decisions: []apiDecision{},
 		Usage:     apiUsage{Steps: usage.Steps, PromptTokens: usage.PromptTokens, CompletionTokens: usage.CompletionTokens},
+
+		Attachments: toAPIAttachments(as),
 	}
 	for _, m := range msgs {
 		am := apiMessage{ID: m.ID, Role: m.Role, Content: m.Content, CreatedAt: m.CreatedAt.UTC()}

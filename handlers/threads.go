@@ -68,6 +68,9 @@ func (h *Handler) loadThreadView(ctx context.Context, user db.User, id int64, ba
 	if v.Folders, err = db.ListFolders(ctx, h.pool, user.ID); err != nil {
 		return views.ThreadView{}, err
 	}
+	if v.Attachments, err = db.ListAttachments(ctx, h.pool, user.ID, id); err != nil {
+		return views.ThreadView{}, err
+	}
 	v.Forms = h.decisionForms(v)
 	// The sub-agents it delegated to, or the thread that delegated it.
 	if err := h.loadActivity(ctx, user, &v); err != nil {
@@ -143,14 +146,21 @@ func (h *Handler) fillSkills(p *views.Compose) {
 const maxPromptBytes = 100 << 10
 
 // createThread starts a thread from the new-thread form and sends the user
-// to it. A refused form comes back with the text kept and the error next to
-// its field.
+// to it, with the files chosen attached. A refused form comes back with the
+// text kept and the error next to its field; files over the limits are
+// refused before anything is written, and a form over maxUploadBody in all
+// is a 413 page.
 func (h *Handler) createThread(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	user := userFrom(ctx)
-	if err := parseForm(w, r); err != nil {
+	parse := parseForm
+	if isMultipart(r) {
+		parse = parseUploadForm
+	}
+	if err := parse(w, r); err != nil {
 		return err
 	}
+	files := uploadedFiles(r)
 	// Browsers send a textarea's line breaks as CRLF.
 	prompt := strings.TrimSpace(strings.ReplaceAll(r.PostForm.Get("prompt"), "\r\n", "\n"))
 	form := views.Compose{
@@ -164,6 +174,7 @@ func (h *Handler) createThread(w http.ResponseWriter, r *http.Request) error {
 	case len(prompt) > maxPromptBytes:
 		form.Prompt.Error = fmt.Sprintf("The prompt is %d KB; the limit is %d KB.", (len(prompt)+1023)>>10, maxPromptBytes>>10)
 	}
+	_, form.Files.Error = checkUploads(files)
 	var folderID *int64
 	if s := form.Folder.Value; s != "" {
 		id, err := strconv.ParseInt(s, 10, 64)
@@ -172,12 +183,21 @@ func (h *Handler) createThread(w http.ResponseWriter, r *http.Request) error {
 		}
 		folderID = &id
 	}
-	if form.Prompt.Error == "" {
-		t, err := h.startThread(ctx, user, prompt, folderID, form.Skill.Value)
+	if form.Prompt.Error == "" && form.Files.Error == "" {
+		uploads, closeUploads, err := openUploads(files)
+		if err != nil {
+			return err
+		}
+		t, err := h.startThread(ctx, user, prompt, folderID, form.Skill.Value, uploads)
+		closeUploads()
 		var ue *jobs.UserError
 		switch {
 		case err == nil:
 			return seeOther(w, r, "/threads/"+strconv.FormatInt(t.ID, 10))
+		case errors.As(err, &ue) && ue.Status == http.StatusRequestEntityTooLarge && len(files) > 0:
+			// A file the size checked above let through (the
+			// prompt's limit is checked above too).
+			form.Files.Error = sentence(ue.Msg)
 		case errors.Is(err, db.ErrNotFound):
 			// Deleted in another tab, or never the user's: same answer.
 			form.Folder.Error = "That folder does not exist any more. Choose another."
@@ -190,6 +210,9 @@ func (h *Handler) createThread(w http.ResponseWriter, r *http.Request) error {
 		}
 	}
 
+	if len(files) > 0 {
+		form.Files.Value = uploadNames(files)
+	}
 	nav, err := h.loadNav(ctx, r, user)
 	if err != nil {
 		return err
@@ -202,13 +225,13 @@ func (h *Handler) createThread(w http.ResponseWriter, r *http.Request) error {
 	return h.render(w, r, http.StatusUnprocessableEntity, views.ComposePage(form))
 }
 
-// startThread creates a thread with its first user message and queues its
-// run, in one transaction: the one place the web interface starts runs.
-// folderID, when set, must be one of the user's folders (db.ErrNotFound
-// otherwise); skill, when set, must be a skill whose tools are all
-// connected (a *jobs.UserError otherwise).
-func (h *Handler) startThread(ctx context.Context, user db.User, prompt string, folderID *int64, skill string) (db.Thread, error) {
-	return h.runs.Start(ctx, user, jobs.StartRequest{Prompt: prompt, FolderID: folderID, Skill: skill, TriggerKind: db.TriggerManual})
+// startThread creates a thread with its first user message and its
+// attachments and queues its run, in one transaction: the one place the web
+// interface starts runs. folderID, when set, must be one of the user's
+// folders (db.ErrNotFound otherwise); skill, when set, must be a skill whose
+// tools are all connected (a *jobs.UserError otherwise).
+func (h *Handler) startThread(ctx context.Context, user db.User, prompt string, folderID *int64, skill string, files []jobs.Upload) (db.Thread, error) {
+	return h.runs.Start(ctx, user, jobs.StartRequest{Prompt: prompt, FolderID: folderID, Skill: skill, TriggerKind: db.TriggerManual, Files: files})
 }
 
 // The actions on one thread, from the thread page. Archive and mark unread

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"bytes"
 	"context"
 	"crypto/hkdf"
 	"crypto/hmac"
@@ -449,6 +450,15 @@ func (h *Handler) receive(w http.ResponseWriter, r *http.Request) error {
 	req := jobs.StartRequest{
 		Prompt: hookPrompt(skill, r.Header, rec.DeliveryID, isJSON, body), Skill: skill, Title: title,
 		TriggerKind: db.TriggerWebhook, TriggerAt: now, TriggerRef: rec.DeliveryID,
+	}
+	if len(body) > 0 {
+		// Also kept as a file of the thread, for the agent to read again
+		// (read_attachment) and the owner to download as sent.
+		name := "webhook-body.txt"
+		if isJSON {
+			name = "webhook-body.json"
+		}
+		req.Files = []jobs.Upload{{Name: name, ContentType: r.Header.Get("Content-Type"), Body: bytes.NewReader(body)}}
 	}
 	rec.Status = http.StatusAccepted
 	var thread db.Thread

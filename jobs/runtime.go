@@ -88,6 +88,10 @@ type StartRequest struct {
 	TriggerKind string
 	TriggerAt   time.Time
 	TriggerRef  string
+	// Files are attached to the new thread in the same transaction; each
+	// is named on a line "Attached: name (#id)" appended to the prompt, so
+	// that the model knows to read it.
+	Files []Upload
 }
 
 // Start creates a thread with the user's prompt and queues its first step,

@@ -2,6 +2,10 @@ package jobs
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -9,11 +13,23 @@ import (
 	"pizzabot/db"
 )
 
+// Upload is a file sent with a prompt, attached to the thread it starts.
+type Upload struct {
+	// Name is the client's file name (cleaned by db.Attach).
+	Name string
+	// ContentType is the client's declared type, used only for binary
+	// files the content does not identify (see db.SniffContentType).
+	ContentType string
+	// Body is read once, at most db.MaxAttachmentSize+1 bytes.
+	Body io.Reader
+}
+
 // StartTx is Start inside the caller's transaction: the thread, its first
 // message and its first step job commit together with whatever else the
 // caller writes, such as the record of the schedule fire or webhook delivery
-// that started the run. A refusal (*UserError) is returned before anything
-// is written.
+// that started the run, and with the files of req.Files. A refusal
+// (*UserError) is returned before anything is written, except for a refused
+// file (too large: status 413), which the caller's rollback undoes.
 func (rt *Runtime) StartTx(ctx context.Context, tx pgx.Tx, user db.User, req StartRequest) (db.Thread, error) {
 	req.Prompt = strings.TrimSpace(req.Prompt)
 	if req.Prompt == "" {
@@ -21,6 +37,9 @@ func (rt *Runtime) StartTx(ctx context.Context, tx pgx.Tx, user db.User, req Sta
 	}
 	if len(req.Prompt) > MaxPrompt {
 		return db.Thread{}, userErr(413, "the prompt is longer than %d KB", MaxPrompt>>10)
+	}
+	if len(req.Files) > db.MaxAttachmentsPerThread {
+		return db.Thread{}, userErr(400, "a thread holds at most %d attachments", db.MaxAttachmentsPerThread)
 	}
 	if req.Skill != "" {
 		if err := rt.checkSkill(req.Skill); err != nil {
@@ -42,7 +61,26 @@ func (rt *Runtime) StartTx(ctx context.Context, tx pgx.Tx, user db.User, req Sta
 	if err != nil {
 		return db.Thread{}, err
 	}
-	if _, err := db.AddMessage(ctx, tx, db.Message{ThreadID: t.ID, Role: db.RoleUser, Content: req.Prompt}); err != nil {
+	prompt := req.Prompt
+	for _, f := range req.Files {
+		a, err := db.Attach(ctx, tx, user.ID, t.ID, f.Name, f.ContentType, f.Body)
+		var ae *db.AttachmentError
+		if errors.As(err, &ae) {
+			status := http.StatusBadRequest
+			if ae.TooLarge {
+				status = http.StatusRequestEntityTooLarge
+			}
+			return db.Thread{}, userErr(status, "%s", ae.Msg)
+		}
+		if err != nil {
+			return db.Thread{}, err
+		}
+		if prompt == req.Prompt {
+			prompt += "\n"
+		}
+		prompt += fmt.Sprintf("\nAttached: %s (#%d)", a.Name, a.ID)
+	}
+	if _, err := db.AddMessage(ctx, tx, db.Message{ThreadID: t.ID, Role: db.RoleUser, Content: prompt}); err != nil {
 		return db.Thread{}, err
 	}
 	if err := rt.advance(ctx, tx, t.ID); err != nil {

@@ -51,6 +51,9 @@ type ThreadView struct {
 	Forms map[int64]DecisionForm
 	// ApproveAll is the error of a refused "Approve all", if any.
 	ApproveAll string
+	// Attachments are the files attached to the thread (db.ListAttachments),
+	// listed under its first user message.
+	Attachments []db.Attachment
 	// Reply is the reply box as last submitted, with its error.
 	Reply Field
 	// OOB marks every part's root hx-swap-oob="true", so that one response
@@ -524,4 +527,32 @@ func invalidAttrs(a ArgField) templ.Attributes {
 		return templ.Attributes{"aria-invalid": "true"}
 	}
 	return nil
+}
+
+// firstUserMessage is the id of the conversation's first user message, the
+// prompt the attachments came with; 0 when there is none.
+func firstUserMessage(ms []db.Message) int64 {
+	for _, m := range ms {
+		if m.Role == db.RoleUser {
+			return m.ID
+		}
+	}
+	return 0
+}
+
+// sizeLabel shows a file size the way a person reads it.
+func sizeLabel(n int64) string {
+	switch {
+	case n < 1<<10:
+		return strconv.FormatInt(n, 10) + " B"
+	case n < 1<<20:
+		return strconv.FormatFloat(float64(n)/(1<<10), 'f', 1, 64) + " KB"
+	default:
+		return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MB"
+	}
+}
+
+// attachmentURL is where an attachment is downloaded.
+func attachmentURL(id int64) templ.SafeURL {
+	return templ.SafeURL("/attachments/" + strconv.FormatInt(id, 10))
 }

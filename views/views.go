@@ -124,6 +124,9 @@ type Compose struct {
 	Folder Field
 	// Skill holds the chosen skill's name, "" for none.
 	Skill Field
+	// Files holds the names of the files sent with a refused form, which
+	// the user must choose again (a browser cannot refill a file input).
+	Files Field
 	// Skills are the skills to choose from, sorted by name, with those
 	// that cannot run here.
 	Skills []SkillChoice
