@@ -166,16 +166,16 @@ func migrate(ctx context.Context, cfg config) error {
 	return nil
 }
 
-// ready reports whether the database answers and holds our newest schema.
+// ready reports whether the database answers and holds our whole schema.
 func ready(ctx context.Context, pool *pgxpool.Pool) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	v, err := db.SchemaVersion(ctx, pool)
+	pending, err := db.PendingMigrations(ctx, pool)
 	if err != nil {
 		return errors.New("database unreachable")
 	}
-	if want := db.LatestVersion(); v < want {
-		return fmt.Errorf("database schema at version %d, want %d", v, want)
+	if len(pending) > 0 {
+		return fmt.Errorf("database lacks migrations %s: run pizza-bot migrate", strings.Join(pending, ", "))
 	}
 	return nil
 }

@@ -93,3 +93,20 @@ func TestCountsFollowEveryChange(t *testing.T) {
 		check(s.name)
 	}
 }
+
+func TestPendingMigrations(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := context.Background()
+	pending, err := db.PendingMigrations(ctx, pool)
+	if err != nil || len(pending) != 0 {
+		t.Fatalf("migrated database: pending %v, %v", pending, err)
+	}
+	if _, err := pool.Exec(ctx, `DELETE FROM pizza_migrations WHERE version = 2`); err != nil {
+		t.Fatal(err)
+	}
+	pending, err = db.PendingMigrations(ctx, pool)
+	if err != nil || len(pending) != 1 || pending[0] != "0002_runs.sql" {
+		t.Errorf("after forgetting 0002: pending %v, %v", pending, err)
+	}
+}

@@ -139,6 +139,40 @@ func SchemaVersion(ctx context.Context, q Querier) (int, error) {
 	return schemaVersion(ctx, q)
 }
 
+// PendingMigrations lists the embedded migrations the database lacks: none
+// means it holds our whole schema, whatever order they landed in.
+func PendingMigrations(ctx context.Context, q Querier) ([]string, error) {
+	ms, err := migrations()
+	if err != nil {
+		return nil, err
+	}
+	have := map[int]bool{}
+	var exists bool
+	if err := q.QueryRow(ctx, `SELECT to_regclass('pizza_migrations') IS NOT NULL`).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("read applied migrations: %w", err)
+	}
+	if exists {
+		rows, err := q.Query(ctx, `SELECT version FROM pizza_migrations`)
+		if err != nil {
+			return nil, fmt.Errorf("read applied migrations: %w", err)
+		}
+		vs, err := pgx.CollectRows(rows, pgx.RowTo[int])
+		if err != nil {
+			return nil, fmt.Errorf("read applied migrations: %w", err)
+		}
+		for _, v := range vs {
+			have[v] = true
+		}
+	}
+	var pending []string
+	for _, m := range ms {
+		if !have[m.version] {
+			pending = append(pending, m.name)
+		}
+	}
+	return pending, nil
+}
+
 func schemaVersion(ctx context.Context, q Querier) (int, error) {
 	var exists bool
 	if err := q.QueryRow(ctx, `SELECT to_regclass('pizza_migrations') IS NOT NULL`).Scan(&exists); err != nil {
