@@ -2,14 +2,11 @@ package handlers
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 
 	"pizzabot/db"
-	"pizzabot/jobs"
 	"pizzabot/views"
 )
 
@@ -91,88 +88,8 @@ func (h *Handler) decideSubagent(w http.ResponseWriter, r *http.Request) error {
 	if i < 0 {
 		return notFound
 	}
-	child := &v.Subagents[i]
-	ids, err := parseCallIDs(r.PostForm["call"])
-	if err != nil {
+	if decided, err := h.decideOn(w, r, user, &v, &v.Subagents[i]); !decided || err != nil {
 		return err
-	}
-	decision := r.PostForm.Get("decision")
-	if !isDecision(decision) {
-		return httpError{http.StatusBadRequest, "Choose a decision: approve, edit, reject, answer, retry or skip."}
-	}
-	if len(ids) > 1 && decision != db.DecisionApprove {
-		return httpError{http.StatusBadRequest, "Only approving can be done for several calls at once."}
-	}
-	waiting := map[int64]db.ToolCallRow{}
-	if child.Thread.Status == db.StatusWaiting {
-		for _, c := range child.Calls {
-			if c.State == db.CallPending || c.State == db.CallUnknown {
-				waiting[c.ID] = c
-			}
-		}
-	}
-	rows := make([]db.ToolCallRow, 0, len(ids))
-	for _, cid := range ids {
-		c, ok := waiting[cid]
-		if !ok {
-			return httpError{http.StatusConflict, "This call is no longer waiting for a decision. Reload the page to see where the run is."}
-		}
-		rows = append(rows, c)
-	}
-
-	// refuse shows the parent's pending calls again, the child's form as
-	// submitted, with msg next to it.
-	refuse := func(msg string, fields []views.ArgField) error {
-		if len(ids) > 1 {
-			child.ApproveAll = msg
-		} else {
-			c := rows[0]
-			f := child.Forms[c.ID]
-			f.Decision, f.Error = decision, msg
-			f.Message = r.PostForm.Get("message")
-			if decision == db.DecisionEdit {
-				if fields != nil {
-					f.Fields = fields
-				} else if _, sent := r.PostForm["arguments"]; sent {
-					f.Fields, f.JSON = nil, r.PostForm.Get("arguments")
-				}
-			}
-			child.Forms[c.ID] = f
-		}
-		return h.renderRunForm(w, r, user, v, views.PendingCalls)
-	}
-
-	inputs := make([]jobs.DecisionInput, 0, len(rows))
-	var editFields []views.ArgField
-	for _, c := range rows {
-		if !allowsDecision(c, decision) {
-			return refuse(notAllowed(c, decision), nil)
-		}
-		in := jobs.DecisionInput{CallID: c.ID, Type: decision}
-		switch decision {
-		case db.DecisionReject:
-			in.Message = strings.TrimSpace(r.PostForm.Get("message"))
-		case db.DecisionRespond:
-			in.Message = strings.TrimSpace(strings.ReplaceAll(r.PostForm.Get("message"), "\r\n", "\n"))
-			if in.Message == "" {
-				return refuse("Write your answer first.", nil)
-			}
-		case db.DecisionEdit:
-			args, fields, msg := h.editedArguments(c, r.PostForm)
-			if msg != "" {
-				return refuse(msg, fields)
-			}
-			in.Arguments, editFields = args, fields
-		}
-		inputs = append(inputs, in)
-	}
-	err = h.runs.Decide(ctx, user, childID, inputs)
-	var ue *jobs.UserError
-	if errors.As(err, &ue) && ue.Status == http.StatusBadRequest {
-		return refuse(sentence(strings.TrimPrefix(ue.Msg, "edited arguments: ")), editFields)
-	}
-	if err != nil {
-		return runError(err)
 	}
 	if !wantsFragment(r) {
 		return seeOther(w, r, "/threads/"+strconv.FormatInt(id, 10))

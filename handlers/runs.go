@@ -49,20 +49,32 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if decided, err := h.decideOn(w, r, user, &v, &v); !decided || err != nil {
+		return err
+	}
+	return h.afterRunChange(w, r, user, id)
+}
+
+// decideOn applies the posted decision (see decide for the fields) to the
+// waiting calls of target, which is page itself or a sub-agent embedded in
+// it. It reports decided when the runtime took the decision; otherwise it has
+// answered with page's pending calls re-rendered, the form as submitted and
+// the error next to it (422), or it returns the error to render.
+func (h *Handler) decideOn(w http.ResponseWriter, r *http.Request, user db.User, page, target *views.ThreadView) (decided bool, err error) {
 	ids, err := parseCallIDs(r.PostForm["call"])
 	if err != nil {
-		return err
+		return false, err
 	}
 	decision := r.PostForm.Get("decision")
 	if !isDecision(decision) {
-		return httpError{http.StatusBadRequest, "Choose a decision: approve, edit, reject, answer, retry or skip."}
+		return false, httpError{http.StatusBadRequest, "Choose a decision: approve, edit, reject, answer, retry or skip."}
 	}
 	if len(ids) > 1 && decision != db.DecisionApprove {
-		return httpError{http.StatusBadRequest, "Only approving can be done for several calls at once."}
+		return false, httpError{http.StatusBadRequest, "Only approving can be done for several calls at once."}
 	}
 	waiting := map[int64]db.ToolCallRow{}
-	if v.Thread.Status == db.StatusWaiting {
-		for _, c := range v.Calls {
+	if target.Thread.Status == db.StatusWaiting {
+		for _, c := range target.Calls {
 			if c.State == db.CallPending || c.State == db.CallUnknown {
 				waiting[c.ID] = c
 			}
@@ -73,18 +85,18 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request) error {
 		c, ok := waiting[cid]
 		if !ok {
 			// Decided in another tab, or the run was cancelled meanwhile.
-			return httpError{http.StatusConflict, "This call is no longer waiting for a decision. Reload the page to see where the run is."}
+			return false, httpError{http.StatusConflict, "This call is no longer waiting for a decision. Reload the page to see where the run is."}
 		}
 		rows = append(rows, c)
 	}
 
 	// refuse shows the form again, as submitted, with msg next to it.
-	refuse := func(msg string, fields []views.ArgField) error {
+	refuse := func(msg string, fields []views.ArgField) (bool, error) {
 		if len(ids) > 1 {
-			v.ApproveAll = msg
+			target.ApproveAll = msg
 		} else {
 			c := rows[0]
-			f := v.Forms[c.ID]
+			f := target.Forms[c.ID]
 			f.Decision, f.Error = decision, msg
 			f.Message = r.PostForm.Get("message")
 			if decision == db.DecisionEdit {
@@ -94,9 +106,9 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request) error {
 					f.Fields, f.JSON = nil, r.PostForm.Get("arguments")
 				}
 			}
-			v.Forms[c.ID] = f
+			target.Forms[c.ID] = f
 		}
-		return h.renderRunForm(w, r, user, v, views.PendingCalls)
+		return false, h.renderRunForm(w, r, user, *page, views.PendingCalls)
 	}
 
 	inputs := make([]jobs.DecisionInput, 0, len(rows))
@@ -123,7 +135,7 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request) error {
 		}
 		inputs = append(inputs, in)
 	}
-	err = h.runs.Decide(ctx, user, id, inputs)
+	err = h.runs.Decide(r.Context(), user, target.Thread.ID, inputs)
 	var ue *jobs.UserError
 	if errors.As(err, &ue) && ue.Status == http.StatusBadRequest {
 		// Not allowed, or edited arguments the schema refuses: the person
@@ -131,9 +143,9 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request) error {
 		return refuse(sentence(strings.TrimPrefix(ue.Msg, "edited arguments: ")), editFields)
 	}
 	if err != nil {
-		return runError(err)
+		return false, runError(err)
 	}
-	return h.afterRunChange(w, r, user, id)
+	return true, nil
 }
 
 // reply continues a thread whose run has ended:
