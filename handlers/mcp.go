@@ -16,6 +16,7 @@ import (
 
 	"pizzabot/agent"
 	"pizzabot/agent/mcpclient"
+	"pizzabot/db"
 	"pizzabot/jobs"
 	"pizzabot/views"
 )
@@ -313,6 +314,13 @@ func (h *Handler) deleteMCPServer(w http.ResponseWriter, r *http.Request) error 
 
 // setMCPServerEnabled turns a server of any source on or off.
 func (h *Handler) setMCPServerEnabled(w http.ResponseWriter, r *http.Request) error {
+	return h.switchExtension(w, r, "MCP server", "/settings/mcp", (*jobs.Extensions).SetServerEnabled)
+}
+
+// switchExtension turns a server or a plugin on or off, audited, and
+// reloads the extensions: POST .../{name}/enabled with enabled=on|off.
+func (h *Handler) switchExtension(w http.ResponseWriter, r *http.Request, what, page string,
+	set func(ext *jobs.Extensions, ctx context.Context, q db.Querier, user db.User, name string, on bool) error) error {
 	ext, err := h.extensions()
 	if err != nil {
 		return err
@@ -326,17 +334,17 @@ func (h *Handler) setMCPServerEnabled(w http.ResponseWriter, r *http.Request) er
 	}
 	ctx := r.Context()
 	name := r.PathValue("name")
-	action, done := "MCP server turned off", "off"
+	action, done := what+" turned off", "off"
 	if on {
-		action, done = "MCP server turned on", "on"
+		action, done = what+" turned on", "on"
 	}
-	if err := h.audited(ctx, action, name, func(tx pgx.Tx) error { return ext.SetServerEnabled(ctx, tx, userFrom(ctx), name, on) }); err != nil {
+	if err := h.audited(ctx, action, name, func(tx pgx.Tx) error { return set(ext, ctx, tx, userFrom(ctx), name, on) }); err != nil {
 		return err
 	}
 	if err := ext.Reload(ctx); err != nil {
 		return err
 	}
-	return seeOther(w, r, "/settings/mcp?done="+done)
+	return seeOther(w, r, page+"?done="+done)
 }
 
 // restartMCPServer drops a running server's connection and reconnects.
@@ -561,30 +569,7 @@ func (h *Handler) pluginError(w http.ResponseWriter, r *http.Request, msg string
 
 // setPluginEnabled turns a plugin (its skills and servers) on or off.
 func (h *Handler) setPluginEnabled(w http.ResponseWriter, r *http.Request) error {
-	ext, err := h.extensions()
-	if err != nil {
-		return err
-	}
-	if err := parseForm(w, r); err != nil {
-		return err
-	}
-	on, err := formSwitch(r, "enabled")
-	if err != nil {
-		return err
-	}
-	ctx := r.Context()
-	name := r.PathValue("name")
-	action, done := "plugin turned off", "off"
-	if on {
-		action, done = "plugin turned on", "on"
-	}
-	if err := h.audited(ctx, action, name, func(tx pgx.Tx) error { return ext.SetPluginEnabled(ctx, tx, userFrom(ctx), name, on) }); err != nil {
-		return err
-	}
-	if err := ext.Reload(ctx); err != nil {
-		return err
-	}
-	return seeOther(w, r, "/settings/plugins?done="+done)
+	return h.switchExtension(w, r, "plugin", "/settings/plugins", (*jobs.Extensions).SetPluginEnabled)
 }
 
 // uninstallPlugin deletes a plugin's folder.
