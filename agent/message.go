@@ -43,6 +43,10 @@ type Message struct {
 	// so: the content is sent prefixed with "Error: " (unless it already
 	// starts with "error").
 	IsError bool `json:"is_error,omitempty"`
+	// Images are shown to the model with the text (role user only): the
+	// message is then sent as content parts. Models that do not accept
+	// images refuse such a request (see ImagesRefused).
+	Images []Image `json:"images,omitempty"`
 }
 
 // UserMessage returns a user message with the given text.

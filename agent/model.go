@@ -539,11 +539,22 @@ func (m *Model) params(req Request) (openai.ChatCompletionNewParams, error) {
 		msgs = append(msgs, openai.SystemMessage(req.System))
 	}
 	for i, msg := range req.Messages {
+		if len(msg.Images) > 0 && msg.Role != RoleUser {
+			return openai.ChatCompletionNewParams{}, fmt.Errorf("message %d: only user messages carry images, not %q", i, msg.Role)
+		}
 		switch msg.Role {
 		case RoleSystem:
 			msgs = append(msgs, openai.SystemMessage(msg.Content))
 		case RoleUser:
-			msgs = append(msgs, openai.UserMessage(msg.Content))
+			if len(msg.Images) == 0 {
+				msgs = append(msgs, openai.UserMessage(msg.Content))
+				break
+			}
+			parts := []openai.ChatCompletionContentPartUnionParam{openai.TextContentPart(msg.Content)}
+			for _, im := range msg.Images {
+				parts = append(parts, openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: im.DataURL()}))
+			}
+			msgs = append(msgs, openai.UserMessage(parts))
 		case RoleAssistant:
 			a := openai.ChatCompletionAssistantMessageParam{}
 			if msg.Content != "" || len(msg.ToolCalls) == 0 {

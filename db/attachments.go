@@ -201,3 +201,30 @@ func AttachmentText(content []byte) (string, bool) {
 	}
 	return string(content), true
 }
+
+// ThreadImages returns, with their content, the first limit attachments of
+// one of the user's threads whose type is one of types and whose size is at
+// most maxSize, in the order they were attached. The runtime uses it to
+// show a thread's images to the model.
+func ThreadImages(ctx context.Context, q Querier, userID, threadID int64, types []string, maxSize int64, limit int) ([]Attachment, error) {
+	rows, err := q.Query(ctx, `SELECT id, user_id, thread_id, name, content_type, size, sha256, created_at, content
+		FROM attachments
+		WHERE user_id = $1 AND thread_id = $2 AND content_type = ANY($3) AND size <= $4
+		ORDER BY id LIMIT $5`, userID, threadID, types, maxSize, limit)
+	if err != nil {
+		return nil, fmt.Errorf("images of thread %d: %w", threadID, err)
+	}
+	defer rows.Close()
+	var as []Attachment
+	for rows.Next() {
+		var a Attachment
+		if err := rows.Scan(&a.ID, &a.UserID, &a.ThreadID, &a.Name, &a.ContentType, &a.Size, &a.SHA256, &a.CreatedAt, &a.Content); err != nil {
+			return nil, fmt.Errorf("images of thread %d: %w", threadID, err)
+		}
+		as = append(as, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("images of thread %d: %w", threadID, err)
+	}
+	return as, nil
+}

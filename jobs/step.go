@@ -210,6 +210,9 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs) error
 	}
 	tools := rt.offerTask(t, rt.Tools.Offer(skill))
 	in := agent.StepInput{Model: model, System: system, Messages: toAgent(msgs), Tools: tools}
+	if err := rt.attachImages(ctx, t, in.Messages); err != nil { // see images.go
+		return err
+	}
 	if rt.OnDelta != nil {
 		// Every model call starts its stream with a reset: receivers tell
 		// its text from text a previous call sent after its commit.
@@ -217,7 +220,7 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs) error
 		in.OnDelta = func(s string) { rt.OnDelta(t.ID, s, false) }
 		in.OnReset = func() { rt.OnDelta(t.ID, "", true) }
 	}
-	out, err := agent.Step(ctx, in)
+	out, err := rt.stepShowingImages(ctx, t.ID, in)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()

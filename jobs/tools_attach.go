@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"mime"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -49,7 +50,8 @@ func attachmentTools() []Tool {
 				Name: "read_attachment",
 				Description: "Read a file attached to this thread, by its id from list_attachments. Text files (plain text, Markdown, CSV, JSON, code) " +
 					"are returned as text, up to 100 KB per call: pass offset (in bytes) to read further. " +
-					"Images and PDFs cannot be read as text yet: the tool says so, and you should tell the user.",
+					"Images (PNG, JPEG, GIF, WebP up to 5 MB, at most 8) are shown to you with the user's first message instead; " +
+					"PDFs cannot be read as text yet: the tool says so, and you should tell the user.",
 				Parameters: schema(`{"type":"object","properties":{
 					"id":{"type":"integer","minimum":1,"description":"The attachment's id."},
 					"offset":{"type":"integer","minimum":0,"description":"Byte offset to start reading at (default 0)."}},
@@ -64,18 +66,31 @@ func attachmentTools() []Tool {
 				if err != nil {
 					return "", err
 				}
-				return readAttachment(a, intArg(args, "offset", 0, 0, 1<<62))
+				shown := false
+				if showsImage(a) { // and among the first maxImages? (images.go)
+					as, err := db.ListAttachments(ctx, tx, run.UserID, run.ThreadID)
+					if err != nil {
+						return "", err
+					}
+					shown = slices.Contains(shownImageIDs(as), a.ID)
+				}
+				return readAttachment(a, shown, intArg(args, "offset", 0, 0, 1<<62))
 			},
 		},
 	}
 }
 
-// readAttachment renders an attachment for the model.
-func readAttachment(a db.Attachment, offset int64) (string, error) {
+// readAttachment renders an attachment for the model. shown tells that the
+// attachment is an image shown to the model with the first message.
+func readAttachment(a db.Attachment, shown bool, offset int64) (string, error) {
 	mt, _, _ := mime.ParseMediaType(a.ContentType)
 	switch {
+	case shown:
+		return fmt.Sprintf("%s is an image (%s, %d bytes): the image was shown to the model with the first message; look at it there "+
+			"(unless your instructions say that this model cannot see images).", a.Name, mt, a.Size), nil
 	case strings.HasPrefix(mt, "image/"):
-		return "", fmt.Errorf("%s is an image (%s, %d bytes): images are not passed to the model yet, so its content cannot be read; tell the user", a.Name, mt, a.Size)
+		return "", fmt.Errorf("%s is an image (%s, %d bytes) that is not shown to the model (only PNG, JPEG, GIF and WebP images up to %d MB, at most %d per thread, are), so its content cannot be read; tell the user",
+			a.Name, mt, a.Size, maxImageSize>>20, maxImages)
 	case mt == "application/pdf":
 		return "", fmt.Errorf("%s is a PDF (%d bytes): text extraction from PDFs is not available yet; ask the user for a text or Markdown export", a.Name, a.Size)
 	}

@@ -36,6 +36,9 @@ type Script struct {
 	// Lenient skips the conversation checks OpenAI makes (every tool call
 	// answered by a tool message, every tool message answering a call).
 	Lenient bool `json:"lenient,omitempty"`
+	// RejectImages answers a request with image parts as a text-only model
+	// does: 400 "This model does not support image input."
+	RejectImages bool `json:"reject_images,omitempty"`
 }
 
 // Rule answers the requests its Match fits.
@@ -62,6 +65,8 @@ type Match struct {
 	ToolOffered string `json:"tool_offered,omitempty"`
 	// Model: the requested model is this one.
 	Model string `json:"model,omitempty"`
+	// HasImage: a message of the conversation carries an image part.
+	HasImage bool `json:"has_image,omitempty"`
 }
 
 // Reply is one scripted answer: text and tool calls, or an error status.

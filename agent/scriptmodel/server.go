@@ -51,11 +51,14 @@ type RecordedRequest struct {
 	Body json.RawMessage
 }
 
-// RecordedMessage is a message of a recorded request. Content parts are
-// joined into one text.
+// RecordedMessage is a message of a recorded request. Text parts are
+// joined into one text; image parts are kept apart, in Images.
 type RecordedMessage struct {
-	Role       string
-	Content    string
+	Role    string
+	Content string
+	// Images are the URLs of the message's image_url parts (data: URLs
+	// for inline images), in order.
+	Images     []string
 	ToolCalls  []ScriptToolCall
 	ToolCallID string
 	Name       string
@@ -258,7 +261,7 @@ func record(r *http.Request, body []byte, req chatRequest) RecordedRequest {
 		Body:          json.RawMessage(body),
 	}
 	for _, m := range req.Messages {
-		rm := RecordedMessage{Role: m.Role, Content: contentText(m.Content), ToolCallID: m.ToolCallID, Name: m.Name}
+		rm := RecordedMessage{Role: m.Role, Content: contentText(m.Content), Images: contentImages(m.Content), ToolCallID: m.ToolCallID, Name: m.Name}
 		for _, tc := range m.ToolCalls {
 			rm.ToolCalls = append(rm.ToolCalls, ScriptToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
 		}
@@ -295,6 +298,31 @@ func contentText(raw json.RawMessage) string {
 	return string(raw)
 }
 
+// contentImages returns the URLs of a content's image_url parts.
+func contentImages(raw json.RawMessage) []string {
+	var parts []struct {
+		Type     string `json:"type"`
+		ImageURL struct {
+			URL string `json:"url"`
+		} `json:"image_url"`
+	}
+	if json.Unmarshal(raw, &parts) != nil {
+		return nil
+	}
+	var urls []string
+	for _, p := range parts {
+		if p.Type == "image_url" {
+			urls = append(urls, p.ImageURL.URL)
+		}
+	}
+	return urls
+}
+
+// hasImage reports whether a message of rec carries an image.
+func hasImage(rec RecordedRequest) bool {
+	return slices.ContainsFunc(rec.Messages, func(m RecordedMessage) bool { return len(m.Images) > 0 })
+}
+
 // check makes the checks OpenAI makes on a request, and returns OpenAI's
 // kind of message for the first failure.
 func (s *Server) check(req chatRequest, rec RecordedRequest) string {
@@ -308,6 +336,9 @@ func (s *Server) check(req chatRequest, rec RecordedRequest) string {
 		if t.Type != "function" || t.Function.Name == "" {
 			return fmt.Sprintf("Invalid 'tools[%d]': a function tool needs type \"function\" and a function name.", i)
 		}
+	}
+	if s.script.RejectImages && hasImage(rec) {
+		return "This model does not support image input."
 	}
 	if s.script.Lenient {
 		return ""
@@ -402,6 +433,9 @@ func (m Match) fits(rec RecordedRequest) bool {
 	if m.SystemContains != "" && !slices.ContainsFunc(msgs, func(msg RecordedMessage) bool {
 		return (msg.Role == "system" || msg.Role == "developer") && strings.Contains(msg.Content, m.SystemContains)
 	}) {
+		return false
+	}
+	if m.HasImage && !hasImage(rec) {
 		return false
 	}
 	if m.ToolOffered != "" && !slices.ContainsFunc(rec.Tools, func(t RecordedTool) bool { return t.Name == m.ToolOffered }) {

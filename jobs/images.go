@@ -1,0 +1,88 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"pizzabot/agent"
+	"pizzabot/db"
+)
+
+// Images attached to a thread are shown to the model with the thread's first
+// user message, the one they were uploaded with, on every model step: the
+// conversation is sent whole each time. Which models accept images is not
+// something providers tell in advance, so a step sends them and, when the
+// provider refuses (agent.ImagesRefused), takes the step again without them
+// and tells the model in its instructions. Nothing is remembered between
+// steps: a thread with images on a text-only model pays one refused call per
+// step, which is cheap next to remembering wrongly (a vision model refusing
+// one broken image must not become "text-only" for everyone).
+
+// imageTypes are the image formats the Chat Completions providers accept
+// inline; attachments' types are sniffed, so these are exact.
+var imageTypes = []string{"image/png", "image/jpeg", "image/gif", "image/webp"}
+
+// Limits on the images shown to the model: providers refuse larger images,
+// and every image is sent again with every step.
+const (
+	maxImageSize = 5 << 20
+	maxImages    = 8
+)
+
+// showsImage reports whether an attachment is of a kind shown to the model
+// (the rank limit, maxImages, aside). It matches db.ThreadImages' filter.
+func showsImage(a db.Attachment) bool {
+	return slices.Contains(imageTypes, a.ContentType) && a.Size <= maxImageSize
+}
+
+// shownImageIDs returns the ids of the attachments of a thread that are
+// shown to the model.
+func shownImageIDs(as []db.Attachment) []int64 {
+	var ids []int64
+	for _, a := range as {
+		if showsImage(a) && len(ids) < maxImages {
+			ids = append(ids, a.ID)
+		}
+	}
+	return ids
+}
+
+// attachImages puts the thread's images on the first user message of msgs.
+func (rt *Runtime) attachImages(ctx context.Context, t db.Thread, msgs []agent.Message) error {
+	first := slices.IndexFunc(msgs, func(m agent.Message) bool { return m.Role == agent.RoleUser })
+	if first < 0 {
+		return nil
+	}
+	as, err := db.ThreadImages(ctx, rt.Pool, t.UserID, t.ID, imageTypes, maxImageSize, maxImages)
+	if err != nil {
+		return err
+	}
+	for _, a := range as {
+		msgs[first].Images = append(msgs[first].Images, agent.Image{MediaType: a.ContentType, Data: a.Content})
+	}
+	return nil
+}
+
+// stepShowingImages takes the step; when the provider refuses the images,
+// it takes it once more without them, telling the model why it cannot see
+// them.
+func (rt *Runtime) stepShowingImages(ctx context.Context, threadID int64, in agent.StepInput) (*agent.StepOutput, error) {
+	out, err := agent.Step(ctx, in)
+	n := 0
+	for _, m := range in.Messages {
+		n += len(m.Images)
+	}
+	if err == nil || n == 0 || !agent.ImagesRefused(err) {
+		return out, err
+	}
+	rt.Logger.Info("the model refused images: step taken again without them", "thread_id", threadID, "err", err)
+	msgs := slices.Clone(in.Messages)
+	for i := range msgs {
+		msgs[i].Images = nil
+	}
+	in.Messages = msgs
+	in.System += fmt.Sprintf("\n\nNote: the user attached %d image(s) to this thread, but they could not be shown to you: the model provider refused them (%s). "+
+		"You cannot see these images and read_attachment cannot read them: if the task depends on them, tell the user.", n, err)
+	return agent.Step(ctx, in)
+}
