@@ -35,6 +35,9 @@ func NewClient(rt *Runtime, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 	if err := river.AddWorkerSafely(workers, &RescueWorker{rt: rt}); err != nil {
 		return nil, err
 	}
+	if err := river.AddWorkerSafely(workers, &PruneWorker{rt: rt}); err != nil {
+		return nil, err
+	}
 	if cfg.ScheduleEvery <= 0 {
 		cfg.ScheduleEvery = ScheduleEvery
 	}
@@ -55,6 +58,9 @@ func NewClient(rt *Runtime, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 			river.NewPeriodicJob(river.PeriodicInterval(cfg.ScheduleEvery),
 				func() (river.JobArgs, *river.InsertOpts) { return ScheduleArgs{}, &river.InsertOpts{MaxAttempts: 1} },
 				&river.PeriodicJobOpts{RunOnStart: true}),
+			river.NewPeriodicJob(river.PeriodicInterval(PruneEvery),
+				func() (river.JobArgs, *river.InsertOpts) { return PruneArgs{}, &river.InsertOpts{MaxAttempts: 1} },
+				nil),
 		},
 		// Our heartbeats rescue dead steps; River's rescuer is the backstop
 		// for jobs of other kinds and must wait out a whole step.
