@@ -230,10 +230,34 @@ func TestStreamedTextAcrossProcesses(t *testing.T) {
 	if _, err := db.AddMessage(ctx, pool, db.Message{ThreadID: th.ID, Role: db.RoleAssistant, Content: "Hi"}); err != nil {
 		t.Fatal(err)
 	}
-	for u := next(t, a); u.Events == nil; u = next(t, a) {
+	// Events arrive in commit order, held back while an older transaction
+	// anywhere in the cluster is open (other test packages share it): wait
+	// for the message's event rather than taking the first event to come.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, ok := web.StreamText(alice.ID, th.ID); !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the stream is still open after its message committed")
+		}
+		select {
+		case u := <-a.Updates():
+			if u.Delta != nil {
+				t.Fatalf("streamed text after its message committed: %+v", u.Delta)
+			}
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
-	if _, ok := web.StreamText(alice.ID, th.ID); ok {
-		t.Error("the stream is still open after its message committed")
+	for drained := false; !drained; {
+		select {
+		case u := <-a.Updates():
+			if u.Delta != nil {
+				t.Fatalf("streamed text after its message committed: %+v", u.Delta)
+			}
+		case <-time.After(200 * time.Millisecond):
+			drained = true
+		}
 	}
 	// Text the sealed stream flushes late is dropped.
 	worker.PublishDelta(th.ID, " late", false)
