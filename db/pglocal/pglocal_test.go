@@ -87,9 +87,11 @@ func execSQL(t *testing.T, s *Server, db, sql string) {
 // assertExited checks that a Server's postmaster has exited and been reaped.
 func assertExited(t *testing.T, s *Server) {
 	t.Helper()
+	// Stop returns once the postmaster is gone; when another Server stopped
+	// it, s's own waiter reaps the exited child a moment later.
 	select {
 	case <-s.done:
-	default:
+	case <-time.After(5 * time.Second):
 		t.Fatalf("postmaster %d still running", s.proc.Pid)
 	}
 	if err := syscall.Kill(s.proc.Pid, 0); !errors.Is(err, syscall.ESRCH) {
