@@ -359,3 +359,43 @@ func TestPagesConnectTheirEventStream(t *testing.T) {
 		}
 	}
 }
+
+// A sub-agent's progress refreshes the Activity panel of its parent's open
+// page (its changes are logged for the parent too, migration 0009).
+func TestEventStreamRefreshesActivityPanel(t *testing.T) {
+	t.Parallel()
+	b := setupLive(t)
+	parent := b.thread(b.alice, "Parent", "")
+	m, err := db.AddMessage(b.ctx, b.pool, db.Message{ThreadID: parent.ID, Role: db.RoleAssistant,
+		ToolCalls: []db.ToolCall{{ID: "t1", Name: "task", Arguments: `{"skill":"researcher","task":"dig"}`}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call, err := db.InsertToolCall(b.ctx, b.pool, db.NewToolCall{ThreadID: parent.ID, MessageID: m.ID, CallID: "t1",
+		Name: "task", Arguments: `{"skill":"researcher","task":"dig"}`, State: db.CallDelegated})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var child int64
+	err = b.pool.QueryRow(b.ctx, `INSERT INTO threads (user_id, title, skill, parent_thread_id, parent_call_id)
+		VALUES ($1, 'Dig into it', 'researcher', $2, $3) RETURNING id`, b.alice.ID, parent.ID, call).Scan(&child)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := b.open("alice", since(b)+"&thread="+strconv.FormatInt(parent.ID, 10), "")
+	if _, err := db.AddMessage(b.ctx, b.pool, db.Message{ThreadID: child, Role: db.RoleAssistant, Content: "Found three sources."}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case <-deadline:
+			t.Fatal("no update of the Activity panel after the sub-agent's message")
+		default:
+		}
+		u, ok := find(s.until(), "update")
+		if ok && strings.Contains(u.data, `id="thread-activity"`) && strings.Contains(u.data, "Found three sources.") {
+			return
+		}
+	}
+}
