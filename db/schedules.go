@@ -37,12 +37,21 @@ const scheduleColumns = `s.id, s.user_id, s.name, s.skill, s.prompt, s.cron, s.t
 
 const scheduleFrom = ` FROM schedules s LEFT JOIN folders f ON f.id = s.folder_id `
 
+// Fields are the schedule's settings, to edit and save again.
+func (s Schedule) Fields() ScheduleFields {
+	return ScheduleFields{
+		Name: s.Name, Skill: s.Skill, Prompt: s.Prompt, Cron: s.Cron, Timezone: s.Timezone,
+		FolderID: s.FolderID, Paused: s.Paused, SkipIfRunning: s.SkipIfRunning, NextDueAt: s.NextDueAt,
+	}
+}
+
 // MaxScheduleName is the longest schedule name, in characters.
 const MaxScheduleName = 80
 
-// ScheduleFields are a schedule's settings as its owner chose them. Callers
-// validate them (the cron expression and time zone in particular) before
-// saving; NextDueAt is computed from them.
+// ScheduleFields are a schedule's settings as its owner chose them, also as
+// submitted by a form or the API before they are checked. Callers validate
+// them (the cron expression and time zone in particular) before saving;
+// NextDueAt is computed from them.
 type ScheduleFields struct {
 	Name          string
 	Skill         string

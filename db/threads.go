@@ -189,6 +189,16 @@ func GetThread(ctx context.Context, q Querier, userID, id int64) (Thread, error)
 	return t, nil
 }
 
+// GetRunThread returns a thread by id alone, for the runtime, which acts
+// for the thread's owner; request handlers use GetThread with the user id.
+func GetRunThread(ctx context.Context, q Querier, id int64) (Thread, error) {
+	t, err := one[Thread](q.Query(ctx, `SELECT `+threadColumns+threadFrom+`WHERE t.id = $1`, id))
+	if err != nil {
+		return Thread{}, fmt.Errorf("get thread %d: %w", id, err)
+	}
+	return t, nil
+}
+
 // NewThread is what CreateThread needs.
 type NewThread struct {
 	UserID      int64

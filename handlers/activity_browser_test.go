@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -22,10 +21,7 @@ import (
 // parent's parts (the panel included) in place.
 func TestActivityPanelInBrowser(t *testing.T) {
 	t.Parallel()
-	const chromium = "/usr/bin/chromium"
-	if _, err := os.Stat(chromium); err != nil {
-		t.Skipf("no Chromium at %s (apt-get install chromium)", chromium)
-	}
+	requireChromium(t)
 	rb := setupRuns(t, delegationScript())
 	parent, researcher, tagger := rb.delegated()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -34,13 +30,7 @@ func TestActivityPanelInBrowser(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("headless", true), chromedp.Flag("disable-background-networking", true))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
+	ctx := newBrowser(t)
 	path := srv.URL + "/threads/" + itoa(parent)
 	// The first action starts the browser: no timeout on it.
 	if err := chromedp.Do(ctx, chromedp.Navigate(path)); err != nil {

@@ -613,19 +613,10 @@ func s256(verifier string) string {
 // real headless Chromium, through the test identity provider.
 func TestSignInInBrowser(t *testing.T) {
 	t.Parallel()
-	const chromium = "/usr/bin/chromium"
-	if _, err := os.Stat(chromium); err != nil {
-		t.Skipf("no Chromium at %s (apt-get install chromium)", chromium)
-	}
+	requireChromium(t)
 	b := authSetup(t, authOptions{adminEmails: []string{"ada@example.com"}})
 	b.idp.SetUser(adminIdP)
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("headless", true), chromedp.Flag("disable-background-networking", true))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
+	ctx := newBrowser(t)
 	// The first action starts the browser: no timeout on it (it would
 	// bound the browser's life), one on the steps after.
 	if err := chromedp.Do(ctx, chromedp.Navigate(b.srv.URL+"/folders")); err != nil {

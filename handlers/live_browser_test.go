@@ -238,12 +238,18 @@ func (ls *liveServer) stop() {
 
 func (ls *liveServer) url(path string) string { return "http://" + ls.addr + path }
 
-// newBrowser starts a headless Chromium; tabs are opened with tab.
-func newBrowser(t *testing.T) context.Context {
+// requireChromium skips the test when Debian's Chromium is missing.
+func requireChromium(t *testing.T) {
 	t.Helper()
 	if _, err := os.Stat(chromiumPath); err != nil {
 		t.Skipf("no Chromium at %s (apt-get install chromium; CI installs it)", chromiumPath)
 	}
+}
+
+// newBrowser starts a headless Chromium; tabs are opened with tab.
+func newBrowser(t *testing.T) context.Context {
+	t.Helper()
+	requireChromium(t)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromiumPath), chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.Flag("headless", true), chromedp.Flag("disable-background-networking", true),

@@ -33,19 +33,6 @@ func (h *Handler) triggerSkills() agent.SkillSet {
 	return h.runs.Skills()
 }
 
-// scheduleInput is a schedule as submitted by the form or the API, before
-// it is checked.
-type scheduleInput struct {
-	Name          string
-	Skill         string
-	Prompt        string
-	Cron          string
-	Timezone      string
-	FolderID      *int64
-	Paused        bool
-	SkipIfRunning bool
-}
-
 // scheduleProblems are the messages for the fields of a refused schedule,
 // keyed by field name (name, skill, prompt, cron, timezone, folder).
 type scheduleProblems map[string]string
@@ -65,7 +52,7 @@ func (p scheduleProblems) first() string {
 // at now. prev is the schedule being edited (nil for a new one): its next
 // due time is kept when the expression, the zone and the paused state stay
 // the same, so that an edit does not skip a fire that is due this instant.
-func (h *Handler) checkSchedule(in scheduleInput, prev *db.Schedule, now time.Time) (db.ScheduleFields, scheduleProblems) {
+func (h *Handler) checkSchedule(in db.ScheduleFields, prev *db.Schedule, now time.Time) (db.ScheduleFields, scheduleProblems) {
 	probs := scheduleProblems{}
 	f := db.ScheduleFields{
 		Name:          strings.Join(strings.Fields(in.Name), " "),
@@ -314,7 +301,7 @@ func (h *Handler) saveSchedule(w http.ResponseWriter, r *http.Request, prev *db.
 		Folder:        views.Field{Value: pf.Get("folder")},
 		SkipIfRunning: pf.Get("skip_if_running") != "",
 	}
-	in := scheduleInput{
+	in := db.ScheduleFields{
 		Name: form.Name.Value, Skill: form.Skill.Value, Prompt: form.Prompt.Value,
 		Cron: form.Cron.Value, Timezone: form.Timezone.Value, SkipIfRunning: form.SkipIfRunning,
 	}
@@ -400,33 +387,19 @@ func (h *Handler) pauseOrResume(ctx context.Context, user db.User, id int64, pau
 	if s.Paused == paused {
 		return s, nil
 	}
-	in := scheduleInputOf(s)
+	in := s.Fields()
 	in.Paused = paused
 	fields, probs := h.checkSchedule(in, &s, h.now())
 	if len(probs) > 0 {
 		if _, ok := probs["skill"]; ok && paused {
 			// Pausing is always allowed, even a schedule whose skill is gone.
-			fields = scheduleFieldsOf(s)
+			fields = s.Fields()
 			fields.Paused = true
 		} else {
 			return db.Schedule{}, httpError{http.StatusConflict, "This schedule cannot be resumed as it is: " + probs.first() + " Edit it first."}
 		}
 	}
 	return db.UpdateSchedule(ctx, h.pool, user.ID, id, fields)
-}
-
-func scheduleInputOf(s db.Schedule) scheduleInput {
-	return scheduleInput{
-		Name: s.Name, Skill: s.Skill, Prompt: s.Prompt, Cron: s.Cron, Timezone: s.Timezone,
-		FolderID: s.FolderID, Paused: s.Paused, SkipIfRunning: s.SkipIfRunning,
-	}
-}
-
-func scheduleFieldsOf(s db.Schedule) db.ScheduleFields {
-	return db.ScheduleFields{
-		Name: s.Name, Skill: s.Skill, Prompt: s.Prompt, Cron: s.Cron, Timezone: s.Timezone,
-		FolderID: s.FolderID, Paused: s.Paused, SkipIfRunning: s.SkipIfRunning, NextDueAt: s.NextDueAt,
-	}
 }
 
 // refererPath is the path of the page that sent the request, when it is
@@ -593,7 +566,7 @@ type apiScheduleRequest struct {
 }
 
 // applyScheduleRequest sets the request's fields on in.
-func (h *Handler) applyScheduleRequest(ctx context.Context, userID int64, req apiScheduleRequest, in *scheduleInput) error {
+func (h *Handler) applyScheduleRequest(ctx context.Context, userID int64, req apiScheduleRequest, in *db.ScheduleFields) error {
 	set := func(dst *string, src *string) {
 		if src != nil {
 			*dst = *src
@@ -648,7 +621,7 @@ func (h *Handler) apiCreateSchedule(w http.ResponseWriter, r *http.Request) erro
 	if err := decodeJSON(w, r, &req); err != nil {
 		return err
 	}
-	in := scheduleInput{Timezone: "UTC"}
+	in := db.ScheduleFields{Timezone: "UTC"}
 	if err := h.applyScheduleRequest(ctx, user.ID, req, &in); err != nil {
 		return err
 	}
@@ -684,7 +657,7 @@ func (h *Handler) apiUpdateSchedule(w http.ResponseWriter, r *http.Request) erro
 	if err != nil {
 		return scheduleErr(err)
 	}
-	in := scheduleInputOf(prev)
+	in := prev.Fields()
 	if err := h.applyScheduleRequest(ctx, user.ID, req, &in); err != nil {
 		return err
 	}

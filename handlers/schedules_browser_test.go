@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -23,10 +22,7 @@ import (
 // security policy.
 func TestScheduleFormInBrowser(t *testing.T) {
 	t.Parallel()
-	const chromium = "/usr/bin/chromium"
-	if _, err := os.Stat(chromium); err != nil {
-		t.Skipf("no Chromium at %s (apt-get install chromium)", chromium)
-	}
+	requireChromium(t)
 	b := triggerSetup(t)
 	// The browser is alice.
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -35,13 +31,7 @@ func TestScheduleFormInBrowser(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("headless", true), chromedp.Flag("disable-background-networking", true))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
+	ctx := newBrowser(t)
 	// The first action starts the browser: no timeout on it.
 	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/schedules")); err != nil {
 		t.Fatalf("start the browser: %v", err)

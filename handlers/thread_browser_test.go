@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -21,10 +20,7 @@ import (
 // and nothing breaks the page's content security policy.
 func TestThreadPageInBrowser(t *testing.T) {
 	t.Parallel()
-	const chromium = "/usr/bin/chromium"
-	if _, err := os.Stat(chromium); err != nil {
-		t.Skipf("no Chromium at %s (apt-get install chromium)", chromium)
-	}
+	requireChromium(t)
 	rb := setupRuns(t, briefScript(briefArgs))
 	edited := rb.start("Write the brief", "researcher")
 	cancelled := rb.start("Write another brief", "researcher")
@@ -37,13 +33,7 @@ func TestThreadPageInBrowser(t *testing.T) {
 	}))
 	t.Cleanup(srv.Close)
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("headless", true), chromedp.Flag("disable-background-networking", true))
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancelAlloc()
-	ctx, cancelBrowser := chromedp.NewContext(actx)
-	defer cancelBrowser()
+	ctx := newBrowser(t)
 	path := srv.URL + "/threads/" + itoa(edited)
 	// The first action starts the browser: no timeout on it (it would
 	// bound the browser's life), one on the steps after.

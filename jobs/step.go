@@ -156,16 +156,6 @@ func (rt *Runtime) step(ctx context.Context, jobID int64, a StepArgs) error {
 	return rt.modelStep(ctx, jobID, a)
 }
 
-// threadOf loads the thread for the runtime (not scoped to a request's user:
-// the job acts for the thread's owner).
-func (rt *Runtime) threadOf(ctx context.Context, q db.Querier, id int64) (db.Thread, error) {
-	var userID int64
-	if err := q.QueryRow(ctx, `SELECT user_id FROM threads WHERE id = $1`, id).Scan(&userID); err != nil {
-		return db.Thread{}, fmt.Errorf("thread %d: %w", id, err)
-	}
-	return db.GetThread(ctx, q, userID, id)
-}
-
 // fail ends the run as failed with a message the user sees in the thread.
 func (rt *Runtime) fail(ctx context.Context, jobID int64, a StepArgs, started time.Time, model, msg string) error {
 	return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
@@ -180,7 +170,7 @@ const baseSystemPrompt = `You are Pizza Bot, a background agent. The user handed
 
 func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs) error {
 	started := time.Now()
-	t, err := rt.threadOf(ctx, rt.Pool, a.ThreadID)
+	t, err := db.GetRunThread(ctx, rt.Pool, a.ThreadID)
 	if err != nil {
 		return err
 	}

@@ -162,7 +162,7 @@ func (rt *Runtime) delegate(ctx context.Context, jobID int64, a StepArgs, open [
 		return nil
 	}
 	return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
-		parent, err := rt.threadOf(ctx, tx, a.ThreadID)
+		parent, err := db.GetRunThread(ctx, tx, a.ThreadID)
 		if err != nil {
 			return err
 		}

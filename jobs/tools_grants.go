@@ -313,6 +313,26 @@ func (t target) open() (*os.Root, error) {
 	return root, nil
 }
 
+// openPath resolves a path inside a grant (for reading) and opens it
+// through the grant's root, so a symlink swapped in after the check cannot
+// lead outside.
+func (gt *grantTools_) openPath(ctx context.Context, path any) (target, *os.File, error) {
+	t, err := gt.resolve(ctx, path, false)
+	if err != nil {
+		return target{}, nil, err
+	}
+	root, err := t.open()
+	if err != nil {
+		return target{}, nil, err
+	}
+	defer root.Close() // an opened file outlives its root
+	f, err := root.Open(t.rel)
+	if err != nil {
+		return target{}, nil, fmt.Errorf("%s cannot be opened: %v", t.name, sysErr(err))
+	}
+	return t, f, nil
+}
+
 func (gt *grantTools_) listDir(ctx context.Context, _ Run, args map[string]any) (string, error) {
 	if p, _ := args["path"].(string); strings.TrimSpace(p) == "" {
 		gs, err := gt.grants(ctx)
@@ -333,18 +353,9 @@ func (gt *grantTools_) listDir(ctx context.Context, _ Run, args map[string]any) 
 		}
 		return strings.TrimRight(b.String(), "\n"), nil
 	}
-	t, err := gt.resolve(ctx, args["path"], false)
+	t, f, err := gt.openPath(ctx, args["path"])
 	if err != nil {
 		return "", err
-	}
-	root, err := t.open()
-	if err != nil {
-		return "", err
-	}
-	defer root.Close()
-	f, err := root.Open(t.rel)
-	if err != nil {
-		return "", fmt.Errorf("%s cannot be opened: %v", t.name, sysErr(err))
 	}
 	defer f.Close()
 	entries, err := f.ReadDir(-1)
@@ -376,18 +387,9 @@ func (gt *grantTools_) listDir(ctx context.Context, _ Run, args map[string]any) 
 }
 
 func (gt *grantTools_) readFile(ctx context.Context, _ Run, args map[string]any) (string, error) {
-	t, err := gt.resolve(ctx, args["path"], false)
+	t, f, err := gt.openPath(ctx, args["path"])
 	if err != nil {
 		return "", err
-	}
-	root, err := t.open()
-	if err != nil {
-		return "", err
-	}
-	defer root.Close()
-	f, err := root.Open(t.rel)
-	if err != nil {
-		return "", fmt.Errorf("%s cannot be opened: %v", t.name, sysErr(err))
 	}
 	defer f.Close()
 	fi, err := f.Stat()

@@ -133,7 +133,7 @@ func newScriptBridge(ctx context.Context, run Run) (*scriptBridge, error) {
 	}
 	b.env = env
 	rt := env.rt
-	t, err := rt.threadOf(ctx, rt.Pool, run.ThreadID)
+	t, err := db.GetRunThread(ctx, rt.Pool, run.ThreadID)
 	if err != nil {
 		return nil, err
 	}
