@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // Sandbox call states; see the sandbox_calls table.
@@ -45,6 +46,36 @@ func PutSandboxCall(ctx context.Context, q Querier, c SandboxCall) error {
 		c.ToolCallID, c.Seq, c.Name, c.Arguments, c.State, c.Result, c.IsError)
 	if err != nil {
 		return fmt.Errorf("journal sandbox call %d/%d: %w", c.ToolCallID, c.Seq, err)
+	}
+	return nil
+}
+
+// InnerCall is the call of a run_js script that its parked run_js call shows
+// for approval, whole: its place in the script's calls, the tool, and its
+// arguments in canonical JSON. An approval applies to exactly this call.
+type InnerCall struct {
+	Seq       int    `json:"seq"`
+	Tool      string `json:"tool"`
+	Arguments string `json:"arguments"`
+	// ParkedAt is when the call was parked (the database's clock): an
+	// approval counts for it only when decided later.
+	ParkedAt time.Time `json:"parked_at"`
+}
+
+// ParkSandboxCall journals a script's gated call as pending and puts it on
+// the run_js tool call as the inner call its approver is shown. The caller
+// parks the tool call in the same transaction, so that no crash can leave a
+// journaled call that nobody was shown.
+func ParkSandboxCall(ctx context.Context, q Querier, toolCallID int64, seq int, tool, arguments string) error {
+	if err := PutSandboxCall(ctx, q, SandboxCall{ToolCallID: toolCallID, Seq: seq, Name: tool, Arguments: arguments, State: SandboxPending}); err != nil {
+		return err
+	}
+	// to_jsonb(now()) writes the time as JSON's time.Time reads it back.
+	_, err := q.Exec(ctx, `UPDATE tool_calls SET inner_call = jsonb_build_object(
+			'seq', $2::integer, 'tool', $3::text, 'arguments', $4::text, 'parked_at', to_jsonb(now()))
+		WHERE id = $1`, toolCallID, seq, tool, arguments)
+	if err != nil {
+		return fmt.Errorf("park sandbox call %d/%d: %w", toolCallID, seq, err)
 	}
 	return nil
 }

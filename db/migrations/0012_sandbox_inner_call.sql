@@ -1,0 +1,6 @@
+-- The inner call a parked run_js call shows its approver, whole: which of
+-- the script's calls (seq), the tool, and its canonical arguments, with the
+-- time it was parked. An approval (tool_calls.decision, decided after
+-- parked_at) lets exactly this call run; anything else the script calls
+-- parks again. NULL on every other call.
+ALTER TABLE tool_calls ADD COLUMN inner_call jsonb;
