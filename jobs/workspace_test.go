@@ -78,7 +78,10 @@ func wsSetup(t *testing.T, ws jobs.Workspace, script func(b *wsBundle) scriptmod
 	if err != nil {
 		t.Fatal(err)
 	}
-	skills := agent.LoadSkills(fstest.MapFS{"scripter/SKILL.md": {Data: []byte(scripterSkill)}}, "")
+	skills := agent.LoadSkills(fstest.MapFS{
+		"scripter/SKILL.md": {Data: []byte(scripterSkill)},
+		"guarded/SKILL.md":  {Data: []byte(guardedSkill)},
+	}, "")
 	if len(skills.Errors) > 0 {
 		t.Fatalf("skills: %v", skills.Errors)
 	}
