@@ -86,7 +86,14 @@ func (h *Handler) renderAPIError(w http.ResponseWriter, r *http.Request, err err
 	var he httpError
 	var ue *jobs.UserError
 	var tooLarge *http.MaxBytesError
+	var busy *busyError
+	if isPoolTimeout(ctx, err) {
+		busy = errBusy
+	}
 	switch {
+	case busy != nil || errors.As(err, &busy):
+		w.Header().Set("Retry-After", busy.retryAfterSeconds())
+		he = httpError{busy.status, busy.msg}
 	case errors.As(err, &he):
 	case errors.As(err, &ue):
 		he = httpError{ue.Status, ue.Msg}

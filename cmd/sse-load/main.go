@@ -353,7 +353,7 @@ func alive(conns []*stream) int {
 // commitStep commits what a model step that ends its run commits, and
 // returns when COMMIT returned.
 func commitStep(ctx context.Context, pool *pgxpool.Pool, threadID int64) (time.Time, error) {
-	err := db.InTx(ctx, pool, func(tx pgx.Tx) error {
+	err := db.InTx(ctx, pool, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := db.AddMessage(ctx, tx, db.Message{ThreadID: threadID, Role: db.RoleAssistant, Content: "Done: the answer."}); err != nil {
 			return err
 		}
