@@ -23,12 +23,17 @@ type SandboxCall struct {
 	State      string `db:"state"`
 	Result     string `db:"result"`
 	IsError    bool   `db:"is_error"`
+	// ApprovedBy and ApprovedAt are the decision that let this call run,
+	// when it was gated: the person who was shown exactly it.
+	ApprovedBy *int64     `db:"approved_by"`
+	ApprovedAt *time.Time `db:"approved_at"`
 }
 
 // ListSandboxCalls returns the journal of a run_js call, in the order the
 // script made its calls. The runtime uses it; it is not user-scoped.
 func ListSandboxCalls(ctx context.Context, q Querier, toolCallID int64) ([]SandboxCall, error) {
-	cs, err := all[SandboxCall](q.Query(ctx, `SELECT tool_call_id, seq, name, arguments, state, result, is_error
+	cs, err := all[SandboxCall](q.Query(ctx, `SELECT tool_call_id, seq, name, arguments, state, result, is_error,
+		approved_by, approved_at
 		FROM sandbox_calls WHERE tool_call_id = $1 ORDER BY seq`, toolCallID))
 	if err != nil {
 		return nil, fmt.Errorf("sandbox calls of tool call %d: %w", toolCallID, err)
@@ -39,11 +44,12 @@ func ListSandboxCalls(ctx context.Context, q Querier, toolCallID int64) ([]Sandb
 // PutSandboxCall writes one entry of the journal, replacing the entry at
 // its sequence number.
 func PutSandboxCall(ctx context.Context, q Querier, c SandboxCall) error {
-	_, err := q.Exec(ctx, `INSERT INTO sandbox_calls (tool_call_id, seq, name, arguments, state, result, is_error)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)
+	_, err := q.Exec(ctx, `INSERT INTO sandbox_calls (tool_call_id, seq, name, arguments, state, result, is_error, approved_by, approved_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 		ON CONFLICT (tool_call_id, seq) DO UPDATE SET name = EXCLUDED.name, arguments = EXCLUDED.arguments,
-			state = EXCLUDED.state, result = EXCLUDED.result, is_error = EXCLUDED.is_error, updated_at = now()`,
-		c.ToolCallID, c.Seq, c.Name, c.Arguments, c.State, c.Result, c.IsError)
+			state = EXCLUDED.state, result = EXCLUDED.result, is_error = EXCLUDED.is_error,
+			approved_by = EXCLUDED.approved_by, approved_at = EXCLUDED.approved_at, updated_at = now()`,
+		c.ToolCallID, c.Seq, c.Name, c.Arguments, c.State, c.Result, c.IsError, c.ApprovedBy, c.ApprovedAt)
 	if err != nil {
 		return fmt.Errorf("journal sandbox call %d/%d: %w", c.ToolCallID, c.Seq, err)
 	}

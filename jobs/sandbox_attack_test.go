@@ -54,6 +54,16 @@ func TestSandboxAsyncGatedCallsOnlyTheShownOneRuns(t *testing.T) {
 	if got := b.publish.got(); strings.Join(got, ",") != "Shown" {
 		t.Errorf("published %v, want only Shown", got)
 	}
+	// The journal ties the effect to the approval of exactly it.
+	journal, err := db.ListSandboxCalls(context.Background(), b.pool, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(journal) != 2 || journal[0].Arguments != `{"title":"Shown"}` || journal[0].State != db.SandboxDone ||
+		journal[0].ApprovedBy == nil || *journal[0].ApprovedBy != b.user.ID || journal[0].ApprovedAt == nil ||
+		journal[1].State != db.SandboxPending || journal[1].ApprovedBy != nil {
+		t.Errorf("journal = %+v, want Shown done and approved by the user, Unseen pending", journal)
+	}
 }
 
 // The crash window: the process died after the script's gated call was

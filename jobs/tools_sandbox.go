@@ -221,7 +221,7 @@ func (b *scriptBridge) call(ctx context.Context, name, argJSON string) (string, 
 			return "", agent.Halt(b.park(seq, name, canon, in))
 		}
 	}
-	result, terr := b.execute(ctx, seq, name, canon, tool, args)
+	result, terr := b.execute(ctx, seq, name, canon, tool, args, approved)
 	var na *NeedsApproval
 	if errors.As(terr, &na) {
 		if approved {
@@ -286,10 +286,14 @@ func (b *scriptBridge) park(seq int, name, canon string, in agent.Interrupt) err
 	return &NeedsApproval{AllowedDecisions: allowed, Description: desc, Inner: &db.InnerCall{Seq: seq, Tool: name, Arguments: canon}}
 }
 
-// execute runs an inner call and journals its result. A database tool's
+// execute runs an inner call and journals its result, with the approval
+// that let it run, if any. A database tool's
 // effect and its journal entry commit together.
-func (b *scriptBridge) execute(ctx context.Context, seq int, name, canon string, tool Tool, args map[string]any) (string, error) {
+func (b *scriptBridge) execute(ctx context.Context, seq int, name, canon string, tool Tool, args map[string]any, approved bool) (string, error) {
 	entry := db.SandboxCall{ToolCallID: b.env.call.ID, Seq: seq, Name: name, Arguments: canon, State: db.SandboxDone}
+	if approved {
+		entry.ApprovedBy, entry.ApprovedAt = b.env.call.DecidedBy, b.env.call.DecidedAt
+	}
 	var result string
 	var terr error
 	if tool.Tx != nil {

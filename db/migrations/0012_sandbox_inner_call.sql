@@ -4,3 +4,10 @@
 -- parked_at) lets exactly this call run; anything else the script calls
 -- parks again. NULL on every other call.
 ALTER TABLE tool_calls ADD COLUMN inner_call jsonb;
+
+-- Who approved a journaled call, and when: the audit trail that ties each
+-- gated effect of a script to the decision that allowed exactly it (the
+-- parked call's inner_call is replaced when the script parks again).
+ALTER TABLE sandbox_calls
+    ADD COLUMN approved_by bigint REFERENCES users (id) ON DELETE SET NULL,
+    ADD COLUMN approved_at timestamptz;
