@@ -57,9 +57,9 @@ type admission struct {
 	slots    chan struct{}
 	wait     time.Duration
 	deadline time.Duration
-	runs  *rateLimiter
-	hooks *rateLimiter
-	now   func() time.Time
+	runs     *rateLimiter
+	hooks    *rateLimiter
+	now      func() time.Time
 }
 
 func newAdmission(c AdmissionConfig) *admission {
