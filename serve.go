@@ -136,7 +136,6 @@ func serve(ctx context.Context, cfg config) error {
 			// Starts never hold every request connection: pages, sign-in
 			// and event streams keep some.
 			Slots:    max(2, cfg.RequestConns*3/4),
-			Wait:     time.Second,
 			RunRate:  cfg.RunRate,
 			RunBurst: cfg.RunBurst, HookRate: cfg.HookRate, HookBurst: cfg.HookBurst,
 		},

@@ -19,7 +19,10 @@ import (
 //     never hold every connection. A start that gets no slot within
 //     Admission.Wait is refused with 503 and Retry-After: a fast, honest
 //     "come back" that webhook senders and API clients retry, instead of a
-//     request hanging until its client gives up.
+//     request hanging until its client gives up. An admitted start that
+//     has not committed within Admission.Deadline of its arrival is
+//     rolled back and refused the same way: nothing is half done, and a
+//     webhook sent again is accepted once.
 //   - Each user has a token bucket for run starts and one for webhook
 //     deliveries (Rate, Burst); past it, 429 with Retry-After, so one
 //     runaway script cannot starve the team. Buckets live in the process:
@@ -32,8 +35,13 @@ import (
 type AdmissionConfig struct {
 	// Slots bounds the run starts in flight at once; 0: no bound.
 	Slots int
-	// Wait is how long a start waits for a slot before a 503 (default 1s).
+	// Wait is how long a start waits for a slot before a 503 (default
+	// 250ms: a queue longer than that only adds latency to what is
+	// accepted).
 	Wait time.Duration
+	// Deadline bounds a start from its arrival to its answer (default
+	// 1.5s); past it, 503.
+	Deadline time.Duration
 	// RunRate and RunBurst: each user's run starts per second, and how
 	// many may come at once; a RunRate of 0 means no limit.
 	RunRate  float64
@@ -46,17 +54,21 @@ type AdmissionConfig struct {
 
 // admission is the state of AdmissionConfig.
 type admission struct {
-	slots chan struct{}
-	wait  time.Duration
-	runs  *rateLimiter
-	hooks *rateLimiter
-	now   func() time.Time
+	slots    chan struct{}
+	wait     time.Duration
+	deadline time.Duration
+	runs     *rateLimiter
+	hooks    *rateLimiter
+	now      func() time.Time
 }
 
 func newAdmission(c AdmissionConfig) *admission {
-	a := &admission{wait: c.Wait, now: time.Now}
+	a := &admission{wait: c.Wait, deadline: c.Deadline, now: time.Now}
 	if a.wait <= 0 {
-		a.wait = time.Second
+		a.wait = 250 * time.Millisecond
+	}
+	if a.deadline <= 0 {
+		a.deadline = 1500 * time.Millisecond
 	}
 	if c.Slots > 0 {
 		a.slots = make(chan struct{}, c.Slots)
@@ -83,6 +95,10 @@ func (e *busyError) retryAfterSeconds() string {
 // errBusy is the refusal of a saturated server.
 var errBusy = &busyError{http.StatusServiceUnavailable, "the server is busy: try again in a moment", time.Second}
 
+// errStartDeadline is the cause of an admitted start's context ending at
+// Admission.Deadline.
+var errStartDeadline = errors.New("run start deadline")
+
 // enter takes a slot for a run start, waiting at most a.wait; release gives
 // it back.
 func (a *admission) enter(ctx context.Context) (release func(), err error) {
@@ -102,6 +118,9 @@ func (a *admission) enter(ctx context.Context) (release func(), err error) {
 	case <-t.C:
 		return nil, errBusy
 	case <-ctx.Done():
+		if errors.Is(context.Cause(ctx), errStartDeadline) {
+			return nil, errBusy
+		}
 		return nil, ctx.Err()
 	}
 }
@@ -133,13 +152,19 @@ func (a *admission) allowHook(userID int64) error {
 // route's adapter (page or api), which calls checkRunRate itself.
 func (h *Handler) admitStart(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		release, err := h.admission.enter(r.Context())
+		if h.admission.slots == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		ctx, cancel := context.WithTimeoutCause(r.Context(), h.admission.deadline, errStartDeadline)
+		defer cancel()
+		release, err := h.admission.enter(ctx)
 		if err != nil {
 			h.renderError(w, r, err)
 			return
 		}
 		defer release()
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 
@@ -148,11 +173,14 @@ func (h *Handler) checkRunRate(ctx context.Context) error {
 	return h.admission.allowRun(userFrom(ctx).ID)
 }
 
-// isPoolTimeout reports whether err is a database connection that did not
-// come within the pool's acquire timeout while the request itself was
-// still alive: the server is saturated.
+// isPoolTimeout reports whether err means the server is saturated: a
+// database connection that did not come within the pool's acquire timeout
+// while the request itself was alive, or a start past its deadline.
 func isPoolTimeout(ctx context.Context, err error) bool {
-	return errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil
+	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		return false
+	}
+	return ctx.Err() == nil || errors.Is(context.Cause(ctx), errStartDeadline)
 }
 
 // rateLimiter is a token bucket per user: rate tokens a second, at most

@@ -240,7 +240,7 @@ func (h *Handler) renderError(w http.ResponseWriter, r *http.Request, err error)
 		he = httpError{http.StatusInternalServerError, "Something went wrong on our side. Please try again."}
 	}
 	p := views.Problem{Status: he.status, Message: he.msg}
-	if he.status >= 500 {
+	if he.status >= 500 && busy == nil {
 		p.RequestID = requestID(ctx)
 	}
 
