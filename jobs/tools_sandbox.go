@@ -211,16 +211,23 @@ func (b *scriptBridge) call(ctx context.Context, name, argJSON string) (string, 
 		// it (a rejection would have answered the run_js call instead).
 		approved = true
 	}
-	if !approved && b.skill != nil {
-		if in, ok := b.skill.InterruptFor(name); ok {
-			return "", agent.Halt(b.park(ctx, seq, name, canon, argJSON, in))
+	if !approved {
+		g, err := b.env.rt.gate(ctx, b.env.rt.Pool, b.run.ThreadID, name) // gate.go; no transaction is held here
+		if err != nil {
+			return "", agent.Halt(err)
+		}
+		if g.Deny {
+			return "", errors.New(g.Refusal(name))
+		}
+		if g.Ask {
+			return "", agent.Halt(b.park(ctx, seq, name, canon, argJSON, g.Interrupt(), g.Reason))
 		}
 	}
 	result, terr := b.execute(ctx, seq, name, canon, tool, args)
 	var na *NeedsApproval
 	if errors.As(terr, &na) {
 		// The inner tool itself asks for a decision: park run_js on it.
-		return "", agent.Halt(b.park(ctx, seq, name, canon, argJSON, agent.Interrupt{AllowedDecisions: na.AllowedDecisions, Description: na.Description}))
+		return "", agent.Halt(b.park(ctx, seq, name, canon, argJSON, agent.Interrupt{AllowedDecisions: na.AllowedDecisions, Description: na.Description}, na.Reason))
 	}
 	if terr != nil {
 		b.note(name, argJSON, "error: "+clipText(terr.Error(), 200))
@@ -232,7 +239,7 @@ func (b *scriptBridge) call(ctx context.Context, name, argJSON string) (string, 
 
 // park journals the call as pending and returns the NeedsApproval that
 // stops the script and parks the run_js call.
-func (b *scriptBridge) park(ctx context.Context, seq int, name, canon, argJSON string, in agent.Interrupt) error {
+func (b *scriptBridge) park(ctx context.Context, seq int, name, canon, argJSON string, in agent.Interrupt, reason string) error {
 	err := b.env.commit(ctx, func(tx pgx.Tx) error {
 		return db.PutSandboxCall(ctx, tx, db.SandboxCall{ToolCallID: b.env.call.ID, Seq: seq, Name: name, Arguments: canon, State: db.SandboxPending})
 	})
@@ -255,7 +262,7 @@ func (b *scriptBridge) park(ctx context.Context, seq int, name, canon, argJSON s
 	if in.Description != "" {
 		desc = in.Description + "\n\n" + desc
 	}
-	return &NeedsApproval{AllowedDecisions: allowed, Description: desc}
+	return &NeedsApproval{AllowedDecisions: allowed, Description: desc, Reason: reason}
 }
 
 // execute runs an inner call and journals its result. A database tool's

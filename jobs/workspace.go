@@ -40,6 +40,8 @@ func WorkspaceTools(w Workspace) []Tool {
 type NeedsApproval struct {
 	AllowedDecisions []string
 	Description      string
+	// Reason says which rules asked (Gate.Reason), shown to the person.
+	Reason string
 }
 
 func (e *NeedsApproval) Error() string { return "waiting for approval: " + e.Description }
@@ -53,7 +55,10 @@ func failCall(ctx context.Context, tx pgx.Tx, c db.ToolCallRow, terr error) erro
 		if len(allowed) == 0 {
 			allowed = []string{db.DecisionApprove, db.DecisionReject}
 		}
-		return db.SetToolCallWait(ctx, tx, c.ID, db.CallPending, db.WaitApproval, allowed, na.Description)
+		if err := db.SetToolCallWait(ctx, tx, c.ID, db.CallPending, db.WaitApproval, allowed, na.Description); err != nil {
+			return err
+		}
+		return db.SetToolCallGateReason(ctx, tx, c.ID, na.Reason)
 	}
 	return db.CompleteToolCall(ctx, tx, c, terr.Error(), true)
 }
