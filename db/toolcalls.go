@@ -34,30 +34,30 @@ const (
 
 // ToolCallRow is a tool call of a run, with its state and decision.
 type ToolCallRow struct {
-	ID               int64      `db:"id"`
-	ThreadID         int64      `db:"thread_id"`
-	MessageID        int64      `db:"message_id"`
-	CallID           string     `db:"call_id"`
-	Name             string     `db:"name"`
-	Arguments        string     `db:"arguments"`
-	State            string     `db:"state"`
-	WaitKind         string     `db:"wait_kind"`
-	AllowedDecisions []string   `db:"allowed_decisions"`
-	Description      string     `db:"description"`
+	ID               int64    `db:"id"`
+	ThreadID         int64    `db:"thread_id"`
+	MessageID        int64    `db:"message_id"`
+	CallID           string   `db:"call_id"`
+	Name             string   `db:"name"`
+	Arguments        string   `db:"arguments"`
+	State            string   `db:"state"`
+	WaitKind         string   `db:"wait_kind"`
+	AllowedDecisions []string `db:"allowed_decisions"`
+	Description      string   `db:"description"`
 	// GateReason says which rules made the call wait for approval (the
 	// server's tool policy, the skill's interruptOn, a parent's), for the
 	// person deciding; empty for questions and unknown outcomes.
-	GateReason       string     `db:"gate_reason"`
-	Decision         string     `db:"decision"`
-	DecidedBy        *int64     `db:"decided_by"`
-	DecidedByName    string     `db:"decided_by_name"`
-	DecidedAt        *time.Time `db:"decided_at"`
-	EditedArguments  *string    `db:"edited_arguments"`
-	DecisionMessage  string     `db:"decision_message"`
-	Result           string     `db:"result"`
-	IsError          bool       `db:"is_error"`
-	CreatedAt        time.Time  `db:"created_at"`
-	UpdatedAt        time.Time  `db:"updated_at"`
+	GateReason      string     `db:"gate_reason"`
+	Decision        string     `db:"decision"`
+	DecidedBy       *int64     `db:"decided_by"`
+	DecidedByName   string     `db:"decided_by_name"`
+	DecidedAt       *time.Time `db:"decided_at"`
+	EditedArguments *string    `db:"edited_arguments"`
+	DecisionMessage string     `db:"decision_message"`
+	Result          string     `db:"result"`
+	IsError         bool       `db:"is_error"`
+	CreatedAt       time.Time  `db:"created_at"`
+	UpdatedAt       time.Time  `db:"updated_at"`
 }
 
 // EffectiveArguments are the arguments the call runs with: the edited ones

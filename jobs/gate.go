@@ -210,4 +210,3 @@ func (r gateRules) offered(specs []agent.ToolSpec) []agent.ToolSpec {
 		return v == agent.PolicyDeny
 	})
 }
-

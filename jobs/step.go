@@ -414,5 +414,3 @@ func toAgent(ms []db.Message) []agent.Message {
 	}
 	return out
 }
-
-
