@@ -124,6 +124,9 @@ type apiPending struct {
 	Arguments        any      `json:"arguments"`
 	AllowedDecisions []string `json:"allowed_decisions"`
 	Description      string   `json:"description"`
+	// Reason says which rules made an approval wait, e.g. "server policy:
+	// ask mcp__github__*; skill researcher: interruptOn" (jobs/gate.go).
+	Reason string `json:"reason,omitempty"`
 }
 
 // apiDecision is a decision taken on a tool call: who, what, when, and the
@@ -501,6 +504,7 @@ func toAPIPending(c db.ToolCallRow) apiPending {
 		Arguments:        apiArguments(c.EffectiveArguments()),
 		AllowedDecisions: allowed,
 		Description:      c.Description,
+		Reason:           c.GateReason,
 	}
 }
 
