@@ -221,6 +221,9 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs) error
 		}
 		var pe *agent.ProviderError
 		if errors.As(err, &pe) {
+			if pe.Cause != nil { // the details users are not shown (URLs, addresses)
+				rt.Logger.WarnContext(ctx, "model provider failed", "thread_id", t.ID, "provider", pe.Provider, "err", pe.Cause)
+			}
 			return rt.fail(ctx, jobID, a, started, t.Model, "The model provider failed: "+pe.Error())
 		}
 		return rt.fail(ctx, jobID, a, started, t.Model, err.Error())
