@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/url"
 	"os"
 	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -50,6 +52,14 @@ type config struct {
 	// Grants are the host folders agents may reach from PIZZA_GRANTS and
 	// <data root>/grants.json (docs/workspace.md).
 	Grants []db.GrantSpec
+
+	// Capacity (loadCapacity): the database connections of the request
+	// and worker pools, the steps one process runs at once, and the rate
+	// limits of run starts and webhook deliveries per user.
+	RequestConns, WorkerConns int
+	MaxSteps                  int
+	RunRate, HookRate         float64
+	RunBurst, HookBurst       int
 }
 
 // oidcEnabled reports whether people sign in with SSO.
@@ -78,6 +88,13 @@ var envVars = []envVar{
 	{"PIZZA_SESSION_MAX_AGE", "336h", "a session ends this long after sign-in, however used"},
 	{"PIZZA_SECRET_KEY", "(none: keys entered in settings cannot be stored)", "base64 of 32 bytes encrypting provider keys stored in the database (AES-256-GCM)"},
 	{"PIZZA_GRANTS", "(none)", "host folders agents may reach: comma-separated absolute paths, each :ro (default) or :rw, e.g. /srv/docs,/srv/out:rw; also read from <data root>/grants.json"},
+	{"PIZZA_DB_CONNS", "16", "database connections for web and API requests (a pool of its own; 3/4 of them may start runs at once, more starts wait up to 1s, then get 503)"},
+	{"PIZZA_DB_WORKER_CONNS", "16", "database connections for agent steps, the job queue and its sweeps (a pool of its own)"},
+	{"PIZZA_MAX_STEPS", "100", "agent steps one server process runs at once"},
+	{"PIZZA_RUN_RATE", "10/s", "run starts per user (API, form) as N/s or N/m, 0 for no limit; past it 429 with Retry-After"},
+	{"PIZZA_RUN_BURST", "100", "run starts a user may make at once before PIZZA_RUN_RATE applies"},
+	{"PIZZA_WEBHOOK_RATE", "10/s", "deliveries to one user's webhooks as N/s or N/m, 0 for no limit; past it 429 with Retry-After"},
+	{"PIZZA_WEBHOOK_BURST", "100", "deliveries a user's webhooks take at once before PIZZA_WEBHOOK_RATE applies"},
 }
 
 // loadConfig reads the configuration from getenv and reports every problem
@@ -177,7 +194,76 @@ func loadConfig(getenv func(string) string) (config, error) {
 		}
 	}
 	errs = append(errs, c.loadGrants(getenv)...)
+	errs = append(errs, c.loadCapacity(getenv)...)
 	return c, errors.Join(errs...)
+}
+
+// loadCapacity reads the pool sizes, the step concurrency and the rate
+// limits (handlers/admission.go).
+func (c *config) loadCapacity(getenv func(string) string) []error {
+	var errs []error
+	ints := []struct {
+		name     string
+		def, min int
+		dst      *int
+	}{
+		{"PIZZA_DB_CONNS", 16, 4, &c.RequestConns},
+		{"PIZZA_DB_WORKER_CONNS", 16, 4, &c.WorkerConns},
+		{"PIZZA_MAX_STEPS", 100, 1, &c.MaxSteps},
+		{"PIZZA_RUN_BURST", 100, 1, &c.RunBurst},
+		{"PIZZA_WEBHOOK_BURST", 100, 1, &c.HookBurst},
+	}
+	for _, v := range ints {
+		*v.dst = v.def
+		s := strings.TrimSpace(getenv(v.name))
+		if s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n < v.min || n > 100000 {
+			errs = append(errs, fmt.Errorf("%s %q: want a whole number from %d to 100000", v.name, s, v.min))
+			continue
+		}
+		*v.dst = n
+	}
+	rates := []struct {
+		name string
+		dst  *float64
+	}{{"PIZZA_RUN_RATE", &c.RunRate}, {"PIZZA_WEBHOOK_RATE", &c.HookRate}}
+	for _, v := range rates {
+		*v.dst = 10
+		if s := strings.TrimSpace(getenv(v.name)); s != "" {
+			r, err := parseRate(s)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s %q: %v", v.name, s, err))
+				continue
+			}
+			*v.dst = r
+		}
+	}
+	return errs
+}
+
+// parseRate reads "N/s", "N/m" or "N/h" (N may have a fraction), or "0"
+// for no limit, as events per second.
+func parseRate(s string) (float64, error) {
+	if s == "0" || strings.EqualFold(s, "off") {
+		return 0, nil
+	}
+	num, unit, ok := strings.Cut(s, "/")
+	n, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+	if !ok || err != nil || n <= 0 || math.IsInf(n, 0) {
+		return 0, errors.New("want a rate such as 10/s, 600/m or 0 for no limit")
+	}
+	switch strings.TrimSpace(unit) {
+	case "s":
+		return n, nil
+	case "m":
+		return n / 60, nil
+	case "h":
+		return n / 3600, nil
+	}
+	return 0, errors.New("want a rate such as 10/s, 600/m or 0 for no limit")
 }
 
 // loadGrants reads the folder grants of PIZZA_GRANTS and

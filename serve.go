@@ -67,7 +67,14 @@ func serve(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	rt, client, err := newRuntime(cfg, st.pool, log)
+	// This process's proof of life: when it dies, other replicas take
+	// over its steps within seconds (jobs/liveness.go).
+	alive, err := jobs.StartLiveness(ctx, st.workPool, log)
+	if err != nil {
+		return err
+	}
+	defer alive.Close() // after the job queue has stopped (defers run last first)
+	rt, client, err := newRuntime(cfg, st, alive.ClientID(), log)
 	if err != nil {
 		return err
 	}
@@ -78,10 +85,7 @@ func serve(ctx context.Context, cfg config) error {
 	defer ext.Close()
 	// Settings stored by admins (settings page) over the environment.
 	rt.ProviderSettings = func(ctx context.Context, provider string) (string, string, string, error) {
-		return db.ResolveProvider(ctx, st.pool, secrets, provider)
-	}
-	rt.DefaultModelFunc = func(ctx context.Context) (string, error) {
-		return db.GetServerSetting(ctx, st.pool, db.SettingDefaultModel)
+		return db.ResolveProvider(ctx, st.workPool, secrets, provider)
 	}
 	// Live updates: one listener per process, started before the server so
 	// that every page knows the event log's position (docs/live.md).
@@ -94,6 +98,9 @@ func serve(ctx context.Context, cfg config) error {
 	if err := client.Start(ctx); err != nil {
 		return fmt.Errorf("start job queue: %w", err)
 	}
+	sweepCtx, stopSweep := context.WithCancel(ctx)
+	defer stopSweep()
+	go rt.SweepDead(sweepCtx)
 	defer func() {
 		// Running steps get the shutdown timeout to finish; the rest are
 		// handed back and resume on the next start (or another replica).
@@ -128,6 +135,13 @@ func serve(ctx context.Context, cfg config) error {
 		Runs:           rt,
 		Live:           broker,
 		Extensions:     ext,
+		Admission: handlers.AdmissionConfig{
+			// Starts never hold every request connection: pages, sign-in
+			// and event streams keep some.
+			Slots:    max(2, cfg.RequestConns*3/4),
+			RunRate:  cfg.RunRate,
+			RunBurst: cfg.RunBurst, HookRate: cfg.HookRate, HookBurst: cfg.HookBurst,
+		},
 	})
 	srv := &http.Server{
 		Handler:           h,
@@ -184,16 +198,22 @@ func ready(ctx context.Context, pool *pgxpool.Pool) error {
 }
 
 // store is the opened database, and the private cluster behind it if any.
+// Requests and workers draw from pools of their own, so that neither can
+// take every connection from the other.
 type store struct {
-	pool    *pgxpool.Pool
-	cluster *pglocal.Server
-	unlock  func()
-	log     *slog.Logger
+	pool     *pgxpool.Pool // web and API requests, the live listener, settings
+	workPool *pgxpool.Pool // River, agent steps, heartbeats, sweeps
+	cluster  *pglocal.Server
+	unlock   func()
+	log      *slog.Logger
 }
 
 func (s *store) close() {
 	if s.pool != nil {
 		s.pool.Close()
+	}
+	if s.workPool != nil {
+		s.workPool.Close()
 	}
 	if s.cluster != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -239,7 +259,21 @@ func openStore(ctx context.Context, cfg config, log *slog.Logger) (_ *store, err
 		}
 		url = st.cluster.URL(privateDatabase)
 	}
-	st.pool, err = db.Open(ctx, url)
+	// A nested acquisition fails at once in any pool (db.InTx); here it is
+	// also logged with its stack, since it is a bug to fix.
+	nested := func(stack []byte) {
+		log.Error("database connection asked for while holding a transaction (a bug: it would deadlock under load)", "stack", string(stack))
+	}
+	st.pool, err = db.OpenPool(ctx, url, db.Options{
+		MaxConns: int32(cfg.RequestConns), OnNestedAcquire: nested,
+		// A request that cannot get a connection within a second is
+		// answered 503 (the server is saturated), never left hanging.
+		AcquireTimeout: time.Second,
+	})
+	if err != nil {
+		return nil, err
+	}
+	st.workPool, err = db.OpenPool(ctx, url, db.Options{MaxConns: int32(cfg.WorkerConns), OnNestedAcquire: nested})
 	if err != nil {
 		return nil, err
 	}
@@ -346,8 +380,10 @@ func healthcheck(ctx context.Context, cfg config) error {
 	return nil
 }
 
-// newRuntime builds the agent runtime and the River client that works it.
-func newRuntime(cfg config, pool *pgxpool.Pool, log *slog.Logger) (*jobs.Runtime, *river.Client[pgx.Tx], error) {
+// newRuntime builds the agent runtime and the River client that works it:
+// steps on the worker pool, people's calls (start, decide, ...) on the
+// request pool.
+func newRuntime(cfg config, st *store, clientID string, log *slog.Logger) (*jobs.Runtime, *river.Client[pgx.Tx], error) {
 	// The workspace tools: run_js, memory, attachments and folder grants,
 	// which never reach into the data root.
 	tools, err := jobs.NewToolbox(jobs.WorkspaceTools(jobs.Workspace{Protected: []string{cfg.DataRoot}})...)
@@ -356,14 +392,15 @@ func newRuntime(cfg config, pool *pgxpool.Pool, log *slog.Logger) (*jobs.Runtime
 	}
 	customSkills := filepath.Join(cfg.DataRoot, "skills")
 	rt := &jobs.Runtime{
-		Pool:         pool,
+		Pool:         st.workPool,
+		RequestPool:  st.pool,
 		Logger:       log,
 		Tools:        tools,
 		Skills:       func() agent.SkillSet { return agent.LoadSkills(skills.FS, customSkills) },
 		DefaultModel: cfg.Model,
 		Getenv:       os.Getenv,
 	}
-	client, err := jobs.NewClient(rt, jobs.ClientConfig{})
+	client, err := jobs.NewClient(rt, jobs.ClientConfig{ID: clientID, MaxWorkers: cfg.MaxSteps})
 	if err != nil {
 		return nil, nil, err
 	}

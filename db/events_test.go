@@ -71,7 +71,7 @@ func TestEventsFollowChanges(t *testing.T) {
 	start := horizon(t, pool)
 
 	var th db.Thread
-	err := db.InTx(ctx, pool, func(tx pgx.Tx) error {
+	err := db.InTx(ctx, pool, func(ctx context.Context, tx pgx.Tx) error {
 		var err error
 		if th, err = db.CreateThread(ctx, tx, db.NewThread{UserID: alice.ID, Title: "t"}); err != nil {
 			return err

@@ -139,7 +139,8 @@ type RunRef struct {
 }
 
 // RescueStaleRuns finds running threads whose step job stopped proving alive
-// for staleAfter (its process died), clears their lease and returns them so
+// for staleAfter (its process died, or does not register its liveness, as
+// in tests) and is not the job of a live process, clears their lease and returns them so
 // the caller queues a fresh step job for each, in the same transaction.
 func RescueStaleRuns(ctx context.Context, q Querier, staleAfter time.Duration, limit int) ([]RunRef, error) {
 	refs, err := all[RunRef](q.Query(ctx, `UPDATE threads SET run_lease_job = NULL, run_heartbeat_at = now()
@@ -147,6 +148,12 @@ func RescueStaleRuns(ctx context.Context, q Querier, staleAfter time.Duration, l
 			SELECT id FROM threads
 			WHERE status = 'running' AND run_lease_job IS NOT NULL
 			  AND run_heartbeat_at < now() - make_interval(secs => $1)
+			  -- A live process's step is never robbed, however late its
+			  -- heartbeat (a long pause, a busy pool): RescueDeadSteps
+			  -- takes over the steps of dead ones.
+			  AND NOT EXISTS (SELECT 1 FROM river_job j
+			      WHERE j.id = threads.run_lease_job AND j.state = 'running'
+			        AND j.attempted_by[array_upper(j.attempted_by, 1)] IN (`+liveClients+`))
 			ORDER BY run_heartbeat_at LIMIT $2
 			FOR UPDATE SKIP LOCKED)
 		RETURNING id, run_gen, NULL::bigint AS run_lease_job`, staleAfter.Seconds(), limit))

@@ -33,8 +33,11 @@ const apiPrefix = "/api/"
 // client from making us read without end.
 const maxAPIBody = 1 << 20
 
-// isAPI reports whether the request is one of the JSON API's.
-func isAPI(r *http.Request) bool { return strings.HasPrefix(r.URL.Path, apiPrefix) }
+// isAPI reports whether the request is one of the JSON API's, or a
+// webhook's (which answer JSON too).
+func isAPI(r *http.Request) bool {
+	return strings.HasPrefix(r.URL.Path, apiPrefix) || strings.HasPrefix(r.URL.Path, "/hooks/")
+}
 
 // api is the adapter of the JSON API's routes: it authenticates the request
 // like page does, and renders a returned error as JSON.
@@ -86,7 +89,14 @@ func (h *Handler) renderAPIError(w http.ResponseWriter, r *http.Request, err err
 	var he httpError
 	var ue *jobs.UserError
 	var tooLarge *http.MaxBytesError
+	var busy *busyError
+	if isPoolTimeout(ctx, err) {
+		busy = errBusy
+	}
 	switch {
+	case busy != nil || errors.As(err, &busy):
+		w.Header().Set("Retry-After", busy.retryAfterSeconds())
+		he = httpError{busy.status, busy.msg}
 	case errors.As(err, &he):
 	case errors.As(err, &ue):
 		he = httpError{ue.Status, ue.Msg}
@@ -100,7 +110,7 @@ func (h *Handler) renderAPIError(w http.ResponseWriter, r *http.Request, err err
 		he = httpError{http.StatusInternalServerError, "internal error"}
 	}
 	body := apiError{Error: he.msg}
-	if he.status >= 500 {
+	if he.status >= 500 && busy == nil {
 		body.RequestID = requestID(ctx)
 	}
 	if he.status == http.StatusUnauthorized {

@@ -234,6 +234,9 @@ type apiCreateThreadRequest struct {
 func (h *Handler) apiCreateThread(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	user := userFrom(ctx)
+	if err := h.checkRunRate(ctx); err != nil {
+		return err
+	}
 	var req apiCreateThreadRequest
 	var uploads []jobs.Upload
 	if isMultipart(r) {
@@ -431,7 +434,7 @@ func (h *Handler) apiShowThread(w http.ResponseWriter, r *http.Request) error {
 		as    []db.Attachment
 	)
 	opts := pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
-	err = pgx.BeginTxFunc(ctx, h.pool, opts, func(tx pgx.Tx) error {
+	err = db.InTxOptions(ctx, h.pool, opts, func(ctx context.Context, tx pgx.Tx) error {
 		var err error
 		if t, err = db.GetThread(ctx, tx, user.ID, id); err != nil {
 			return err

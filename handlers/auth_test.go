@@ -67,7 +67,7 @@ func authSetup(t *testing.T, o authOptions) *authBundle {
 	t.Helper()
 	b := &authBundle{t: t, ctx: context.Background(), logs: &syncBuffer{}, root: t.TempDir()}
 	b.dbURL = dbtest.NewURL(t)
-	pool, err := db.Open(b.ctx, b.dbURL)
+	pool, err := db.OpenPool(b.ctx, b.dbURL, db.Options{OnNestedAcquire: dbtest.FailOnNested(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -63,6 +63,9 @@ type Deps struct {
 	// Extensions are the MCP servers and plugins managed on
 	// /settings/mcp and /settings/plugins (mcp.go); nil hides them.
 	Extensions *jobs.Extensions
+	// Admission bounds and rate-limits run starts (admission.go); the zero
+	// value admits everything.
+	Admission AdmissionConfig
 }
 
 // ErrUnauthenticated is what Deps.Authenticate returns, wrapped, for a
@@ -88,6 +91,8 @@ type Handler struct {
 	liveCache liveCache
 
 	ext *jobs.Extensions
+
+	admission *admission
 }
 
 // New returns the web interface as one http.Handler: the routes of
@@ -107,6 +112,7 @@ func New(d Deps) http.Handler {
 		jobsUI:       d.JobsUI,
 		live:         d.Live,
 		ext:          d.Extensions,
+		admission:    newAdmission(d.Admission),
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -213,7 +219,14 @@ func (h *Handler) renderError(w http.ResponseWriter, r *http.Request, err error)
 	var he httpError
 	var tooLarge *http.MaxBytesError
 	var ue *jobs.UserError
+	var busy *busyError
+	if isPoolTimeout(ctx, err) {
+		busy = errBusy
+	}
 	switch {
+	case busy != nil || errors.As(err, &busy):
+		w.Header().Set("Retry-After", busy.retryAfterSeconds())
+		he = httpError{busy.status, busy.msg}
 	case errors.As(err, &he):
 	case errors.As(err, &ue):
 		he = httpError{ue.Status, ue.Msg}
@@ -227,7 +240,7 @@ func (h *Handler) renderError(w http.ResponseWriter, r *http.Request, err error)
 		he = httpError{http.StatusInternalServerError, "Something went wrong on our side. Please try again."}
 	}
 	p := views.Problem{Status: he.status, Message: he.msg}
-	if he.status >= 500 {
+	if he.status >= 500 && busy == nil {
 		p.RequestID = requestID(ctx)
 	}
 

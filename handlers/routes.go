@@ -19,7 +19,9 @@ func (h *Handler) routes(mux *http.ServeMux) {
 
 	// Threads.
 	mux.Handle("GET /threads/new", h.page(h.composeForm))
-	mux.Handle("POST /threads", h.page(h.createThread))
+	// Starting a run passes admission control first (admission.go): a
+	// saturated server answers 503, a user over their rate 429.
+	mux.Handle("POST /threads", h.admitStart(h.page(h.createThread)))
 	mux.Handle("GET /threads/{id}", h.page(h.showThread))
 	mux.Handle("POST /threads/bulk", h.page(h.bulkAction))
 	mux.Handle("POST /threads/{id}/read", h.page(h.markRead))
@@ -65,7 +67,7 @@ func (h *Handler) routes(mux *http.ServeMux) {
 
 	// The JSON API (api.go, api_threads.go; docs/api.md). Errors are
 	// {"error": "..."}; reading a thread here does not mark it read.
-	mux.Handle("POST /api/v1/threads", h.api(h.apiCreateThread))
+	mux.Handle("POST /api/v1/threads", h.admitStart(h.api(h.apiCreateThread)))
 	mux.Handle("GET /api/v1/threads", h.api(h.apiListThreads))
 	mux.Handle("GET /api/v1/threads/{id}", h.api(h.apiShowThread))
 	mux.Handle("POST /api/v1/threads/{id}/decisions", h.api(h.apiDecide))
@@ -153,7 +155,7 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	// h.page, and it must stay outside the origin check (protectOrigin),
 	// since the systems that call it are not browsers of ours. It answers
 	// JSON, and hides the token from the request log.
-	mux.Handle("/hooks/{skill}/{token}", http.HandlerFunc(h.receiveHook))
+	mux.Handle("/hooks/{skill}/{token}", h.admitStart(http.HandlerFunc(h.receiveHook)))
 	mux.Handle("/hooks/", http.HandlerFunc(h.noHook))
 
 	// Anything else is a 404 page, with the sidebar when signed in.

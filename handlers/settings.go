@@ -159,7 +159,7 @@ func (h *Handler) getenv(name string) string {
 
 // audited runs change and records it in the audit log, in one transaction.
 func (h *Handler) audited(ctx context.Context, action, detail string, change func(tx pgx.Tx) error) error {
-	return db.InTx(ctx, h.pool, func(tx pgx.Tx) error {
+	return db.InTx(ctx, h.pool, func(ctx context.Context, tx pgx.Tx) error {
 		if err := change(tx); err != nil {
 			return err
 		}

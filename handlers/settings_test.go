@@ -444,9 +444,6 @@ func TestSettingsProviderKeyNeedsSecretKey(t *testing.T) {
 func TestSettingsDefaultModel(t *testing.T) {
 	t.Parallel()
 	b := authSetup(t, authOptions{adminEmails: []string{"ada@example.com"}})
-	b.runs.DefaultModelFunc = func(ctx context.Context) (string, error) {
-		return db.GetServerSetting(ctx, b.pool, db.SettingDefaultModel)
-	}
 	admin := b.signIn(adminIdP)
 	start := func() string {
 		t.Helper()

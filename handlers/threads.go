@@ -153,6 +153,9 @@ const maxPromptBytes = 100 << 10
 func (h *Handler) createThread(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	user := userFrom(ctx)
+	if err := h.checkRunRate(ctx); err != nil {
+		return err
+	}
 	parse := parseForm
 	if isMultipart(r) {
 		parse = parseUploadForm

@@ -383,6 +383,14 @@ func (h *Handler) receive(w http.ResponseWriter, r *http.Request) error {
 	if _, ok := h.triggerSkills().Get(skill); !ok {
 		return reject(http.StatusNotFound, "the skill "+skill+" no longer exists")
 	}
+	if err := h.admission.allowHook(wh.UserID); err != nil {
+		// Recorded like any refusal, so the owner sees why; the sender
+		// retries after Retry-After.
+		if rerr := reject(http.StatusTooManyRequests, "rate limit of the owner's webhook deliveries"); !isStatus(rerr, http.StatusTooManyRequests) {
+			return rerr
+		}
+		return err
+	}
 
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxHookBody))
 	rec.BodyBytes = len(body)
@@ -430,7 +438,7 @@ func (h *Handler) receive(w http.ResponseWriter, r *http.Request) error {
 	if r.Header.Get("X-GitHub-Event") == "ping" {
 		// GitHub's hello when a webhook is added: nothing to run.
 		rec.Status, rec.Reason = http.StatusOK, "GitHub ping: no run started"
-		err := db.InTx(ctx, h.pool, func(tx pgx.Tx) error {
+		err := db.InTx(ctx, h.pool, func(ctx context.Context, tx pgx.Tx) error {
 			_, err := db.ClaimDelivery(ctx, tx, rec)
 			if errors.Is(err, db.ErrDuplicateDelivery) {
 				return nil
@@ -463,7 +471,7 @@ func (h *Handler) receive(w http.ResponseWriter, r *http.Request) error {
 	rec.Status = http.StatusAccepted
 	var thread db.Thread
 	duplicate := false
-	err = db.InTx(ctx, h.pool, func(tx pgx.Tx) error {
+	err = db.InTx(ctx, h.pool, func(ctx context.Context, tx pgx.Tx) error {
 		d, err := db.ClaimDelivery(ctx, tx, rec)
 		if errors.Is(err, db.ErrDuplicateDelivery) {
 			duplicate = true

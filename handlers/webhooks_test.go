@@ -47,7 +47,7 @@ type triggerBundle struct {
 	rt *jobs.Runtime
 }
 
-func triggerSetup(t *testing.T) *triggerBundle {
+func triggerSetup(t *testing.T, opts ...func(*handlers.Deps)) *triggerBundle {
 	t.Helper()
 	skills := agent.LoadSkills(fstest.MapFS{
 		"researcher/SKILL.md": {Data: []byte(triggerTestSkills)},
@@ -57,10 +57,10 @@ func triggerSetup(t *testing.T) *triggerBundle {
 		t.Fatalf("skills: %v", skills.Errors)
 	}
 	tb := &triggerBundle{}
-	tb.bundle = setup(t, func(d *handlers.Deps) {
+	tb.bundle = setup(t, append([]func(*handlers.Deps){func(d *handlers.Deps) {
 		d.Runs.Skills = func() agent.SkillSet { return skills }
 		tb.rt = d.Runs
-	})
+	}}, opts...)...)
 	return tb
 }
 

@@ -20,6 +20,11 @@ type ClientConfig struct {
 	// time.Now). Tests shorten the one and drive the other.
 	ScheduleEvery time.Duration
 	Now           func() time.Time
+	// ID names the River client; a process with a Liveness passes its
+	// ClientID, so that its step jobs are handed over as soon as it dies
+	// (SweepDead). Empty: River's random id, and only heartbeats tell
+	// whether its steps live.
+	ID string
 }
 
 // NewClient builds the River client that works the runtime's jobs and wires
@@ -45,6 +50,7 @@ func NewClient(rt *Runtime, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 		return nil, err
 	}
 	client, err := river.NewClient(riverpgxv5.New(rt.Pool), &river.Config{
+		ID: cfg.ID,
 		// River reports routine progress at info level every few seconds;
 		// only its warnings and errors belong in our log.
 		Logger:  slog.New(minLevel{rt.Logger.Handler(), slog.LevelWarn}).With("component", "river"),

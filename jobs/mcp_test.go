@@ -106,7 +106,7 @@ func TestMCPToolsInARun(t *testing.T) {
 
 	// A second server, added on the settings page: streamable HTTP.
 	ctx := context.Background()
-	err := db.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+	err := db.InTx(ctx, b.pool, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := b.ext.SaveServer(ctx, tx, b.user, "web", agent.MCPServerConfig{Type: "streamable-http", URL: "${WEB_URL}"}, true)
 		return err
 	})
@@ -294,7 +294,7 @@ func TestMCPConfigErrorsAreShown(t *testing.T) {
 	b.connected(t, "go")
 
 	// A settings server may not take a name the file has.
-	err := db.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+	err := db.InTx(ctx, b.pool, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := b.ext.SaveServer(ctx, tx, b.user, "go", agent.MCPServerConfig{Command: "x"}, true)
 		return err
 	})
@@ -303,7 +303,7 @@ func TestMCPConfigErrorsAreShown(t *testing.T) {
 	}
 	// Malformed JSON: the file's servers are gone, with the error; the
 	// settings' servers still run.
-	if err := db.InTx(ctx, b.pool, func(tx pgx.Tx) error {
+	if err := db.InTx(ctx, b.pool, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := b.ext.SaveServer(ctx, tx, b.user, "web", agent.MCPServerConfig{Type: "http", URL: mcptest.NewHTTP(t)}, true)
 		return err
 	}); err != nil {

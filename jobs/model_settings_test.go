@@ -62,8 +62,7 @@ func TestModelFromSettings(t *testing.T) {
 			}
 			return srv.URL + "/v1", keyEnv, key, nil
 		},
-		DefaultModelFunc: func(context.Context) (string, error) { return "compatible:scripted", nil },
-		ModelRetry:       agent.RetryPolicy{Attempts: 1, Base: time.Millisecond, Max: time.Millisecond},
+		ModelRetry: agent.RetryPolicy{Attempts: 1, Base: time.Millisecond, Max: time.Millisecond},
 	}
 	client, err := jobs.NewClient(rt, jobs.ClientConfig{MaxWorkers: 10})
 	if err != nil {
@@ -77,6 +76,9 @@ func TestModelFromSettings(t *testing.T) {
 		defer cancel()
 		_ = jobs.Stop(sctx, client)
 	})
+	if err := db.SetServerSetting(ctx, pool, db.SettingDefaultModel, "compatible:scripted"); err != nil {
+		t.Fatal(err)
+	}
 	user, err := db.UpsertUser(ctx, pool, "test", "alice", "alice@example.com", "Alice", false)
 	if err != nil {
 		t.Fatal(err)

@@ -38,5 +38,10 @@ func (w *PruneWorker) Work(ctx context.Context, _ *river.Job[PruneArgs]) error {
 	if n > 0 {
 		w.rt.Logger.Info("pruned trigger records", "rows", n)
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	// Records of processes and of the steps taken over from dead ones
+	// matter for seconds; a week is for people looking into an incident.
+	return db.PruneProcessRecords(ctx, w.rt.Pool, 7*24*time.Hour)
 }

@@ -34,33 +34,43 @@ func (w *RescueWorker) Work(ctx context.Context, _ *river.Job[RescueArgs]) error
 	return err
 }
 
+// rescueBatch bounds the runs one rescue transaction takes over.
+const rescueBatch = 100
+
 // RescueStale queues a fresh step for every run whose step stopped proving
 // alive, and returns how many it rescued.
 func (rt *Runtime) RescueStale(ctx context.Context) (int, error) {
+	return rt.rescue(ctx, "heartbeat stale", func(ctx context.Context, tx pgx.Tx) ([]db.RunRef, error) {
+		return db.RescueStaleRuns(ctx, tx, rt.staleAfter(), rescueBatch)
+	})
+}
+
+// rescue takes over the runs find returns, in batches: each batch's runs
+// and their new step jobs commit together.
+func (rt *Runtime) rescue(ctx context.Context, why string, find func(ctx context.Context, tx pgx.Tx) ([]db.RunRef, error)) (int, error) {
 	n := 0
 	for {
 		var refs []db.RunRef
-		err := db.InTx(ctx, rt.Pool, func(tx pgx.Tx) error {
+		err := db.InTx(ctx, rt.Pool, func(ctx context.Context, tx pgx.Tx) error {
 			var err error
-			refs, err = db.RescueStaleRuns(ctx, tx, rt.staleAfter(), 100)
-			if err != nil {
+			if refs, err = find(ctx, tx); err != nil || len(refs) == 0 {
 				return err
 			}
-			for _, r := range refs {
-				if _, err := rt.client.InsertTx(ctx, tx, StepArgs{ThreadID: r.ThreadID, Gen: r.Gen}, nil); err != nil {
-					return err
-				}
+			params := make([]river.InsertManyParams, len(refs))
+			for i, r := range refs {
+				params[i] = river.InsertManyParams{Args: StepArgs{ThreadID: r.ThreadID, Gen: r.Gen}}
 			}
-			return nil
+			_, err = rt.client.InsertManyTx(ctx, tx, params)
+			return err
 		})
 		if err != nil {
 			return n, err
 		}
 		for _, r := range refs {
-			rt.Logger.Info("rescued run", "thread_id", r.ThreadID, "gen", r.Gen)
+			rt.Logger.Info("rescued run", "thread_id", r.ThreadID, "gen", r.Gen, "why", why)
 		}
 		n += len(refs)
-		if len(refs) < 100 {
+		if len(refs) < rescueBatch {
 			return n, nil
 		}
 	}

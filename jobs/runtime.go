@@ -22,9 +22,15 @@ import (
 // runs for the web and API handlers, and its step worker takes each step.
 // Every state change commits together with the job that acts on it.
 type Runtime struct {
-	Pool   *pgxpool.Pool
-	Logger *slog.Logger
-	Tools  *Toolbox
+	// Pool serves the step jobs, River and the sweeps.
+	Pool *pgxpool.Pool
+	// RequestPool, when set, serves the calls people make (Start, Reply,
+	// Retry, Cancel, Decide), apart from Pool: a hundred busy steps never
+	// keep a person's request from a connection, nor a burst of requests a
+	// step from its heartbeat.
+	RequestPool *pgxpool.Pool
+	Logger      *slog.Logger
+	Tools       *Toolbox
 	// Skills returns the skills available now.
 	Skills func() agent.SkillSet
 	// DefaultModel is the model spec a new thread uses ("provider:model-id").
@@ -42,9 +48,6 @@ type Runtime struct {
 	// itself ("" leaves the environment's). It is asked at every model
 	// step, so a change reaches every replica at once.
 	ProviderSettings func(ctx context.Context, provider string) (baseURL, keyEnv, key string, err error)
-	// DefaultModelFunc, when set, returns the default model chosen on the
-	// settings page; "" falls back to DefaultModel.
-	DefaultModelFunc func(ctx context.Context) (string, error)
 
 	// HeartbeatEvery and StaleAfter: a step proves alive every
 	// HeartbeatEvery; a run whose step has not for StaleAfter is rescued.
@@ -98,7 +101,7 @@ type StartRequest struct {
 // in one transaction.
 func (rt *Runtime) Start(ctx context.Context, user db.User, req StartRequest) (db.Thread, error) {
 	var t db.Thread
-	err := db.InTx(ctx, rt.Pool, func(tx pgx.Tx) (err error) {
+	err := db.InTx(ctx, rt.requestPool(), func(ctx context.Context, tx pgx.Tx) (err error) {
 		t, err = rt.StartTx(ctx, tx, user, req)
 		return err
 	})
@@ -118,6 +121,14 @@ func (rt *Runtime) checkSkill(name string) error {
 		return userErr(400, "skill %q is unavailable: it needs %s, which is not connected", name, strings.Join(missing, ", "))
 	}
 	return nil
+}
+
+// requestPool is the pool of the calls people make.
+func (rt *Runtime) requestPool() *pgxpool.Pool {
+	if rt.RequestPool != nil {
+		return rt.RequestPool
+	}
+	return rt.Pool
 }
 
 func (rt *Runtime) skills() agent.SkillSet {
@@ -151,7 +162,7 @@ func (rt *Runtime) Reply(ctx context.Context, user db.User, threadID int64, cont
 	if len(content) > MaxPrompt {
 		return userErr(413, "the message is longer than %d KB", MaxPrompt>>10)
 	}
-	return db.InTx(ctx, rt.Pool, func(tx pgx.Tx) error {
+	return db.InTx(ctx, rt.requestPool(), func(ctx context.Context, tx pgx.Tx) error {
 		t, err := db.LockThread(ctx, tx, user.ID, threadID)
 		if err != nil {
 			return err
@@ -177,7 +188,7 @@ func (rt *Runtime) Reply(ctx context.Context, user db.User, threadID int64, cont
 
 // Retry runs a failed or cancelled thread again from its last committed step.
 func (rt *Runtime) Retry(ctx context.Context, user db.User, threadID int64) error {
-	return db.InTx(ctx, rt.Pool, func(tx pgx.Tx) error {
+	return db.InTx(ctx, rt.requestPool(), func(ctx context.Context, tx pgx.Tx) error {
 		t, err := db.LockThread(ctx, tx, user.ID, threadID)
 		if err != nil {
 			return err
@@ -208,7 +219,7 @@ func (rt *Runtime) Retry(ctx context.Context, user db.User, threadID int64) erro
 // error result, and the parent goes on.
 func (rt *Runtime) Cancel(ctx context.Context, user db.User, threadID int64) error {
 	var leaseJobs []int64
-	err := db.InTx(ctx, rt.Pool, func(tx pgx.Tx) error {
+	err := db.InTx(ctx, rt.requestPool(), func(ctx context.Context, tx pgx.Tx) error {
 		// The sub-agents are locked before the thread: see task.go.
 		subs, err := db.LockSubagents(ctx, tx, user.ID, threadID)
 		if err != nil {
@@ -290,7 +301,7 @@ func (rt *Runtime) Decide(ctx context.Context, user db.User, threadID int64, dec
 	if len(decisions) == 0 {
 		return userErr(400, "no decisions given")
 	}
-	return db.InTx(ctx, rt.Pool, func(tx pgx.Tx) error {
+	return db.InTx(ctx, rt.requestPool(), func(ctx context.Context, tx pgx.Tx) error {
 		t, err := db.LockThread(ctx, tx, user.ID, threadID)
 		if err != nil {
 			return err
@@ -381,17 +392,17 @@ func (rt *Runtime) decide(ctx context.Context, tx pgx.Tx, user db.User, c db.Too
 	return userErr(400, "unknown decision %q", d.Type)
 }
 
-// defaultModel is the model spec of a new thread: the settings' choice,
-// else DefaultModel. A settings lookup that fails falls back too (logged):
-// starting a run must not depend on it.
-func (rt *Runtime) defaultModel(ctx context.Context) string {
-	if rt.DefaultModelFunc != nil {
-		m, err := rt.DefaultModelFunc(ctx)
-		if err != nil && rt.Logger != nil {
-			rt.Logger.WarnContext(ctx, "read the default model from the settings", "err", err)
-		} else if err == nil && m != "" {
-			return m
-		}
+// defaultModel is the model spec of a new thread: the one chosen on the
+// settings page, else DefaultModel. It reads through the caller's
+// transaction (q), never the pool: see db.InTx. A settings lookup that fails
+// falls back too (logged): starting a run must not depend on it.
+func (rt *Runtime) defaultModel(ctx context.Context, q db.Querier) string {
+	m, err := db.GetServerSetting(ctx, q, db.SettingDefaultModel)
+	switch {
+	case err != nil:
+		rt.Logger.WarnContext(ctx, "read the default model from the settings", "err", err)
+	case m != "":
+		return m
 	}
 	return rt.DefaultModel
 }

@@ -187,7 +187,7 @@ func (rt *Runtime) FireDueSchedules(ctx context.Context, now time.Time) (int, er
 			return n, err
 		}
 		var id int64
-		err := db.InTx(ctx, rt.Pool, func(tx pgx.Tx) error {
+		err := db.InTx(ctx, rt.Pool, func(ctx context.Context, tx pgx.Tx) error {
 			s, err := db.LockDueSchedule(ctx, tx, now, failed)
 			if err != nil {
 				return err

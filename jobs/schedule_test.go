@@ -57,7 +57,7 @@ type process struct {
 func startProcess(t *testing.T, url string, clk *testClock, modelURL string) *process {
 	t.Helper()
 	ctx := context.Background()
-	pool, err := db.Open(ctx, url)
+	pool, err := db.OpenPool(ctx, url, db.Options{OnNestedAcquire: dbtest.FailOnNested(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func newScheduleBundle(t *testing.T, script scriptmodel.Script, start time.Time)
 	t.Cleanup(srv.Close)
 	b.model = srv.URL
 	var err error
-	if b.pool, err = db.Open(context.Background(), b.url); err != nil {
+	if b.pool, err = db.OpenPool(context.Background(), b.url, db.Options{OnNestedAcquire: dbtest.FailOnNested(t)}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(b.pool.Close)

@@ -56,7 +56,7 @@ func (rt *Runtime) StartTx(ctx context.Context, tx pgx.Tx, user db.User, req Sta
 	}
 	t, err := db.CreateThread(ctx, tx, db.NewThread{
 		UserID: user.ID, FolderID: req.FolderID, Title: req.Title, Skill: req.Skill,
-		Model: rt.defaultModel(ctx), TriggerKind: req.TriggerKind, TriggerAt: req.TriggerAt, TriggerRef: req.TriggerRef,
+		Model: rt.defaultModel(ctx, tx), TriggerKind: req.TriggerKind, TriggerAt: req.TriggerAt, TriggerRef: req.TriggerRef,
 	})
 	if err != nil {
 		return db.Thread{}, err

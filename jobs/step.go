@@ -46,7 +46,7 @@ func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
 	rt := w.rt
 	a := job.Args
 	var outcome db.LeaseOutcome
-	err := db.InTx(ctx, rt.Pool, func(tx pgx.Tx) error {
+	err := db.InTx(ctx, rt.Pool, func(ctx context.Context, tx pgx.Tx) error {
 		var err error
 		outcome, err = db.TakeLease(ctx, tx, a.ThreadID, a.Gen, job.ID, rt.staleAfter())
 		return err
@@ -132,7 +132,7 @@ func (rt *Runtime) heartbeat(ctx context.Context, cancel context.CancelCauseFunc
 // commit runs fn in a transaction that first checks this job still holds the
 // run.
 func (rt *Runtime) commit(ctx context.Context, jobID int64, a StepArgs, fn func(tx pgx.Tx) error) error {
-	return db.InTx(ctx, rt.Pool, func(tx pgx.Tx) error {
+	return db.InTx(ctx, rt.Pool, func(ctx context.Context, tx pgx.Tx) error {
 		ok, err := db.HoldsLease(ctx, tx, a.ThreadID, a.Gen, jobID)
 		if err != nil {
 			return err

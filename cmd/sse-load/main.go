@@ -19,27 +19,19 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"log/slog"
 	"net"
-	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"pizzabot/cmd/internal/benchenv"
 	"pizzabot/db"
-	"pizzabot/db/pglocal"
 )
 
 func main() {
@@ -61,71 +53,16 @@ func main() {
 func run(streams, rounds int, idle time.Duration, dialers int, server string, keep bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	if err := raiseFileLimit(streams + 1000); err != nil {
+	if err := benchenv.RaiseFileLimit(streams + 1000); err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "sse-load-")
+	env, err := benchenv.Start(ctx, benchenv.Options{Server: server, Keep: keep})
 	if err != nil {
 		return err
 	}
-	if !keep {
-		defer os.RemoveAll(dir)
-	}
-	// The cluster runs as the postgres user when we are root.
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return err
-	}
-	if server == "" {
-		server = filepath.Join(dir, "pizza-bot")
-		fmt.Println("building the server…")
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", server, "pizzabot")
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("build: %w", err)
-		}
-	}
-
-	fmt.Println("starting PostgreSQL…")
-	pg, err := pglocal.Start(ctx, pglocal.Options{
-		Dir:      filepath.Join(dir, "postgres"),
-		Logger:   slog.New(slog.DiscardHandler),
-		Settings: map[string]string{"max_connections": "200"},
-	})
-	if err != nil {
-		return err
-	}
-	defer pg.Stop(context.Background()) //nolint:errcheck
-	if err := createDatabase(ctx, pg.URL("postgres"), "pizza"); err != nil {
-		return err
-	}
-	dbURL := pg.URL("pizza")
-
-	addr, err := freeAddr()
-	if err != nil {
-		return err
-	}
-	srv := exec.Command(server, "serve")
-	srv.Env = append(os.Environ(),
-		"DATABASE_URL="+dbURL,
-		"PIZZA_ADDR="+addr,
-		"PIZZA_DATA_ROOT="+filepath.Join(dir, "data"),
-		"PIZZA_LOG_LEVEL=warn",
-		"PIZZA_MODEL=",
-	)
-	srv.Stdout, srv.Stderr = os.Stdout, os.Stderr
-	if err := srv.Start(); err != nil {
-		return err
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- srv.Wait() }()
-	defer func() {
-		if srv.ProcessState == nil {
-			_ = srv.Process.Kill()
-		}
-	}()
-	if err := waitReady(ctx, addr, exited); err != nil {
-		return err
-	}
+	defer env.Stop()
+	addr, dbURL := env.Addr, env.DBURL
+	srv := env.Proc
 
 	pool, err := db.Open(ctx, dbURL)
 	if err != nil {
@@ -147,7 +84,7 @@ func run(streams, rounds int, idle time.Duration, dialers int, server string, ke
 	}
 	time.Sleep(time.Second) // let the server's listener pass those events
 
-	base, err := rss(srv.Process.Pid)
+	base, err := benchenv.RSS(srv.Pid)
 	if err != nil {
 		return err
 	}
@@ -164,7 +101,7 @@ func run(streams, rounds int, idle time.Duration, dialers int, server string, ke
 	}
 	opened := time.Since(start)
 	time.Sleep(2 * time.Second)
-	after, err := rss(srv.Process.Pid)
+	after, err := benchenv.RSS(srv.Pid)
 	if err != nil {
 		return err
 	}
@@ -176,7 +113,7 @@ func run(streams, rounds int, idle time.Duration, dialers int, server string, ke
 	if n := alive(conns); n != len(conns) {
 		return fmt.Errorf("%d of %d streams ended while idle", len(conns)-n, len(conns))
 	}
-	idleRSS, _ := rss(srv.Process.Pid)
+	idleRSS, _ := benchenv.RSS(srv.Pid)
 	fmt.Printf("all %d streams alive after %s idle; server RSS %.1f MiB\n", len(conns), idle, mib(idleRSS))
 
 	var all, slowest []time.Duration
@@ -202,18 +139,15 @@ func run(streams, rounds int, idle time.Duration, dialers int, server string, ke
 		time.Sleep(300 * time.Millisecond)
 	}
 	fmt.Printf("committed step -> event on a stream, %d streams x %d rounds: p50 %s, p99 %s, max %s\n",
-		len(conns), rounds, pct(all, 50), pct(all, 99), pct(all, 100))
+		len(conns), rounds, benchenv.Pct(all, 50), benchenv.Pct(all, 99), benchenv.Pct(all, 100))
 	fmt.Printf("committed step -> event on every stream (slowest stream per round): p50 %s, p99 %s\n",
-		pct(slowest, 50), pct(slowest, 99))
+		benchenv.Pct(slowest, 50), benchenv.Pct(slowest, 99))
 
-	start = time.Now()
-	_ = srv.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-exited:
-	case <-time.After(60 * time.Second):
-		return errors.New("the server did not stop within 60s")
+	took, err := env.Shutdown(60 * time.Second)
+	if err != nil {
+		return err
 	}
-	fmt.Printf("server shut down with %d open streams in %s\n", len(conns), time.Since(start).Round(time.Millisecond))
+	fmt.Printf("server shut down with %d open streams in %s\n", len(conns), took.Round(time.Millisecond))
 	for _, c := range conns {
 		c.conn.Close()
 	}
@@ -353,7 +287,7 @@ func alive(conns []*stream) int {
 // commitStep commits what a model step that ends its run commits, and
 // returns when COMMIT returned.
 func commitStep(ctx context.Context, pool *pgxpool.Pool, threadID int64) (time.Time, error) {
-	err := db.InTx(ctx, pool, func(tx pgx.Tx) error {
+	err := db.InTx(ctx, pool, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := db.AddMessage(ctx, tx, db.Message{ThreadID: threadID, Role: db.RoleAssistant, Content: "Done: the answer."}); err != nil {
 			return err
 		}
@@ -362,92 +296,4 @@ func commitStep(ctx context.Context, pool *pgxpool.Pool, threadID int64) (time.T
 	return time.Now(), err
 }
 
-func pct(ds []time.Duration, p int) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := (len(s)*p + 99) / 100
-	i = min(max(i-1, 0), len(s)-1)
-	return s[i].Round(100 * time.Microsecond)
-}
-
-// rss reads a process's resident set size, in bytes.
-func rss(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb * 1024, err
-		}
-	}
-	return 0, errors.New("no VmRSS")
-}
-
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
-
-func raiseFileLimit(n int) error {
-	var l syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
-		return err
-	}
-	if l.Cur >= uint64(n) {
-		return nil
-	}
-	if l.Max < uint64(n) {
-		l.Max = uint64(n) // works as root
-	}
-	l.Cur = uint64(n)
-	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
-		return fmt.Errorf("raise the open file limit to %d: %w (ulimit -n)", n, err)
-	}
-	return nil
-}
-
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
-func waitReady(ctx context.Context, addr string, exited <-chan error) error {
-	deadline := time.Now().Add(2 * time.Minute)
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-exited:
-			return fmt.Errorf("the server exited: %v", err)
-		default:
-		}
-		resp, err := http.Get("http://" + addr + "/readyz")
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	return errors.New("the server did not get ready within 2 minutes")
-}
-
-func createDatabase(ctx context.Context, adminURL, name string) error {
-	conn, err := pgx.Connect(ctx, adminURL)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
-	return err
-}

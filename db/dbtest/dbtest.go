@@ -47,17 +47,34 @@ func Main(m *testing.M) int {
 }
 
 // New returns a pool on a fresh database holding every migration, dropped
-// when the test ends.
+// when the test ends. The test fails if any code asks the pool for a
+// connection while holding a transaction (see db.InTx): the rule that keeps
+// the server from deadlocking under load is checked by every test.
 func New(t testing.TB) *pgxpool.Pool {
 	t.Helper()
 	url := NewURL(t)
 	ctx := context.Background()
-	pool, err := db.Open(ctx, url)
+	pool, err := db.OpenPool(ctx, url, db.Options{OnNestedAcquire: FailOnNested(t)})
 	if err != nil {
 		t.Fatalf("dbtest: %v", err)
 	}
 	t.Cleanup(pool.Close)
 	return pool
+}
+
+// FailOnNested returns a db.Options.OnNestedAcquire that fails t with the
+// stack of the offending acquisition.
+func FailOnNested(t testing.TB) func(stack []byte) {
+	var done atomic.Bool
+	t.Cleanup(func() { done.Store(true) })
+	return func(stack []byte) {
+		if done.Load() {
+			// A straggler after the test: print, since t may not be used.
+			fmt.Fprintf(os.Stderr, "dbtest: %s after the test ended:\n%s\n", db.ErrNestedAcquire, stack)
+			return
+		}
+		t.Errorf("%v:\n%s", db.ErrNestedAcquire, stack)
+	}
 }
 
 // NewURL creates a fresh migrated database and returns its URL, for tests
