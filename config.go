@@ -394,6 +394,18 @@ func defaultDataRoot() (string, error) {
 	return filepath.Join(home, ".pizza-bot"), nil
 }
 
+// warnings are configurations that work but are likely mistakes, logged
+// at start (serve.go).
+func (c config) warnings() []string {
+	var ws []string
+	if u, err := url.Parse(c.PublicURL); c.PublicURL != "" && err == nil && u.Scheme == "http" && !isLoopback(u.Hostname()) {
+		// Session cookies, sign-in codes and every page would cross the
+		// network in clear text.
+		ws = append(ws, fmt.Sprintf("PIZZA_PUBLIC_URL %s is plain http on a network address: sessions and sign-in travel unencrypted; serve it over https (a TLS proxy in front of Pizza Bot)", c.PublicURL))
+	}
+	return ws
+}
+
 func isLoopback(host string) bool {
 	if host == "localhost" {
 		return true

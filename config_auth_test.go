@@ -163,3 +163,24 @@ func TestConfigTokenLifetimesAndQuota(t *testing.T) {
 		}
 	}
 }
+
+func TestConfigWarnsOfPlainHTTPPublicURL(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		url  string
+		warn bool
+	}{
+		{"http://pizza.corp.example", true},
+		{"http://10.1.2.3:8080", true},
+		{"https://pizza.corp.example", false},
+		{"http://localhost:8080", false},
+		{"http://127.0.0.1:8080", false},
+		{"http://[::1]:8080", false},
+		{"", false},
+	} {
+		got := config{PublicURL: c.url}.warnings()
+		if (len(got) > 0) != c.warn {
+			t.Errorf("%q: warnings %q, want a warning: %v", c.url, got, c.warn)
+		}
+	}
+}

@@ -32,6 +32,9 @@ import (
 // serve runs the web server until ctx ends, then shuts down gracefully.
 func serve(ctx context.Context, cfg config) error {
 	log := cfg.logger()
+	for _, w := range cfg.warnings() {
+		log.Warn(w)
+	}
 	// Take the port first: a busy port should fail before anything starts.
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {

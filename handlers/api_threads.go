@@ -124,6 +124,9 @@ type apiPending struct {
 	Arguments        any      `json:"arguments"`
 	AllowedDecisions []string `json:"allowed_decisions"`
 	Description      string   `json:"description"`
+	// Reason says which rules made an approval wait, e.g. "server policy:
+	// ask mcp__github__*; skill researcher: interruptOn" (jobs/gate.go).
+	Reason string `json:"reason,omitempty"`
 	// InnerCall is, on a run_js call waiting for approval, the script's
 	// call that an approval lets run, with its arguments whole.
 	InnerCall *apiInnerCall `json:"inner_call,omitempty"`
@@ -515,6 +518,7 @@ func toAPIPending(c db.ToolCallRow) apiPending {
 		Arguments:        apiArguments(c.EffectiveArguments()),
 		AllowedDecisions: allowed,
 		Description:      c.Description,
+		Reason:           c.GateReason,
 	}
 	if in := c.InnerCall; in != nil && c.State == db.CallPending {
 		p.InnerCall = &apiInnerCall{Seq: in.Seq, Tool: in.Tool, Arguments: apiArguments(in.Arguments)}

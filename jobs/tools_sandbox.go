@@ -216,10 +216,18 @@ func (b *scriptBridge) call(ctx context.Context, name, argJSON string) (string, 
 		// an old crash, or never shown) approves nothing.
 	}
 	approved := b.approved(seq, name, canon)
-	if !approved {
-		if in, gated := b.gate(name); gated {
-			return "", agent.Halt(b.park(seq, name, canon, in))
-		}
+	// The one gate (gate.go) decides, as for the model's own calls; no
+	// transaction is held here. A deny wins even over an approval given
+	// before the policy changed.
+	g, err := b.env.rt.gate(ctx, b.env.rt.Pool, b.run.ThreadID, name)
+	if err != nil {
+		return "", agent.Halt(err)
+	}
+	if g.Deny {
+		return "", errors.New(g.Refusal(name))
+	}
+	if !approved && g.Ask {
+		return "", agent.Halt(b.park(seq, name, canon, g.Interrupt(), g.Reason))
 	}
 	result, terr := b.execute(ctx, seq, name, canon, tool, args, approved)
 	var na *NeedsApproval
@@ -230,7 +238,7 @@ func (b *scriptBridge) call(ctx context.Context, name, argJSON string) (string, 
 			return "", agent.Halt(fmt.Errorf("%s asked for another decision after it was approved: %s", name, na.Description))
 		}
 		// The inner tool itself asks for a decision: park run_js on it.
-		return "", agent.Halt(b.park(seq, name, canon, agent.Interrupt{AllowedDecisions: na.AllowedDecisions, Description: na.Description}))
+		return "", agent.Halt(b.park(seq, name, canon, agent.Interrupt{AllowedDecisions: na.AllowedDecisions, Description: na.Description}, na.Reason))
 	}
 	if terr != nil {
 		b.note(name, argJSON, "error: "+clipText(terr.Error(), 200))
@@ -238,15 +246,6 @@ func (b *scriptBridge) call(ctx context.Context, name, argJSON string) (string, 
 	}
 	b.note(name, argJSON, "ok")
 	return result, nil
-}
-
-// gate reports whether a call of the script to the tool name needs a
-// person's approval, and on what terms. It is the one place that decides.
-func (b *scriptBridge) gate(name string) (agent.Interrupt, bool) {
-	if b.skill == nil {
-		return agent.Interrupt{}, false
-	}
-	return b.skill.InterruptFor(name)
 }
 
 // approved reports whether a person approved exactly this call: the run_js
@@ -263,7 +262,7 @@ func (b *scriptBridge) approved(seq int, name, canon string) bool {
 // park returns the NeedsApproval that parks the run_js call on the inner
 // call; the runtime journals the inner call and shows it when it parks the
 // run_js call (failCall), in one transaction.
-func (b *scriptBridge) park(seq int, name, canon string, in agent.Interrupt) error {
+func (b *scriptBridge) park(seq int, name, canon string, in agent.Interrupt, reason string) error {
 	// The script is approved as a whole call, never edited: an edit would
 	// change the script, not the inner call the person is looking at.
 	var allowed []string
@@ -283,7 +282,7 @@ func (b *scriptBridge) park(seq int, name, canon string, in agent.Interrupt) err
 	if in.Description != "" {
 		desc = in.Description + "\n\n" + desc
 	}
-	return &NeedsApproval{AllowedDecisions: allowed, Description: desc, Inner: &db.InnerCall{Seq: seq, Tool: name, Arguments: canon}}
+	return &NeedsApproval{AllowedDecisions: allowed, Description: desc, Reason: reason, Inner: &db.InnerCall{Seq: seq, Tool: name, Arguments: canon}}
 }
 
 // execute runs an inner call and journals its result, with the approval

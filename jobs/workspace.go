@@ -43,6 +43,8 @@ type NeedsApproval struct {
 	// Inner is, for run_js, the script's call it stopped at: journaled and
 	// shown whole on the parked call, in the transaction that parks it.
 	Inner *db.InnerCall
+	// Reason says which rules asked (Gate.Reason), shown to the person.
+	Reason string
 }
 
 func (e *NeedsApproval) Error() string { return "waiting for approval: " + e.Description }
@@ -61,7 +63,10 @@ func failCall(ctx context.Context, tx pgx.Tx, c db.ToolCallRow, terr error) erro
 				return err
 			}
 		}
-		return db.SetToolCallWait(ctx, tx, c.ID, db.CallPending, db.WaitApproval, allowed, na.Description)
+		if err := db.SetToolCallWait(ctx, tx, c.ID, db.CallPending, db.WaitApproval, allowed, na.Description); err != nil {
+			return err
+		}
+		return db.SetToolCallGateReason(ctx, tx, c.ID, na.Reason)
 	}
 	return db.CompleteToolCall(ctx, tx, c, terr.Error(), true)
 }
