@@ -551,6 +551,9 @@ type apiDecisionInput struct {
 	Type      string          `json:"type"`
 	Arguments json.RawMessage `json:"arguments"`
 	Message   string          `json:"message"`
+	// InnerSeq is required on a run_js call waiting at a call of its
+	// script: the inner_call.seq the client read.
+	InnerSeq *int `json:"inner_seq"`
 }
 
 // decisionTypes are the decisions the API knows; which of them a call takes
@@ -635,7 +638,7 @@ func decisionInputs(ds []apiDecisionInput) ([]jobs.DecisionInput, error) {
 		if !slices.Contains(decisionTypes, d.Type) {
 			return nil, bad(i, `"type" %q is not one of %s`, d.Type, strings.Join(decisionTypes, ", "))
 		}
-		in := jobs.DecisionInput{CallID: d.ID, Type: d.Type, Message: d.Message}
+		in := jobs.DecisionInput{CallID: d.ID, Type: d.Type, Message: d.Message, InnerSeq: d.InnerSeq}
 		hasArgs := len(d.Arguments) > 0 && string(d.Arguments) != "null"
 		switch {
 		case d.Type == db.DecisionEdit && !hasArgs:

@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -47,6 +48,18 @@ func TestSandboxAsyncGatedCallsOnlyTheShownOneRuns(t *testing.T) {
 	c = b.pending(t, th.ID)[0]
 	if in := c.InnerCall; in == nil || in.Seq != 1 || in.Arguments != `{"title":"Unseen"}` {
 		t.Errorf("the second approval shows %+v, want Unseen", in)
+	}
+
+	// A second tab still showing the first call approves: refused, since
+	// the script now waits at another call that tab never showed.
+	shown := 0
+	err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: c.ID, Type: db.DecisionApprove, InnerSeq: &shown}})
+	var ue *jobs.UserError
+	if !errors.As(err, &ue) || ue.Status != 409 {
+		t.Fatalf("a stale approval: %v, want a 409 refusal", err)
+	}
+	if err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: c.ID, Type: db.DecisionApprove}}); err == nil {
+		t.Fatal("an approval that names no inner call was accepted")
 	}
 
 	b.decide(t, th.ID, "reject")

@@ -152,7 +152,12 @@ func (b *bundle) decide(t *testing.T, id int64, typ string) db.ToolCallRow {
 	if len(calls) != 1 || calls[0].State != db.CallPending {
 		t.Fatalf("pending calls = %+v", calls)
 	}
-	if err := b.rt.Decide(context.Background(), b.user, id, []jobs.DecisionInput{{CallID: calls[0].ID, Type: typ}}); err != nil {
+	in := jobs.DecisionInput{CallID: calls[0].ID, Type: typ}
+	if c := calls[0].InnerCall; c != nil {
+		// The person decides on the script's call they were shown.
+		in.InnerSeq = &c.Seq
+	}
+	if err := b.rt.Decide(context.Background(), b.user, id, []jobs.DecisionInput{in}); err != nil {
 		t.Fatal(err)
 	}
 	return calls[0]
