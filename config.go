@@ -60,6 +60,13 @@ type config struct {
 	MaxSteps                  int
 	RunRate, HookRate         float64
 	RunBurst, HookBurst       int
+
+	// Operations (loadOperations): the free-space floor of the data
+	// root's file system, and the daily backups.
+	DiskFloorBytes   uint64
+	DiskFloorPercent float64
+	BackupDir        string // empty: no daily backup
+	BackupKeep       int    // days
 }
 
 // oidcEnabled reports whether people sign in with SSO.
@@ -95,6 +102,9 @@ var envVars = []envVar{
 	{"PIZZA_RUN_BURST", "100", "run starts a user may make at once before PIZZA_RUN_RATE applies"},
 	{"PIZZA_WEBHOOK_RATE", "10/s", "deliveries to one user's webhooks as N/s or N/m, 0 for no limit; past it 429 with Retry-After"},
 	{"PIZZA_WEBHOOK_BURST", "100", "deliveries a user's webhooks take at once before PIZZA_WEBHOOK_RATE applies"},
+	{"PIZZA_DISK_FLOOR", "1GiB", "free space the data root's disk keeps: below it new runs and uploads get 503 (decisions, reading, cancelling still work); bytes (500MB, 2GiB), a percentage (5%) or 0 for none"},
+	{"PIZZA_BACKUP_DIR", "(none: no daily backup)", "directory for a daily pg_dump backup of the database (pizza-bot-<date>.dump)"},
+	{"PIZZA_BACKUP_KEEP", "7", "days the daily backups in PIZZA_BACKUP_DIR are kept"},
 }
 
 // loadConfig reads the configuration from getenv and reports every problem
@@ -195,6 +205,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	errs = append(errs, c.loadGrants(getenv)...)
 	errs = append(errs, c.loadCapacity(getenv)...)
+	errs = append(errs, c.loadOperations(getenv)...)
 	return c, errors.Join(errs...)
 }
 
@@ -432,4 +443,68 @@ func decodeKey(s string) ([]byte, error) {
 		return base64.RawURLEncoding.DecodeString(s)
 	}
 	return base64.RawStdEncoding.DecodeString(s)
+}
+
+// loadOperations reads the variables of docs/operations.md: the disk floor
+// and the daily backups.
+func (c *config) loadOperations(getenv func(string) string) []error {
+	var errs []error
+	floor := strings.TrimSpace(getenv("PIZZA_DISK_FLOOR"))
+	if floor == "" {
+		floor = "1GiB"
+	}
+	if pct, ok := strings.CutSuffix(floor, "%"); ok {
+		f, err := strconv.ParseFloat(strings.TrimSpace(pct), 64)
+		if err != nil || f < 0 || f >= 100 {
+			errs = append(errs, fmt.Errorf("PIZZA_DISK_FLOOR %q: want a percentage from 0 to 99, e.g. 5%%", floor))
+		}
+		c.DiskFloorPercent = f
+	} else if n, err := parseBytes(floor); err != nil {
+		errs = append(errs, fmt.Errorf("PIZZA_DISK_FLOOR %q: want a size such as 500MB or 2GiB, a percentage such as 5%%, or 0", floor))
+	} else {
+		c.DiskFloorBytes = n
+	}
+
+	c.BackupDir = strings.TrimSpace(getenv("PIZZA_BACKUP_DIR"))
+	if c.BackupDir != "" {
+		abs, err := filepath.Abs(c.BackupDir)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("PIZZA_BACKUP_DIR %q: %v", c.BackupDir, err))
+		}
+		c.BackupDir = abs
+	}
+	c.BackupKeep = 7
+	if s := strings.TrimSpace(getenv("PIZZA_BACKUP_KEEP")); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			errs = append(errs, fmt.Errorf("PIZZA_BACKUP_KEEP %q: want a number of days, at least 1", s))
+		}
+		c.BackupKeep = n
+	}
+	return errs
+}
+
+// parseBytes reads a size: a number with an optional unit (B, kB/KB, MB,
+// GB, TB in powers of 1000; KiB, MiB, GiB, TiB in powers of 1024).
+func parseBytes(s string) (uint64, error) {
+	s = strings.TrimSpace(s)
+	i := strings.IndexFunc(s, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	num, unit := s, ""
+	if i >= 0 {
+		num, unit = s[:i], strings.TrimSpace(s[i:])
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil || f < 0 {
+		return 0, fmt.Errorf("not a size: %q", s)
+	}
+	mult := map[string]float64{
+		"": 1, "b": 1,
+		"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+		"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+		"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40,
+	}[strings.ToLower(unit)]
+	if mult == 0 {
+		return 0, fmt.Errorf("unknown unit %q", unit)
+	}
+	return uint64(f * mult), nil
 }

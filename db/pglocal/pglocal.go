@@ -668,3 +668,29 @@ func (s *Server) stopProcess(ctx context.Context, p *os.Process, done <-chan str
 	}
 	return nil
 }
+
+// URLFor returns the connection string of database in the cluster whose
+// data directory is dir, as Server.URL does, without starting or locking
+// anything: for a second program (pizza-bot backup) reaching a cluster
+// that a running server owns.
+func URLFor(dir, database string) (string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("pglocal: %w", err)
+	}
+	return (&Server{socketDir: socketDirFor(dir)}).URL(database), nil
+}
+
+// BinDirFor returns the directory of the server programs (and pg_dump,
+// pg_restore) for the cluster in dir: those of its own major version when
+// they are installed, else FindBinDir's.
+func BinDirFor(dir string) (string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("pglocal: %w", err)
+	}
+	return binDirFor(dir)
+}
+
+// Exists reports whether dir holds a cluster (a PG_VERSION file).
+func Exists(dir string) bool { return dataVersion(dir) != "" }
