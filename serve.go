@@ -65,6 +65,10 @@ func serve(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
+	// Every writer reads the storage limit from the database (db/quota.go).
+	if err := db.SetUserQuota(ctx, st.pool, cfg.UserQuota); err != nil {
+		return err
+	}
 	// This process's proof of life: when it dies, other replicas take
 	// over its steps within seconds (jobs/liveness.go).
 	alive, err := jobs.StartLiveness(ctx, st.workPool, log)
@@ -496,7 +500,11 @@ func newAuth(ctx context.Context, cfg config, pool *pgxpool.Pool, log *slog.Logg
 		if err != nil {
 			return nil, err
 		}
-		return handlers.NewAuth(pool, log, handlers.AuthConfig{Local: &local})
+		auth, err := handlers.NewAuth(pool, log, handlers.AuthConfig{Local: &local, TokenTTL: cfg.TokenTTL, TokenMaxTTL: cfg.TokenMaxTTL})
+		if err != nil {
+			return nil, err
+		}
+		return auth, auth.Reconcile(ctx)
 	}
 	auth, err := handlers.NewAuth(pool, log, handlers.AuthConfig{
 		OIDC:        handlers.OIDCConfig{Issuer: cfg.OIDCIssuer, ClientID: cfg.OIDCClientID, ClientSecret: cfg.OIDCClientSecret},
@@ -506,8 +514,15 @@ func newAuth(ctx context.Context, cfg config, pool *pgxpool.Pool, log *slog.Logg
 		AdminGroup:  cfg.OIDCAdminGroup,
 		IdleTimeout: cfg.SessionIdle,
 		MaxAge:      cfg.SessionMaxAge,
+		TokenTTL:    cfg.TokenTTL,
+		TokenMaxTTL: cfg.TokenMaxTTL,
 	})
 	if err != nil {
+		return nil, err
+	}
+	// Admin rights follow this start's configuration, not the one of each
+	// user's last sign-in (docs/security.md).
+	if err := auth.Reconcile(ctx); err != nil {
 		return nil, err
 	}
 	// The identity provider being down must not keep the server (and the

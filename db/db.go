@@ -2,6 +2,17 @@
 // the queries of every table. Each file covers one table; functions take a
 // Querier so the same code runs on a pool or inside a transaction, and every
 // query of user-owned data takes the user id.
+//
+// # The one rule of connections
+//
+// Code that holds a transaction never asks a pool for another connection:
+// once every connection is held by a transaction waiting for a second one,
+// nothing is ever released and the server freezes. Inside InTx, use the tx
+// (every function here takes a Querier for that) and read what needs the
+// pool before the transaction begins. The rule is enforced, not just
+// written: InTx marks the context it gives its body, and pools opened by
+// OpenPool refuse that context a connection at once (ErrNestedAcquire);
+// dbtest's pools fail the test that tries.
 package db
 
 import (

@@ -54,6 +54,11 @@ type ToolCallRow struct {
 	IsError          bool       `db:"is_error"`
 	CreatedAt        time.Time  `db:"created_at"`
 	UpdatedAt        time.Time  `db:"updated_at"`
+
+	// InnerCall is, on a parked run_js call, the script's call it stopped
+	// at: what its approver is shown and what an approval lets run
+	// (sandboxcalls.go). Nil on every other call.
+	InnerCall *InnerCall `db:"inner_call"`
 }
 
 // EffectiveArguments are the arguments the call runs with: the edited ones
@@ -68,7 +73,8 @@ func (c ToolCallRow) EffectiveArguments() string {
 const toolCallColumns = `c.id, c.thread_id, c.message_id, c.call_id, c.name, c.arguments, c.state,
 	c.wait_kind, c.allowed_decisions, c.description, c.decision, c.decided_by,
 	coalesce(nullif(u.name, ''), u.email, '') AS decided_by_name, c.decided_at,
-	c.edited_arguments, c.decision_message, c.result, c.is_error, c.created_at, c.updated_at`
+	c.edited_arguments, c.decision_message, c.result, c.is_error, c.created_at, c.updated_at,
+	c.inner_call`
 
 const toolCallFrom = ` FROM tool_calls c LEFT JOIN users u ON u.id = c.decided_by `
 

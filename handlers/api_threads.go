@@ -124,6 +124,17 @@ type apiPending struct {
 	Arguments        any      `json:"arguments"`
 	AllowedDecisions []string `json:"allowed_decisions"`
 	Description      string   `json:"description"`
+	// InnerCall is, on a run_js call waiting for approval, the script's
+	// call that an approval lets run, with its arguments whole.
+	InnerCall *apiInnerCall `json:"inner_call,omitempty"`
+}
+
+// apiInnerCall is the script's call a run_js approval applies to: its place
+// among the script's tool calls (from 0), the tool and the arguments.
+type apiInnerCall struct {
+	Seq       int    `json:"seq"`
+	Tool      string `json:"tool"`
+	Arguments any    `json:"arguments"`
 }
 
 // apiDecision is a decision taken on a tool call: who, what, when, and the
@@ -497,7 +508,7 @@ func toAPIPending(c db.ToolCallRow) apiPending {
 	if allowed == nil {
 		allowed = []string{}
 	}
-	return apiPending{
+	p := apiPending{
 		ID: c.ID, CallID: c.CallID, Tool: c.Name, Kind: kind,
 		// An unknown-outcome call may have been edited before it ran: show
 		// what a retry would run.
@@ -505,6 +516,10 @@ func toAPIPending(c db.ToolCallRow) apiPending {
 		AllowedDecisions: allowed,
 		Description:      c.Description,
 	}
+	if in := c.InnerCall; in != nil && c.State == db.CallPending {
+		p.InnerCall = &apiInnerCall{Seq: in.Seq, Tool: in.Tool, Arguments: apiArguments(in.Arguments)}
+	}
+	return p
 }
 
 func toAPIDecision(c db.ToolCallRow) apiDecision {

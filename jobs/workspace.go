@@ -40,6 +40,9 @@ func WorkspaceTools(w Workspace) []Tool {
 type NeedsApproval struct {
 	AllowedDecisions []string
 	Description      string
+	// Inner is, for run_js, the script's call it stopped at: journaled and
+	// shown whole on the parked call, in the transaction that parks it.
+	Inner *db.InnerCall
 }
 
 func (e *NeedsApproval) Error() string { return "waiting for approval: " + e.Description }
@@ -52,6 +55,11 @@ func failCall(ctx context.Context, tx pgx.Tx, c db.ToolCallRow, terr error) erro
 		allowed := na.AllowedDecisions
 		if len(allowed) == 0 {
 			allowed = []string{db.DecisionApprove, db.DecisionReject}
+		}
+		if na.Inner != nil {
+			if err := db.ParkSandboxCall(ctx, tx, c.ID, na.Inner.Seq, na.Inner.Tool, na.Inner.Arguments); err != nil {
+				return err
+			}
 		}
 		return db.SetToolCallWait(ctx, tx, c.ID, db.CallPending, db.WaitApproval, allowed, na.Description)
 	}
