@@ -68,6 +68,13 @@ type config struct {
 	MaxSteps                  int
 	RunRate, HookRate         float64
 	RunBurst, HookBurst       int
+
+	// Operations (loadOperations): the free-space floor of the data
+	// root's file system, and the daily backups.
+	DiskFloorBytes   uint64
+	DiskFloorPercent float64
+	BackupDir        string // empty: no daily backup
+	BackupKeep       int    // days
 }
 
 // oidcEnabled reports whether people sign in with SSO.
@@ -106,6 +113,9 @@ var envVars = []envVar{
 	{"PIZZA_RUN_BURST", "100", "run starts a user may make at once before PIZZA_RUN_RATE applies"},
 	{"PIZZA_WEBHOOK_RATE", "10/s", "deliveries to one user's webhooks as N/s or N/m, 0 for no limit; past it 429 with Retry-After"},
 	{"PIZZA_WEBHOOK_BURST", "100", "deliveries a user's webhooks take at once before PIZZA_WEBHOOK_RATE applies"},
+	{"PIZZA_DISK_FLOOR", "1GiB", "free space the data root's disk keeps: below it new runs and uploads get 503 (decisions, reading, cancelling still work); bytes (500MB, 2GiB), a percentage (5%) or 0 for none"},
+	{"PIZZA_BACKUP_DIR", "(none: no daily backup)", "directory for a daily pg_dump backup of the database (pizza-bot-<date>.dump)"},
+	{"PIZZA_BACKUP_KEEP", "7", "days the daily backups in PIZZA_BACKUP_DIR are kept"},
 }
 
 // loadConfig reads the configuration from getenv and reports every problem
@@ -207,6 +217,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	errs = append(errs, c.loadLimits(getenv)...)
 	errs = append(errs, c.loadGrants(getenv)...)
 	errs = append(errs, c.loadCapacity(getenv)...)
+	errs = append(errs, c.loadOperations(getenv)...)
 	return c, errors.Join(errs...)
 }
 
@@ -521,4 +532,43 @@ func decodeKey(s string) ([]byte, error) {
 		return base64.RawURLEncoding.DecodeString(s)
 	}
 	return base64.RawStdEncoding.DecodeString(s)
+}
+
+// loadOperations reads the variables of docs/operations.md: the disk floor
+// and the daily backups.
+func (c *config) loadOperations(getenv func(string) string) []error {
+	var errs []error
+	floor := strings.TrimSpace(getenv("PIZZA_DISK_FLOOR"))
+	if floor == "" {
+		floor = "1GiB"
+	}
+	if pct, ok := strings.CutSuffix(floor, "%"); ok {
+		f, err := strconv.ParseFloat(strings.TrimSpace(pct), 64)
+		if err != nil || f < 0 || f >= 100 {
+			errs = append(errs, fmt.Errorf("PIZZA_DISK_FLOOR %q: want a percentage from 0 to 99, e.g. 5%%", floor))
+		}
+		c.DiskFloorPercent = f
+	} else if n, err := parseSize(floor); err != nil {
+		errs = append(errs, fmt.Errorf("PIZZA_DISK_FLOOR %q: want a size such as 500MB or 2GiB, a percentage such as 5%%, or 0", floor))
+	} else {
+		c.DiskFloorBytes = uint64(n)
+	}
+
+	c.BackupDir = strings.TrimSpace(getenv("PIZZA_BACKUP_DIR"))
+	if c.BackupDir != "" {
+		abs, err := filepath.Abs(c.BackupDir)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("PIZZA_BACKUP_DIR %q: %v", c.BackupDir, err))
+		}
+		c.BackupDir = abs
+	}
+	c.BackupKeep = 7
+	if s := strings.TrimSpace(getenv("PIZZA_BACKUP_KEEP")); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			errs = append(errs, fmt.Errorf("PIZZA_BACKUP_KEEP %q: want a number of days, at least 1", s))
+		}
+		c.BackupKeep = n
+	}
+	return errs
 }

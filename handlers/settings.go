@@ -82,6 +82,14 @@ func (h *Handler) loadSettings(r *http.Request) (views.Settings, error) {
 		return views.Settings{}, err
 	}
 	p := views.Settings{Nav: nav, Now: h.now(), Me: user.ID, CanStoreKeys: h.secrets != nil, JobsUI: h.jobsUI != nil}
+	if h.diskFloor.Path != "" {
+		if d, err := h.diskFloor.Space(); err == nil {
+			p.Disk = &views.DiskLine{Path: h.diskFloor.Path, Free: FormatBytes(d.Free), Total: FormatBytes(d.Total), Below: d.Below()}
+			if d.Floor > 0 {
+				p.Disk.Floor = FormatBytes(d.Floor)
+			}
+		}
+	}
 
 	stored, err := db.ListProviderSettings(ctx, h.pool)
 	if err != nil {
