@@ -48,7 +48,7 @@ const SkillFile = "SKILL.md"
 // Front matter fields: name (required; the folder name), description
 // (required), license, compatibility, metadata, allowed-tools (a
 // space-separated string or a list). Pizza Bot's documented extensions are
-// the top-level keys interruptOn and schedule:
+// the top-level keys interruptOn, schedule and model:
 //
 //	interruptOn:
 //	  write_file: true        # approve, edit and reject allowed
@@ -56,6 +56,7 @@ const SkillFile = "SKILL.md"
 //	    allowedDecisions: [approve, reject]
 //	    description: Publishing is visible to the whole company
 //	schedule: "0 9 * * 1-5"   # or {cron: ..., prompt: ..., timezone: Europe/Paris}
+//	model: anthropic:claude-sonnet-4-5   # this skill's runs use this model
 type Skill struct {
 	Name          string               `json:"name"`
 	Description   string               `json:"description"`
@@ -64,6 +65,14 @@ type Skill struct {
 	Metadata      map[string]any       `json:"metadata,omitempty"`
 	AllowedTools  []string             `json:"allowed_tools,omitempty"`
 	InterruptOn   map[string]Interrupt `json:"interrupt_on,omitempty"`
+	// DeclaresTools reports that the front matter has allowed-tools: the
+	// skill's runs are offered exactly AllowedTools (none when the list is
+	// empty). Without it, as in Claude Code, the skill takes away nothing:
+	// its runs are offered every tool the server's policy offers.
+	DeclaresTools bool `json:"declares_tools,omitempty"`
+	// Model pins the skill's runs (and its schedule's) to a model,
+	// "<provider>:<model-id>" (front matter "model"); empty: the default.
+	Model string `json:"model,omitempty"`
 	// Schedule, when set, starts runs of the skill on a cron schedule.
 	Schedule *Schedule `json:"schedule,omitempty"`
 	// Body is the Markdown instructions after the front matter.
@@ -314,7 +323,7 @@ func ParseSkill(folder string, data []byte) (*Skill, error) {
 
 // knownFields are the front matter keys we read; near misses of them
 // ("allowed_tools", "interrupt_on") are reported instead of ignored.
-var knownFields = []string{"name", "description", "license", "compatibility", "metadata", "allowed-tools", "interruptOn", "schedule"}
+var knownFields = []string{"name", "description", "license", "compatibility", "metadata", "allowed-tools", "interruptOn", "schedule", "model"}
 
 type skillParser struct {
 	skill *Skill
@@ -364,6 +373,8 @@ func (p *skillParser) parse(root *yaml.Node, folder string) {
 			p.interruptOn(v)
 		case "schedule":
 			p.schedule(v)
+		case "model":
+			p.model(v)
 		default:
 			if want := nearMiss(key); want != "" {
 				p.errorf(k, "unknown field %q: did you mean %q?", key, want)
@@ -404,6 +415,22 @@ func (p *skillParser) scalar(field string, v *yaml.Node) (string, bool) {
 	}
 	p.errorf(v, "%s must be a string, not %s", field, kindName(v))
 	return "", false
+}
+
+// model reads "model: <provider>:<model-id>", checked against the known
+// providers, so that a typo greys the skill out at load instead of failing
+// its runs one by one.
+func (p *skillParser) model(v *yaml.Node) {
+	m, ok := p.scalar("model", v)
+	if !ok || strings.TrimSpace(m) == "" {
+		return
+	}
+	spec, err := ParseModelSpec(m)
+	if err != nil {
+		p.errorf(v, "%v", err)
+		return
+	}
+	p.skill.Model = spec.String()
 }
 
 func (p *skillParser) metadata(v *yaml.Node) {
@@ -451,6 +478,7 @@ func (p *skillParser) allowedTools(v *yaml.Node) {
 		}
 	}
 	p.skill.AllowedTools = out
+	p.skill.DeclaresTools = true
 }
 
 // splitTools splits "Read Grep Bash(git status:*)" on spaces and commas,

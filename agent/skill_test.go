@@ -58,6 +58,7 @@ Do the research.
 				Compatibility: "Needs network access",
 				Metadata:      map[string]any{"author": "team", "version": "1.0"},
 				AllowedTools:  []string{"web_search", "publish_brief", "Bash(git status:*)"},
+				DeclaresTools: true,
 				InterruptOn: map[string]agent.Interrupt{
 					"write_file":    {AllowedDecisions: []string{"approve", "edit", "reject"}},
 					"publish_brief": {AllowedDecisions: []string{"approve", "reject"}, Description: "Publishing is visible to the whole company"},
@@ -72,9 +73,9 @@ Do the research.
 			data:   "---\r\nname: a1\r\ndescription: Does a thing.\r\nallowed-tools:\r\n  - read_file\r\n  - mcp__github__create_issue\r\n  - read_file\r\nschedule: '@daily'\r\n---\r\nBody\r\n",
 			want: &agent.Skill{
 				Name: "a1", Description: "Does a thing.",
-				AllowedTools: []string{"read_file", "mcp__github__create_issue"},
-				Schedule:     &agent.Schedule{Cron: "@daily"},
-				Body:         "Body",
+				AllowedTools: []string{"read_file", "mcp__github__create_issue"}, DeclaresTools: true,
+				Schedule: &agent.Schedule{Cron: "@daily"},
+				Body:     "Body",
 			},
 		},
 		{
@@ -83,6 +84,14 @@ Do the research.
 			data:   "---\nname: x\ndescription: d\n---\n",
 			want:   &agent.Skill{Name: "x", Description: "d"},
 		},
+		{
+			name:   "empty allowed-tools declares no tools; model pinned",
+			folder: "x",
+			data:   "---\nname: x\ndescription: d\nallowed-tools: []\nmodel: Anthropic:claude-sonnet-4-5\n---\n",
+			want:   &agent.Skill{Name: "x", Description: "d", DeclaresTools: true, Model: "anthropic:claude-sonnet-4-5"},
+		},
+		{name: "model with an unknown provider", folder: "x", data: "---\nname: x\ndescription: d\nmodel: openia:gpt-4.1\n---\n", wantErr: `model "openia:gpt-4.1": unknown provider "openia"`},
+		{name: "model without a provider", folder: "x", data: "---\nname: x\ndescription: d\nmodel: gpt-4.1\n---\n", wantErr: `model "gpt-4.1" has no provider`},
 		{name: "missing front matter", folder: "x", data: "# Just markdown\n", wantErr: `missing front matter: SKILL.md must start with a line "---"`},
 		{name: "unclosed front matter", folder: "x", data: "---\nname: x\ndescription: d\n", wantErr: `front matter: no closing line "---"`},
 		{name: "empty front matter", folder: "x", data: "---\n---\nbody", wantErr: "front matter: empty; name and description are required"},

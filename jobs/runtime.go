@@ -123,6 +123,16 @@ func (rt *Runtime) checkSkill(name string) error {
 	return nil
 }
 
+// skillModel is the model a skill pins its runs to (front matter
+// "model"), or "" for the default. The spec was checked when the skill was
+// loaded; whether its provider has a key shows when the run calls it.
+func (rt *Runtime) skillModel(name string) string {
+	if s, ok := rt.skills().Get(name); ok {
+		return s.Model
+	}
+	return ""
+}
+
 // requestPool is the pool of the calls people make.
 func (rt *Runtime) requestPool() *pgxpool.Pool {
 	if rt.RequestPool != nil {

@@ -41,10 +41,15 @@ func (rt *Runtime) StartTx(ctx context.Context, tx pgx.Tx, user db.User, req Sta
 	if len(req.Files) > db.MaxAttachmentsPerThread {
 		return db.Thread{}, userErr(400, "a thread holds at most %d attachments", db.MaxAttachmentsPerThread)
 	}
+	model := ""
 	if req.Skill != "" {
 		if err := rt.checkSkill(req.Skill); err != nil {
 			return db.Thread{}, err
 		}
+		model = rt.skillModel(req.Skill)
+	}
+	if model == "" {
+		model = rt.defaultModel(ctx, tx)
 	}
 	if req.Title == "" {
 		req.Title = db.TitleFromPrompt(req.Prompt)
@@ -56,7 +61,7 @@ func (rt *Runtime) StartTx(ctx context.Context, tx pgx.Tx, user db.User, req Sta
 	}
 	t, err := db.CreateThread(ctx, tx, db.NewThread{
 		UserID: user.ID, FolderID: req.FolderID, Title: req.Title, Skill: req.Skill,
-		Model: rt.defaultModel(ctx, tx), TriggerKind: req.TriggerKind, TriggerAt: req.TriggerAt, TriggerRef: req.TriggerRef,
+		Model: model, TriggerKind: req.TriggerKind, TriggerAt: req.TriggerAt, TriggerRef: req.TriggerRef,
 	})
 	if err != nil {
 		return db.Thread{}, err

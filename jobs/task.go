@@ -181,8 +181,12 @@ func (rt *Runtime) delegate(ctx context.Context, jobID int64, a StepArgs, open [
 			if !moved {
 				continue
 			}
+			model := rt.skillModel(skill)
+			if model == "" {
+				model = parent.Model // the parent's choice, not today's default
+			}
 			child, err := db.CreateSubagent(ctx, tx, db.NewSubagent{
-				ParentID: parent.ID, CallID: c.ID, Skill: skill, Title: db.TitleFromPrompt(task), Model: parent.Model,
+				ParentID: parent.ID, CallID: c.ID, Skill: skill, Title: db.TitleFromPrompt(task), Model: model,
 			})
 			if err != nil {
 				return err

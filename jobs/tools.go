@@ -121,12 +121,17 @@ func (tb *Toolbox) Names() []string {
 	return names
 }
 
-// Offer returns the specs offered to a run: a skill's allowed tools when the
-// run has a skill (which must all exist: see Missing), every tool otherwise.
+// Offer returns the specs offered to a run: the tools a skill lists in
+// allowed-tools (which must all exist: see Missing), or every tool when
+// the run has no skill or its skill lists none (allowed-tools omitted, as
+// public Agent Skills mostly do; an empty list offers nothing). The caller
+// then drops what the server policy denies (gateRules.offered), and every
+// call still passes the gate: allowed-tools chooses what is offered, never
+// what runs without asking.
 func (tb *Toolbox) Offer(skill *agent.Skill) []agent.ToolSpec {
 	all := tb.snapshot()
 	var names []string
-	if skill != nil {
+	if skill != nil && skill.DeclaresTools {
 		names = skill.AllowedTools
 	} else {
 		names = make([]string, 0, len(all))
@@ -144,7 +149,8 @@ func (tb *Toolbox) Offer(skill *agent.Skill) []agent.ToolSpec {
 	return specs
 }
 
-// Missing lists the tools a skill declares that the toolbox lacks now.
+// Missing lists the tools a skill declares that the toolbox lacks now; a
+// skill that declares none misses nothing.
 func (tb *Toolbox) Missing(skill *agent.Skill) []string {
 	return missingFrom(tb.snapshot(), skill)
 }

@@ -1,0 +1,129 @@
+package jobs_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"testing/fstest"
+
+	"pizzabot/agent/scriptmodel"
+	"pizzabot/db"
+	"pizzabot/jobs"
+)
+
+// Skills that differ only in what they say about their tools and model.
+var offerSkills = fstest.MapFS{
+	// public is how public Agent Skills look: no allowed-tools.
+	"public/SKILL.md": {Data: []byte("---\nname: public\ndescription: A public skill that lists no tools.\n---\nWork.\n")},
+	// listed names two tools.
+	"listed/SKILL.md": {Data: []byte("---\nname: listed\ndescription: Lists two tools.\nallowed-tools: [read_file, publish_brief]\n---\nWork.\n")},
+	// none declares an empty list: no tools at all.
+	"none/SKILL.md": {Data: []byte("---\nname: none\ndescription: Declares no tools.\nallowed-tools: []\n---\nWork.\n")},
+	// pinned runs on its own model.
+	"pinned/SKILL.md": {Data: []byte("---\nname: pinned\ndescription: Pins its model.\nmodel: compatible:pinned-model\nallowed-tools: [task]\n---\nWork.\n")},
+}
+
+// allowed-tools omitted offers what the server's policy offers (its denies
+// dropped); present offers exactly that list (an empty list: nothing). The
+// offered tools still pass the gate: an undeclared skill's call of a tool
+// with outside effects asks, as it would without a skill.
+func TestOfferFollowsAllowedTools(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, scriptmodel.Script{Rules: []scriptmodel.Rule{
+		{Match: withRole(skillRun("public"), "user"), Replies: publishCall("p1", "Public")},
+		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: say("Done.")},
+		{Match: scriptmodel.Match{LastRole: "user"}, Replies: say("Done.")},
+	}}, offerSkills, jobs.WorkspaceTools(jobs.Workspace{})...)
+	setPolicy(t, b.pool, `{"permissions": {"deny": ["edit_file"]}}`)
+
+	all := b.rt.Tools.Names()
+	tests := []struct {
+		skill string
+		want  []string // nil: every tool but the denied
+	}{
+		{"public", nil},
+		{"listed", []string{"read_file", "publish_brief"}},
+		{"none", []string{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.skill, func(t *testing.T) {
+			th := b.start(t, "Work on it.", tt.skill)
+			if tt.skill == "public" {
+				b.wait(t, th.ID, db.StatusWaiting) // publish_brief acts outside: the default asks
+				if cs := b.pending(t, th.ID); len(cs) != 1 || cs[0].Name != "publish_brief" {
+					t.Fatalf("pending = %+v", cs)
+				}
+				if got := b.publish.got(); len(got) != 0 {
+					t.Fatalf("published without approval: %v", got)
+				}
+			} else {
+				b.wait(t, th.ID, db.StatusDone)
+			}
+			reqs := offered(b.model.Requests(), "# Skill: "+tt.skill)
+			if len(reqs) == 0 {
+				t.Fatal("no request for the skill")
+			}
+			got := reqs[0]
+			if tt.want == nil {
+				if slices.Contains(got, "edit_file") {
+					t.Errorf("the denied edit_file was offered: %v", got)
+				}
+				for _, n := range all {
+					if n != "edit_file" && n != jobs.TaskTool && !slices.Contains(got, n) {
+						t.Errorf("%s not offered to a skill without allowed-tools: %v", n, got)
+					}
+				}
+				return
+			}
+			slices.Sort(got)
+			want := slices.Sorted(slices.Values(tt.want))
+			if !slices.Equal(got, want) {
+				t.Errorf("offered %v, want %v", got, want)
+			}
+		})
+	}
+	// A skill without allowed-tools is never greyed out for a missing tool.
+	for _, s := range b.rt.Tools.SkillAvailability(b.rt.Skills()) {
+		if s.Skill.Name == "public" && !s.Available() {
+			t.Errorf("public is unavailable: missing %v", s.Missing)
+		}
+	}
+}
+
+// A skill's "model" pins its runs: a start (StartTx, which schedules and
+// webhooks start through too) and a delegation to the skill use it; other
+// runs keep the default.
+func TestSkillPinsItsModel(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, scriptmodel.Script{Rules: []scriptmodel.Rule{
+		{Match: withRole(skillRun("public"), "user"), Replies: calls(task("t1", "pinned", "Do the pinned part."))},
+		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: say("Done.")},
+		{Match: scriptmodel.Match{LastRole: "user"}, Replies: say("Done.")},
+	}}, offerSkills)
+
+	th := b.start(t, "Pinned work.", "pinned")
+	if th.Model != "compatible:pinned-model" {
+		t.Errorf("thread model = %q", th.Model)
+	}
+	b.wait(t, th.ID, db.StatusDone)
+	plain := b.start(t, "Plain work.", "")
+	if plain.Model != "compatible:scripted" {
+		t.Errorf("plain thread model = %q, want the default", plain.Model)
+	}
+	b.wait(t, plain.ID, db.StatusDone)
+
+	parent := b.start(t, "Delegate.", "public")
+	b.wait(t, parent.ID, db.StatusDone)
+	kids := b.children(t, parent.ID)
+	if len(kids) != 1 || kids[0].Model != "compatible:pinned-model" {
+		t.Fatalf("sub-agent = %+v, want the pinned model", kids)
+	}
+	for _, r := range b.model.Requests() {
+		pinned := len(r.Messages) > 0 && slices.ContainsFunc(r.Messages[:1], func(m scriptmodel.RecordedMessage) bool {
+			return strings.Contains(m.Content, "# Skill: pinned")
+		})
+		if want := map[bool]string{true: "pinned-model", false: "scripted"}[pinned]; r.Model != want {
+			t.Errorf("request to model %q, want %q (pinned skill: %v)", r.Model, want, pinned)
+		}
+	}
+}
