@@ -75,6 +75,12 @@ type config struct {
 	DiskFloorPercent float64
 	BackupDir        string // empty: no daily backup
 	BackupKeep       int    // days
+
+	// Access and retention (loadAccessAndRetention): who the identity
+	// provider may sign in, and how long archived threads are kept.
+	OIDCAllowedDomains []string      // lowercase
+	OIDCAllowedGroups  []string      // values of the groups claim
+	Retention          time.Duration // 0: archived threads are kept
 }
 
 // oidcEnabled reports whether people sign in with SSO.
@@ -116,6 +122,9 @@ var envVars = []envVar{
 	{"PIZZA_DISK_FLOOR", "1GiB", "free space the data root's disk keeps: below it new runs and uploads get 503 (decisions, reading, cancelling still work); bytes (500MB, 2GiB), a percentage (5%) or 0 for none"},
 	{"PIZZA_BACKUP_DIR", "(none: no daily backup)", "directory for a daily pg_dump backup of the database (pizza-bot-<date>.dump)"},
 	{"PIZZA_BACKUP_KEEP", "7", "days the daily backups in PIZZA_BACKUP_DIR are kept"},
+	{"PIZZA_OIDC_ALLOWED_DOMAINS", "(none: anyone the provider signs in)", "comma-separated email domains, e.g. example.com: only people whose ID token has a verified email there (or a group of PIZZA_OIDC_ALLOWED_GROUPS) may sign in"},
+	{"PIZZA_OIDC_ALLOWED_GROUPS", "(none)", "comma-separated values of the ID token's groups claim (Entra ID: group object ids) whose members may sign in"},
+	{"PIZZA_RETENTION", "(none: archived threads are kept)", "archived threads are deleted this long after they were archived, e.g. 90d or 2160h (checked hourly)"},
 }
 
 // loadConfig reads the configuration from getenv and reports every problem
@@ -218,6 +227,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	errs = append(errs, c.loadGrants(getenv)...)
 	errs = append(errs, c.loadCapacity(getenv)...)
 	errs = append(errs, c.loadOperations(getenv)...)
+	errs = append(errs, c.loadAccessAndRetention(getenv)...)
 	return c, errors.Join(errs...)
 }
 
@@ -571,4 +581,44 @@ func (c *config) loadOperations(getenv func(string) string) []error {
 		c.BackupKeep = n
 	}
 	return errs
+}
+
+// loadAccessAndRetention reads who may sign in (PIZZA_OIDC_ALLOWED_DOMAINS,
+// PIZZA_OIDC_ALLOWED_GROUPS) and how long archived threads are kept
+// (PIZZA_RETENTION).
+func (c *config) loadAccessAndRetention(getenv func(string) string) []error {
+	var errs []error
+	for _, d := range splitList(getenv("PIZZA_OIDC_ALLOWED_DOMAINS")) {
+		d = strings.ToLower(strings.TrimPrefix(d, "@"))
+		if d == "" || strings.ContainsAny(d, "@/: ") || !strings.Contains(d, ".") {
+			errs = append(errs, fmt.Errorf("PIZZA_OIDC_ALLOWED_DOMAINS: %q is not an email domain such as example.com", d))
+			continue
+		}
+		c.OIDCAllowedDomains = append(c.OIDCAllowedDomains, d)
+	}
+	c.OIDCAllowedGroups = splitList(getenv("PIZZA_OIDC_ALLOWED_GROUPS"))
+	if (len(c.OIDCAllowedDomains) > 0 || len(c.OIDCAllowedGroups) > 0) && !c.oidcEnabled() {
+		errs = append(errs, errors.New("PIZZA_OIDC_ALLOWED_DOMAINS and PIZZA_OIDC_ALLOWED_GROUPS restrict SSO sign-in: set PIZZA_OIDC_ISSUER too, or unset them"))
+	}
+	if s := strings.TrimSpace(getenv("PIZZA_RETENTION")); s != "" && s != "0" {
+		d, err := parseRetention(s)
+		if err != nil || d < time.Hour {
+			errs = append(errs, fmt.Errorf("PIZZA_RETENTION %q: want a duration of at least an hour, in days (90d) or hours (2160h), or 0 for none", s))
+		} else {
+			c.Retention = d
+		}
+	}
+	return errs
+}
+
+// parseRetention reads "90d" as days, anything else as a Go duration.
+func parseRetention(s string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(strings.TrimSpace(days))
+		if err != nil || n < 0 || n > 100*365 {
+			return 0, fmt.Errorf("bad number of days %q", days)
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	return time.ParseDuration(s)
 }

@@ -487,6 +487,7 @@ func newRuntime(cfg config, st *store, clientID string, log *slog.Logger) (*jobs
 		Skills:       func() agent.SkillSet { return agent.LoadSkills(skills.FS, customSkills) },
 		DefaultModel: cfg.Model,
 		Getenv:       os.Getenv,
+		Retention:    cfg.Retention,
 	}
 	client, err := jobs.NewClient(rt, jobs.ClientConfig{ID: clientID, MaxWorkers: cfg.MaxSteps})
 	if err != nil {
@@ -510,7 +511,10 @@ func newAuth(ctx context.Context, cfg config, pool *pgxpool.Pool, log *slog.Logg
 		return auth, auth.Reconcile(ctx)
 	}
 	auth, err := handlers.NewAuth(pool, log, handlers.AuthConfig{
-		OIDC:        handlers.OIDCConfig{Issuer: cfg.OIDCIssuer, ClientID: cfg.OIDCClientID, ClientSecret: cfg.OIDCClientSecret},
+		OIDC: handlers.OIDCConfig{
+			Issuer: cfg.OIDCIssuer, ClientID: cfg.OIDCClientID, ClientSecret: cfg.OIDCClientSecret,
+			AllowedDomains: cfg.OIDCAllowedDomains, AllowedGroups: cfg.OIDCAllowedGroups,
+		},
 		PublicURL:   cfg.PublicURL,
 		SessionKeys: cfg.SessionKeys,
 		AdminEmails: cfg.AdminEmails,

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Thread statuses.
@@ -302,4 +304,103 @@ func SetThreadStatus(ctx context.Context, q Querier, threadID int64, status, err
 		return fmt.Errorf("set thread %d status: %w", threadID, ErrNotFound)
 	}
 	return nil
+}
+
+// ThreadDeletion is the outcome of DeleteThreads.
+type ThreadDeletion struct {
+	// Deleted are the threads deleted, with everything that hangs on them.
+	Deleted []int64
+	// Running are the threads kept because a step of theirs (or of one of
+	// their sub-agents) runs: cancel the run first.
+	Running []int64
+}
+
+// DeleteThreads deletes the user's top-level threads ids with their
+// messages, tool calls, attachments, scratch files, run_js journal and
+// sub-agent threads (all by ON DELETE CASCADE), except those whose run or
+// a sub-agent's run is running: deleting under a working step would leave
+// it writing into nothing, so those are kept and reported. A sub-agent's id
+// is ignored: it goes with its parent. The queue counts and the live
+// inbox follow by the threads' triggers. Run it in a transaction: the
+// threads are locked before they are checked.
+func DeleteThreads(ctx context.Context, q Querier, userID int64, ids []int64) (ThreadDeletion, error) {
+	var out ThreadDeletion
+	if len(ids) == 0 {
+		return out, nil
+	}
+	// Lock the threads and their sub-agents (in id order, as every locker
+	// of several threads must) so that no decision or start moves one to
+	// running between the check and the delete.
+	rows, err := q.Query(ctx, `
+		WITH RECURSIVE tree (root, id) AS (
+			SELECT id, id FROM threads
+			WHERE user_id = $1 AND id = ANY($2) AND parent_thread_id IS NULL
+			UNION ALL
+			SELECT tree.root, t.id FROM threads t JOIN tree ON t.parent_thread_id = tree.id
+			WHERE t.user_id = $1
+		)
+		SELECT tree.root, t.status = 'running' FROM threads t JOIN tree ON tree.id = t.id
+		ORDER BY t.id FOR UPDATE OF t`, userID, ids)
+	if err != nil {
+		return out, fmt.Errorf("lock threads to delete: %w", err)
+	}
+	busy := map[int64]bool{}
+	var roots []int64
+	for rows.Next() {
+		var root int64
+		var running bool
+		if err := rows.Scan(&root, &running); err != nil {
+			rows.Close()
+			return out, fmt.Errorf("lock threads to delete: %w", err)
+		}
+		if _, seen := busy[root]; !seen {
+			roots = append(roots, root)
+		}
+		busy[root] = busy[root] || running
+	}
+	if err := rows.Err(); err != nil {
+		return out, fmt.Errorf("lock threads to delete: %w", err)
+	}
+	var doomed []int64
+	for _, id := range roots {
+		if busy[id] {
+			out.Running = append(out.Running, id)
+		} else {
+			doomed = append(doomed, id)
+		}
+	}
+	if len(doomed) == 0 {
+		return out, nil
+	}
+	rows, err = q.Query(ctx, `DELETE FROM threads WHERE user_id = $1 AND id = ANY($2) RETURNING id`, userID, doomed)
+	if err != nil {
+		return out, fmt.Errorf("delete threads: %w", err)
+	}
+	if out.Deleted, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+		return out, fmt.Errorf("delete threads: %w", err)
+	}
+	return out, nil
+}
+
+// ArchivedThreadsOlderThan lists, for every user, the top-level threads
+// archived longer ago than age (at most limit), for the retention prune.
+func ArchivedThreadsOlderThan(ctx context.Context, q Querier, age time.Duration, limit int) ([]ThreadRef, error) {
+	rows, err := q.Query(ctx, `
+		SELECT a.user_id, a.thread_id FROM thread_archives a JOIN threads t ON t.id = a.thread_id
+		WHERE a.archived_at < now() - make_interval(secs => $1) AND t.archived AND t.parent_thread_id IS NULL
+		ORDER BY a.archived_at LIMIT $2`, age.Seconds(), limit)
+	if err != nil {
+		return nil, fmt.Errorf("list archived threads past retention: %w", err)
+	}
+	refs, err := pgx.CollectRows(rows, pgx.RowToStructByName[ThreadRef])
+	if err != nil {
+		return nil, fmt.Errorf("list archived threads past retention: %w", err)
+	}
+	return refs, nil
+}
+
+// ThreadRef names a user's thread.
+type ThreadRef struct {
+	UserID   int64 `db:"user_id"`
+	ThreadID int64 `db:"thread_id"`
 }

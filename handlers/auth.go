@@ -73,6 +73,13 @@ type OIDCConfig struct {
 	Issuer       string
 	ClientID     string
 	ClientSecret string
+	// AllowedDomains and AllowedGroups, when either is set, admit only the
+	// people whose ID token has a verified email at one of the domains
+	// (exact, lowercase: "example.com" admits a@example.com, not
+	// a@eu.example.com) or a groups claim holding one of the groups;
+	// everyone else is refused at sign-in (see admitted).
+	AllowedDomains []string
+	AllowedGroups  []string
 }
 
 // Auth decides who a request acts as: the bearer of a personal access

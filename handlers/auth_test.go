@@ -61,6 +61,8 @@ type authOptions struct {
 	// on.
 	tokenTTL, tokenMaxTTL, recheck time.Duration
 	live                           bool
+	// allowedDomains and allowedGroups restrict who may sign in.
+	allowedDomains, allowedGroups []string
 }
 
 var (
@@ -97,7 +99,8 @@ func authSetup(t *testing.T, o authOptions) *authBundle {
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
 	b.auth, err = handlers.NewAuth(pool, log, handlers.AuthConfig{
-		OIDC:         handlers.OIDCConfig{Issuer: b.idp.Issuer, ClientID: "pizza-bot", ClientSecret: "client-secret"},
+		OIDC: handlers.OIDCConfig{Issuer: b.idp.Issuer, ClientID: "pizza-bot", ClientSecret: "client-secret",
+			AllowedDomains: o.allowedDomains, AllowedGroups: o.allowedGroups},
 		PublicURL:    b.srv.URL,
 		SessionKeys:  [][]byte{key},
 		AdminEmails:  o.adminEmails,

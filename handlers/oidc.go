@@ -255,6 +255,12 @@ func (h *Handler) finishSignIn(w http.ResponseWriter, r *http.Request) error {
 	if c.Subject == "" {
 		return h.signInFailed(w, r, http.StatusUnauthorized, "The identity provider sent no user id.", errors.New("empty sub"))
 	}
+	if !a.oidc.cfg.admitted(c) {
+		// Refused before any user row is written: the provider admitted
+		// them, this server does not.
+		return h.signInFailed(w, r, http.StatusForbidden, refusedMessage(c),
+			fmt.Errorf("not in PIZZA_OIDC_ALLOWED_DOMAINS or PIZZA_OIDC_ALLOWED_GROUPS: sub %q email %q verified %v groups %q", c.Subject, c.Email, c.EmailVerified != nil && bool(*c.EmailVerified), []string(c.Groups)))
+	}
 	name := c.Name
 	if name == "" {
 		name = c.PreferredUsername
@@ -277,6 +283,46 @@ func (h *Handler) finishSignIn(w http.ResponseWriter, r *http.Request) error {
 	h.log.InfoContext(ctx, "signed in", "request_id", requestID(ctx), "user_id", user.ID, "admin", user.IsAdmin)
 	http.Redirect(w, r, next, http.StatusSeeOther)
 	return nil
+}
+
+// admitted reports whether the ID token's claims let its bearer use this
+// server: anyone when no allowlist is set; otherwise a verified email at an
+// allowed domain, or an allowed group in the groups claim. An unverified
+// email counts for nothing, as for admins: anyone may type any address.
+func (c OIDCConfig) admitted(claims idClaims) bool {
+	if len(c.AllowedDomains) == 0 && len(c.AllowedGroups) == 0 {
+		return true
+	}
+	if claims.EmailVerified != nil && bool(*claims.EmailVerified) {
+		if _, domain, ok := strings.Cut(strings.ToLower(claims.Email), "@"); ok && !strings.Contains(domain, "@") {
+			for _, d := range c.AllowedDomains {
+				if domain == d {
+					return true
+				}
+			}
+		}
+	}
+	for _, g := range claims.Groups {
+		for _, want := range c.AllowedGroups {
+			if g == want {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// refusedMessage tells a person the provider admitted why this server does
+// not, naming the account they used (they may have several) but not the
+// allowlist.
+func refusedMessage(c idClaims) string {
+	who := c.Email
+	if who == "" {
+		who = "this account"
+	}
+	return "Pizza Bot is open only to the people of this organisation, and " + who +
+		" is not one of them (a verified email at an allowed domain, or membership of an allowed group). " +
+		"If you have another account, sign out at your identity provider and sign in with it; otherwise ask an admin for access."
 }
 
 // signOut ends the session and shows the sign-in page.

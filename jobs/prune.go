@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
 	"pizzabot/db"
@@ -43,5 +44,51 @@ func (w *PruneWorker) Work(ctx context.Context, _ *river.Job[PruneArgs]) error {
 	}
 	// Records of processes and of the steps taken over from dead ones
 	// matter for seconds; a week is for people looking into an incident.
-	return db.PruneProcessRecords(ctx, w.rt.Pool, 7*24*time.Hour)
+	if err := db.PruneProcessRecords(ctx, w.rt.Pool, 7*24*time.Hour); err != nil {
+		return err
+	}
+	return w.rt.PruneArchived(ctx)
+}
+
+// PruneArchived deletes the threads archived longer ago than Retention,
+// with everything they hold (see db.DeleteThreads), a batch per
+// transaction; none when Retention is 0. A thread unarchived meanwhile, or
+// running, is kept.
+func (rt *Runtime) PruneArchived(ctx context.Context) error {
+	if rt.Retention <= 0 {
+		return nil
+	}
+	total := 0
+	for {
+		refs, err := db.ArchivedThreadsOlderThan(ctx, rt.Pool, rt.Retention, 500)
+		if err != nil {
+			return err
+		}
+		byUser := map[int64][]int64{}
+		for _, r := range refs {
+			byUser[r.UserID] = append(byUser[r.UserID], r.ThreadID)
+		}
+		n := 0
+		err = db.InTx(ctx, rt.Pool, func(ctx context.Context, tx pgx.Tx) error {
+			for user, ids := range byUser {
+				d, err := db.DeleteThreads(ctx, tx, user, ids)
+				if err != nil {
+					return err
+				}
+				n += len(d.Deleted)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		total += n
+		if len(refs) < 500 || n == 0 {
+			break
+		}
+	}
+	if total > 0 {
+		rt.Logger.Info("deleted archived threads past retention", "threads", total, "retention", rt.Retention.String())
+	}
+	return nil
 }

@@ -49,6 +49,10 @@ type Runtime struct {
 	// step, so a change reaches every replica at once.
 	ProviderSettings func(ctx context.Context, provider string) (baseURL, keyEnv, key string, err error)
 
+	// Retention, when set, is how long an archived thread is kept: the
+	// hourly prune deletes older ones (PIZZA_RETENTION).
+	Retention time.Duration
+
 	// HeartbeatEvery and StaleAfter: a step proves alive every
 	// HeartbeatEvery; a run whose step has not for StaleAfter is rescued.
 	HeartbeatEvery time.Duration
