@@ -300,6 +300,7 @@ type wireMessage struct {
 
 type wirePending struct {
 	ID               int64           `json:"id"`
+	ThreadID         int64           `json:"thread_id"`
 	CallID           string          `json:"call_id"`
 	Tool             string          `json:"tool"`
 	Kind             string          `json:"kind"`

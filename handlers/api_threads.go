@@ -117,7 +117,11 @@ type apiToolCall struct {
 // interruptOn), a question (ask_user) or a call whose outcome is unknown
 // (the server stopped while it ran).
 type apiPending struct {
-	ID               int64    `json:"id"`
+	ID int64 `json:"id"`
+	// ThreadID is the thread whose run made the call: the thread itself,
+	// or one of its sub-agents (a parent lists its sub-agents' waiting
+	// calls, and takes decisions for them).
+	ThreadID         int64    `json:"thread_id"`
 	CallID           string   `json:"call_id"`
 	Tool             string   `json:"tool"`
 	Kind             string   `json:"kind"`
@@ -441,6 +445,7 @@ func (h *Handler) apiShowThread(w http.ResponseWriter, r *http.Request) error {
 		t     db.Thread
 		msgs  []db.Message
 		calls []db.ToolCallRow
+		kids  []db.ToolCallRow // the waiting calls of its sub-agents
 		usage db.Usage
 		as    []db.Attachment
 	)
@@ -454,6 +459,9 @@ func (h *Handler) apiShowThread(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 		if calls, err = db.ListToolCalls(ctx, tx, user.ID, id); err != nil {
+			return err
+		}
+		if kids, err = subagentWaits(ctx, tx, user.ID, id); err != nil {
 			return err
 		}
 		if usage, err = db.ThreadUsage(ctx, tx, user.ID, id); err != nil {
@@ -496,7 +504,36 @@ func (h *Handler) apiShowThread(w http.ResponseWriter, r *http.Request) error {
 			out.Decisions = append(out.Decisions, toAPIDecision(c))
 		}
 	}
+	for _, c := range kids {
+		out.Pending = append(out.Pending, toAPIPending(c))
+	}
 	return writeJSON(w, http.StatusOK, out)
+}
+
+// subagentWaits returns the calls the waiting sub-agents of one of the
+// user's threads wait at, in the order they were made: the parent shows
+// them in "pending", so a client finds them where it looks.
+func subagentWaits(ctx context.Context, q db.Querier, userID, parentID int64) ([]db.ToolCallRow, error) {
+	kids, err := db.ListSubagents(ctx, q, userID, parentID)
+	if err != nil {
+		return nil, err
+	}
+	byKid, err := db.SubagentToolCalls(ctx, q, userID, parentID)
+	if err != nil {
+		return nil, err
+	}
+	var out []db.ToolCallRow
+	for _, k := range kids {
+		if k.Status != db.StatusWaiting {
+			continue
+		}
+		for _, c := range byKid[k.ID] {
+			if c.State == db.CallPending || c.State == db.CallUnknown {
+				out = append(out, c)
+			}
+		}
+	}
+	return out, nil
 }
 
 func toAPIPending(c db.ToolCallRow) apiPending {
@@ -512,7 +549,7 @@ func toAPIPending(c db.ToolCallRow) apiPending {
 		allowed = []string{}
 	}
 	p := apiPending{
-		ID: c.ID, CallID: c.CallID, Tool: c.Name, Kind: kind,
+		ID: c.ID, ThreadID: c.ThreadID, CallID: c.CallID, Tool: c.Name, Kind: kind,
 		// An unknown-outcome call may have been edited before it ran: show
 		// what a retry would run.
 		Arguments:        apiArguments(c.EffectiveArguments()),
@@ -583,17 +620,23 @@ func (h *Handler) apiDecide(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	// The calls may be a sub-agent's, listed in this thread's "pending":
+	// they are decided on the sub-agent's run.
+	target, err := h.decisionTarget(ctx, user.ID, id, in)
+	if err != nil {
+		return threadErr(err)
+	}
 	// Whether these decisions resume the run: they do when they cover every
 	// call waiting now. Read before deciding, so that the answer does not
 	// depend on how far the resumed run got by the time we look.
-	waiting, err := h.waitingCalls(ctx, user.ID, id)
+	waiting, err := h.waitingCalls(ctx, user.ID, target)
 	if err != nil {
 		return threadErr(err)
 	}
 	for _, d := range in {
 		delete(waiting, d.CallID)
 	}
-	if err := h.runs.Decide(ctx, user, id, in); err != nil {
+	if err := h.runs.Decide(ctx, user, target, in); err != nil {
 		return threadErr(err)
 	}
 	status := http.StatusOK
@@ -601,6 +644,37 @@ func (h *Handler) apiDecide(w http.ResponseWriter, r *http.Request) error {
 		status = http.StatusAccepted
 	}
 	return h.apiThreadAfter(w, r, id, status)
+}
+
+// decisionTarget returns the thread whose calls the decisions are for: the
+// thread id itself, or the sub-agent of it whose waiting calls they name.
+// One request decides one run's calls, so that a refusal changes nothing
+// (a run's decisions commit together); a mix is refused (400).
+func (h *Handler) decisionTarget(ctx context.Context, userID, id int64, in []jobs.DecisionInput) (int64, error) {
+	if _, err := db.GetThread(ctx, h.pool, userID, id); err != nil {
+		return 0, err
+	}
+	kids, err := subagentWaits(ctx, h.pool, userID, id)
+	if err != nil {
+		return 0, err
+	}
+	owner := map[int64]int64{}
+	for _, c := range kids {
+		owner[c.ID] = c.ThreadID
+	}
+	target := int64(0)
+	for i, d := range in {
+		t, ok := owner[d.CallID]
+		if !ok {
+			t = id // this thread's, or none: the runtime says which
+		}
+		if i > 0 && t != target {
+			return 0, httpError{http.StatusBadRequest, fmt.Sprintf(
+				"decisions[%d]: its call waits in thread %d, the others' in thread %d: decide each thread's calls (see pending[].thread_id) in a request of its own", i, t, target)}
+		}
+		target = t
+	}
+	return target, nil
 }
 
 // waitingCalls returns the ids of the thread's calls that wait for a person.

@@ -29,6 +29,7 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	mux.Handle("POST /threads/{id}/archive", h.page(h.archive))
 	mux.Handle("POST /threads/{id}/unarchive", h.page(h.unarchive))
 	mux.Handle("POST /threads/{id}/move", h.page(h.moveThread))
+	mux.Handle("POST /threads/{id}/delete", h.page(h.deleteThread))
 
 	// A thread's run, from its page (runs.go): decisions on the calls it
 	// waits at, a reply once it has ended, cancel and retry.
@@ -70,6 +71,7 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	mux.Handle("POST /api/v1/threads", h.admitStart(h.api(h.apiCreateThread)))
 	mux.Handle("GET /api/v1/threads", h.api(h.apiListThreads))
 	mux.Handle("GET /api/v1/threads/{id}", h.api(h.apiShowThread))
+	mux.Handle("DELETE /api/v1/threads/{id}", h.api(h.apiDeleteThread))
 	mux.Handle("POST /api/v1/threads/{id}/decisions", h.api(h.apiDecide))
 	mux.Handle("POST /api/v1/threads/{id}/messages", h.api(h.apiReply))
 	mux.Handle("POST /api/v1/threads/{id}/cancel", h.api(h.apiCancel))

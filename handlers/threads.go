@@ -345,7 +345,7 @@ func parseMoveTarget(s string) (*int64, error) {
 const maxBulk = 1000
 
 // bulkAction applies an action to the threads selected in a listing:
-// POST /threads/bulk with ids=1&ids=2&action=read|unread|archive|move
+// POST /threads/bulk with ids=1&ids=2&action=read|unread|archive|move|delete
 // (and folder=ID|none for move). Ids that are not the user's are skipped by
 // the scoped updates, without saying whether they exist. htmx gets the
 // listing named by "return" in its new state; a plain form is sent back to it.
@@ -360,6 +360,7 @@ func (h *Handler) bulkAction(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var done string
+	doneKind := "ok"
 	switch action := r.PostForm.Get("action"); action {
 	case "read", "unread":
 		_, err = db.MarkRead(ctx, h.pool, user.ID, ids, action == "read")
@@ -377,6 +378,10 @@ func (h *Handler) bulkAction(w http.ResponseWriter, r *http.Request) error {
 		if folderID == nil {
 			done = "Took " + threadCount(len(ids)) + " out of their folder."
 		}
+	case "delete": // see threads_delete.go
+		var d db.ThreadDeletion
+		d, err = h.deleteThreads(ctx, user.ID, ids)
+		doneKind, done = bulkDeleteMessage(d)
 	default:
 		return httpError{http.StatusBadRequest, "Choose an action for the selected threads."}
 	}
@@ -400,7 +405,7 @@ func (h *Handler) bulkAction(w http.ResponseWriter, r *http.Request) error {
 	return h.render(w, r, http.StatusOK,
 		views.ThreadList(list),
 		views.Sidebar(nav, true),
-		views.FlashOOB("ok", done))
+		views.FlashOOB(doneKind, done))
 }
 
 // parseIDs reads the selected thread ids of a bulk action.

@@ -1,10 +1,12 @@
 package jobs_test
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
@@ -125,5 +127,59 @@ func TestSkillPinsItsModel(t *testing.T) {
 		if want := map[bool]string{true: "pinned-model", false: "scripted"}[pinned]; r.Model != want {
 			t.Errorf("request to model %q, want %q (pinned skill: %v)", r.Model, want, pinned)
 		}
+	}
+}
+
+// PIZZA_RETENTION: the hourly prune deletes the threads archived longer
+// ago than the retention, and keeps those archived since, those
+// unarchived, and those never archived.
+func TestPruneArchivedThreads(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, scriptmodel.Script{}, offerSkills)
+	ctx := context.Background()
+	mk := func(title string, archived bool) int64 {
+		th, err := db.CreateThread(ctx, b.pool, db.NewThread{UserID: b.user.ID, Title: title})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.SetThreadStatus(ctx, b.pool, th.ID, db.StatusDone, ""); err != nil {
+			t.Fatal(err)
+		}
+		if archived {
+			if _, err := db.SetArchived(ctx, b.pool, b.user.ID, []int64{th.ID}, true); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return th.ID
+	}
+	old, recent, never, back := mk("old", true), mk("recent", true), mk("never", false), mk("back", true)
+	if _, err := db.SetArchived(ctx, b.pool, b.user.ID, []int64{back}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.pool.Exec(ctx, `UPDATE thread_archives SET archived_at = now() - interval '40 days' WHERE thread_id = $1`, old); err != nil {
+		t.Fatal(err)
+	}
+	b.rt.Retention = 0
+	if err := b.rt.PruneArchived(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.GetThread(ctx, b.pool, b.user.ID, old); err != nil {
+		t.Fatal("deleted without a retention")
+	}
+	b.rt.Retention = 30 * 24 * time.Hour
+	if err := b.rt.PruneArchived(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.GetThread(ctx, b.pool, b.user.ID, old); err == nil {
+		t.Error("the thread archived 40 days ago is still there")
+	}
+	for _, id := range []int64{recent, never, back} {
+		if _, err := db.GetThread(ctx, b.pool, b.user.ID, id); err != nil {
+			t.Errorf("thread %d: %v", id, err)
+		}
+	}
+	c, err := db.CountThreads(ctx, b.pool, b.user.ID)
+	if err != nil || c.All != 3 {
+		t.Errorf("counts = %+v (%v), want 3 threads", c, err)
 	}
 }

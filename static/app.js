@@ -360,6 +360,21 @@
     });
   }
 
+  // A submit button with data-confirm asks first (the bulk Delete): its
+  // form's hx-confirm would ask for every action of the toolbar. Capture
+  // runs before htmx's own submit listener on the form.
+  document.addEventListener(
+    "submit",
+    (e) => {
+      const b = e.submitter;
+      if (b && b.dataset.confirm && !window.confirm(b.dataset.confirm)) {
+        e.preventDefault();
+        e.stopImmediatePropagation();
+      }
+    },
+    true,
+  );
+
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", init);
   else init();
 })();
