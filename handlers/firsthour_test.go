@@ -176,3 +176,28 @@ func TestDeleteThreads(t *testing.T) {
 		t.Errorf("stored all count %d, recount %d", stored, recount)
 	}
 }
+
+// With no model configured the inbox and the compose form say so before a
+// run fails, and stop saying so once the settings name one.
+func TestNoModelNotice(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, path := range []string{"/inbox/all", "/threads/new"} {
+		r := b.get("alice", path).wantStatus(http.StatusOK)
+		if got := r.text("no-model-notice"); !strings.Contains(got, "No model is configured yet") ||
+			!strings.Contains(got, "Ask an admin") || !strings.Contains(got, "tool calling") {
+			t.Errorf("%s: notice = %q", path, got)
+		}
+		if len(r.all("no-model-settings")) != 0 {
+			t.Errorf("%s: a non-admin is sent to settings", path)
+		}
+	}
+	if err := db.SetServerSetting(b.ctx, b.pool, db.SettingDefaultModel, "openai:gpt-4.1-mini"); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/inbox/all", "/threads/new"} {
+		if r := b.get("alice", path).wantStatus(http.StatusOK); len(r.all("no-model-notice")) != 0 {
+			t.Errorf("%s: notice shown with a model configured", path)
+		}
+	}
+}

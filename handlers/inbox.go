@@ -127,6 +127,9 @@ func (h *Handler) loadNav(ctx context.Context, r *http.Request, user db.User) (v
 		return views.Nav{}, err
 	}
 	nav := views.Nav{User: user, Counts: counts, Folders: folders, Current: currentURL(r)}
+	if h.runs != nil {
+		nav.NoModel = h.runs.ModelSpec(ctx, h.pool) == ""
+	}
 	if q, ok := parseListURL(nav.Current); ok {
 		nav.Queue, nav.FolderID = q.Queue, q.FolderID
 	}

@@ -137,6 +137,12 @@ func (rt *Runtime) skillModel(name string) string {
 	return ""
 }
 
+// ModelSpec is the model a new thread without a pinned skill runs on:
+// the default chosen in settings, else DefaultModel; "" when there is none.
+func (rt *Runtime) ModelSpec(ctx context.Context, q db.Querier) string {
+	return rt.defaultModel(ctx, q)
+}
+
 // requestPool is the pool of the calls people make.
 func (rt *Runtime) requestPool() *pgxpool.Pool {
 	if rt.RequestPool != nil {

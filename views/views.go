@@ -37,6 +37,10 @@ type Nav struct {
 	Current string
 	// NewFolder is the new-folder form as last submitted.
 	NewFolder Field
+	// NoModel: no default model is configured (PIZZA_MODEL or settings),
+	// so a run without a skill that pins one would fail; the inbox and the
+	// compose form say so up front.
+	NoModel bool
 }
 
 // Folder returns the user's folder with the given id, or nil.
