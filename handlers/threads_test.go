@@ -358,7 +358,7 @@ func TestBulkActions(t *testing.T) {
 			want int
 		}{
 			{"nothing selected", form("action", "read"), http.StatusBadRequest},
-			{"unknown action", bulk("delete", []db.Thread{a}), http.StatusBadRequest},
+			{"unknown action", bulk("explode", []db.Thread{a}), http.StatusBadRequest},
 			{"move without a folder", bulk("move", []db.Thread{a}), http.StatusBadRequest},
 			{"bad id", form("action", "read", "ids", "x"), http.StatusBadRequest},
 			{"into another user's folder", bulk("move", []db.Thread{a}, "folder", itoa(bobsFolder.ID)), http.StatusNotFound},
