@@ -15,6 +15,8 @@ require (
 	modernc.org/quickjs v0.27.0
 )
 
+require golang.org/x/term v0.47.0
+
 require (
 	github.com/a-h/parse v0.0.42 // indirect
 	github.com/andybalholm/brotli v1.3.0 // indirect

@@ -4,6 +4,9 @@
 //	pizza-bot serve     run the server (the default)
 //	pizza-bot migrate   apply database migrations and exit
 //	pizza-bot healthcheck  probe a running server's /readyz (for containers)
+//
+// and the terminal client's commands (package cli: login, inbox, new, show,
+// approve, watch, ...), which talk to a server through its JSON API.
 package main
 
 import (
@@ -16,6 +19,8 @@ import (
 	"os/signal"
 	"syscall"
 	"text/tabwriter"
+
+	"pizzabot/cli"
 )
 
 func main() {
@@ -39,6 +44,11 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	if cmd == "help" || cmd == "-h" || cmd == "--help" {
 		usage(stdout)
 		return 0
+	}
+	if c, ok := cli.Lookup(cmd); ok {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return c.Run(ctx, args, cli.Env{Getenv: getenv, Stdin: os.Stdin, Stdout: stdout, Stderr: stderr})
 	}
 	c, ok := commands[cmd]
 	if !ok {
@@ -93,7 +103,12 @@ Commands:
   healthcheck
             exit 0 when the server at PIZZA_ADDR is ready, 1 otherwise
 
-Configured by environment variables:
+Client commands (a server's JSON API from the terminal; --help on each):
+
+`)
+	cli.Usage(w)
+	fmt.Fprint(w, `
+The server is configured by environment variables:
 
 `)
 	printEnv(w)

@@ -200,9 +200,9 @@ func (s *apiStream) send(ctx context.Context, evs []db.Event) error {
 	last := evs[len(evs)-1].Position()
 
 	type change struct {
-		id      int64
-		kinds   []string
-		created time.Time // when a status event's transaction began
+		id    int64
+		kinds []string
+		at    []time.Time // when the transactions of its status events began
 	}
 	var order []*change
 	byID := map[int64]*change{}
@@ -217,7 +217,7 @@ func (s *apiStream) send(ctx context.Context, evs []db.Event) error {
 			c.kinds = append(c.kinds, e.Kind)
 		}
 		if e.Kind == db.EventStatus {
-			c.created = e.At
+			c.at = append(c.at, e.At)
 		}
 	}
 	var out []apiThreadEvent
@@ -239,8 +239,10 @@ func (s *apiStream) send(ctx context.Context, evs []db.Event) error {
 				continue
 			}
 			// The transaction that created the thread wrote its status
-			// event and its row at the same now().
-			if !c.created.IsZero() && c.created.Equal(t.CreatedAt) {
+			// event and its row at the same now(). A batch can hold it and
+			// later changes too (a replay, a log held back by a long
+			// transaction).
+			if slices.ContainsFunc(c.at, t.CreatedAt.Equal) {
 				ev.Changes = append([]string{apiChangeStarted}, ev.Changes...)
 			}
 			at := toAPIThread(t)
