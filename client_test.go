@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -357,6 +358,25 @@ func TestClientWholeRun(t *testing.T) {
 		t.Errorf("reply: %s", out)
 	}
 
+	// The reply's run stops at write_file again: edit its arguments in
+	// $EDITOR (here a sed script) and check the decision records them.
+	var status string
+	eventually(t, func() string { return "the reply's run is " + status }, func() bool {
+		out, _ := onA.must(0, "show", "--json", strconv.FormatInt(id, 10))
+		var d struct{ Status string }
+		_ = json.Unmarshal([]byte(out), &d)
+		status = d.Status
+		return status == "waiting"
+	})
+	out, errOut := onA.with("EDITOR=sed -i s/Research/Edited/").must(0, "edit", strconv.FormatInt(id, 10))
+	if !strings.Contains(out, "Edited write_file") {
+		t.Errorf("edit said:\n%s%s", out, errOut)
+	}
+	d = waitDone(t, onA, id)
+	if decs, _ := d["decisions"].([]any); len(decs) != 2 || !strings.Contains(string(must(json.Marshal(decs[1]))), `"edited_arguments":{"content":"Edited brief","path":"brief.md"}`) {
+		t.Errorf("the edit is not recorded: %v", d["decisions"])
+	}
+
 	if err := watch.Process.Signal(os.Interrupt); err != nil {
 		t.Fatal(err)
 	}
@@ -450,21 +470,24 @@ func TestClientWithSignIn(t *testing.T) {
 		for line := range strings.Lines(watched.String()) {
 			var ev struct {
 				Event string
-				Data  struct {
-					ID      int64
-					Changes []string
-					Thread  struct{ Status string }
-					Text    string
-				}
+				Data  json.RawMessage
 			}
+			var th struct {
+				ID      int64
+				Changes []string
+				Thread  struct{ Status string }
+			}
+			var dt struct{ Text string }
 			if json.Unmarshal([]byte(line), &ev) != nil {
 				t.Fatalf("watch --json printed a line that is not JSON: %q", line)
 			}
-			if ev.Event == "thread" && ev.Data.ID == id {
-				statuses[ev.Data.Thread.Status] = true
-				started = started || strings.Contains(strings.Join(ev.Data.Changes, ","), "started")
+			if ev.Event == "thread" && json.Unmarshal(ev.Data, &th) == nil && th.ID == id {
+				statuses[th.Thread.Status] = true
+				started = started || slices.Contains(th.Changes, "started")
 			}
-			delta = delta || (ev.Event == "delta" && ev.Data.Text != "")
+			if ev.Event == "delta" && json.Unmarshal(ev.Data, &dt) == nil && dt.Text != "" {
+				delta = true
+			}
 		}
 		return started && delta && statuses["waiting"] && statuses["done"]
 	})
