@@ -162,8 +162,8 @@ func (c clientCmd) start(args ...string) (cmd *exec.Cmd, stdout, stderr *safeBuf
 	return cmd, stdout, stderr
 }
 
-// eventually waits until cond holds, failing with what() after a while.
-func eventually(t *testing.T, what func() string, cond func() bool) {
+// eventuallyCLI waits until cond holds, failing with what() after a while.
+func eventuallyCLI(t *testing.T, what func() string, cond func() bool) {
 	t.Helper()
 	// Live delivery waits for the oldest open transaction of the whole
 	// cluster, which the tests of other packages share: be patient.
@@ -228,7 +228,7 @@ func showsCall(t *testing.T, c clientCmd, id int64) {
 func waitDone(t *testing.T, c clientCmd, id int64) map[string]any {
 	t.Helper()
 	var d map[string]any
-	eventually(t, func() string { return "thread did not finish: " + d["status"].(string) }, func() bool {
+	eventuallyCLI(t, func() string { return "thread did not finish: " + d["status"].(string) }, func() bool {
 		out, _ := c.must(0, "show", "--json", strconv.FormatInt(id, 10))
 		d = map[string]any{}
 		if err := json.Unmarshal([]byte(out), &d); err != nil {
@@ -287,7 +287,7 @@ func TestClientWholeRun(t *testing.T) {
 	onB := base.with("PIZZA_URL=http://" + addrB)
 
 	watch, watched, watchLog := onA.start("watch")
-	eventually(t, func() string { return "watch never connected: " + watchLog.String() }, func() bool {
+	eventuallyCLI(t, func() string { return "watch never connected: " + watchLog.String() }, func() bool {
 		return strings.Contains(watchLog.String(), "Watching http://"+addrA)
 	})
 
@@ -297,7 +297,7 @@ func TestClientWholeRun(t *testing.T) {
 	for _, want := range []string{ref + ` started "Write the research brief" \(skill clerk\)`, ref + ` ▸ Drafting the brief now\.`,
 		ref + ` waiting(, unread)? "Write the research brief": approval write_file \(call \d+\)`} {
 		re := regexp.MustCompile(want)
-		eventually(t, func() string {
+		eventuallyCLI(t, func() string {
 			return "watch did not print " + want + ":\n" + watched.String() + "\nserver A:\n" + a.out.String()
 		}, func() bool {
 			return re.MatchString(watched.String())
@@ -310,7 +310,7 @@ func TestClientWholeRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = a.cmd.Wait()
-	eventually(t, func() string { return "watch did not notice: " + watchLog.String() }, func() bool {
+	eventuallyCLI(t, func() string { return "watch did not notice: " + watchLog.String() }, func() bool {
 		return strings.Contains(watchLog.String(), "Connection lost")
 	})
 	out, _ := onB.must(0, "approve", strconv.FormatInt(id, 10))
@@ -323,7 +323,7 @@ func TestClientWholeRun(t *testing.T) {
 	}
 	again := startServe(t, bin, append(serverEnv, "PIZZA_DATA_ROOT="+rootA, "PIZZA_ADDR="+addrA)...)
 	waitReady(t, addrA, again)
-	eventually(t, func() string {
+	eventuallyCLI(t, func() string {
 		return "watch did not catch up:\n" + watched.String() + "\n" + watchLog.String() + "\nserver A:\n" + again.out.String()
 	}, func() bool {
 		return regexp.MustCompile(ref+` done\b[^\n]*"Write the research brief"`).MatchString(watched.String()) && strings.Contains(watchLog.String(), "Reconnected")
@@ -361,7 +361,7 @@ func TestClientWholeRun(t *testing.T) {
 	// The reply's run stops at write_file again: edit its arguments in
 	// $EDITOR (here a sed script) and check the decision records them.
 	var status string
-	eventually(t, func() string { return "the reply's run is " + status }, func() bool {
+	eventuallyCLI(t, func() string { return "the reply's run is " + status }, func() bool {
 		out, _ := onA.must(0, "show", "--json", strconv.FormatInt(id, 10))
 		var d struct{ Status string }
 		_ = json.Unmarshal([]byte(out), &d)
@@ -448,7 +448,7 @@ func TestClientWithSignIn(t *testing.T) {
 	// From here on the client reads the server and token from the file.
 	c := base
 	watch, watched, watchLog := c.start("watch", "--json")
-	eventually(t, func() string { return "watch never connected: " + watchLog.String() + watched.String() }, func() bool {
+	eventuallyCLI(t, func() string { return "watch never connected: " + watchLog.String() + watched.String() }, func() bool {
 		return strings.Contains(watched.String(), `"event":"ready"`)
 	})
 	id := startWaiting(t, c, "Write the sign-in brief")
@@ -465,7 +465,7 @@ func TestClientWithSignIn(t *testing.T) {
 	// watch --json printed the API's events: the start, the wait and the
 	// end of the run, and its streamed text.
 	statuses := map[string]bool{}
-	eventually(t, func() string { return "watch --json lacks the run's changes:\n" + watched.String() }, func() bool {
+	eventuallyCLI(t, func() string { return "watch --json lacks the run's changes:\n" + watched.String() }, func() bool {
 		started, delta := false, false
 		for line := range strings.Lines(watched.String()) {
 			var ev struct {
