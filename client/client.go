@@ -407,6 +407,12 @@ func (c *Client) newRequest(ctx context.Context, method, path string, body io.Re
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
+	} else {
+		// A server without sign-in takes a change only from a request
+		// that says it comes from the server's own origin (its pages, or a
+		// client of its own, like this one): a browser on another site
+		// cannot send that. With a token the token is the proof.
+		req.Header.Set("Origin", c.base.Scheme+"://"+c.base.Host)
 	}
 	req.Header.Set("User-Agent", "pizza-bot-cli")
 	return req, nil
