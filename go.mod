@@ -16,6 +16,8 @@ require (
 	modernc.org/quickjs v0.27.0
 )
 
+require golang.org/x/term v0.47.0
+
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
