@@ -49,6 +49,14 @@ type config struct {
 	// can be stored.
 	SecretKey []byte
 
+	// TokenTTL is the default lifetime of a new API token, TokenMaxTTL the
+	// longest allowed.
+	TokenTTL    time.Duration
+	TokenMaxTTL time.Duration
+	// UserQuota is each user's storage limit in bytes (attachments, scratch
+	// files, the sandbox journal); 0: none.
+	UserQuota int64
+
 	// Grants are the host folders agents may reach from PIZZA_GRANTS and
 	// <data root>/grants.json (docs/workspace.md).
 	Grants []db.GrantSpec
@@ -87,6 +95,9 @@ var envVars = []envVar{
 	{"PIZZA_SESSION_IDLE_TIMEOUT", "72h", "a session unused this long ends"},
 	{"PIZZA_SESSION_MAX_AGE", "336h", "a session ends this long after sign-in, however used"},
 	{"PIZZA_SECRET_KEY", "(none: keys entered in settings cannot be stored)", "base64 of 32 bytes encrypting provider keys stored in the database (AES-256-GCM)"},
+	{"PIZZA_TOKEN_TTL", "2160h (90 days)", "lifetime offered by default to a new API token"},
+	{"PIZZA_TOKEN_MAX_TTL", "8760h (1 year)", "longest lifetime an API token can have; longer tokens are shortened at start"},
+	{"PIZZA_USER_QUOTA", "1GiB", "storage per user (attachments, scratch files, run_js journal), e.g. 500MiB or 2GiB; 0 for none"},
 	{"PIZZA_GRANTS", "(none)", "host folders agents may reach: comma-separated absolute paths, each :ro (default) or :rw, e.g. /srv/docs,/srv/out:rw; also read from <data root>/grants.json"},
 	{"PIZZA_DB_CONNS", "16", "database connections for web and API requests (a pool of its own; 3/4 of them may start runs at once, more starts wait up to 1s, then get 503)"},
 	{"PIZZA_DB_WORKER_CONNS", "16", "database connections for agent steps, the job queue and its sweeps (a pool of its own)"},
@@ -193,9 +204,46 @@ func loadConfig(getenv func(string) string) (config, error) {
 			c.ShutdownTimeout = d
 		}
 	}
+	errs = append(errs, c.loadLimits(getenv)...)
 	errs = append(errs, c.loadGrants(getenv)...)
 	errs = append(errs, c.loadCapacity(getenv)...)
 	return c, errors.Join(errs...)
+}
+
+// loadLimits reads the token lifetimes and the storage quota.
+func (c *config) loadLimits(getenv func(string) string) []error {
+	var errs []error
+	c.TokenTTL, c.TokenMaxTTL = handlers.DefaultTokenTTL, handlers.DefaultTokenMaxTTL
+	for _, d := range []struct {
+		name string
+		dst  *time.Duration
+	}{{"PIZZA_TOKEN_TTL", &c.TokenTTL}, {"PIZZA_TOKEN_MAX_TTL", &c.TokenMaxTTL}} {
+		if s := strings.TrimSpace(getenv(d.name)); s != "" {
+			v, err := time.ParseDuration(s)
+			if err != nil || v < 24*time.Hour {
+				errs = append(errs, fmt.Errorf("%s %q: want a duration of at least 24h, such as 2160h (90 days)", d.name, s))
+				continue
+			}
+			*d.dst = v
+		}
+	}
+	if c.TokenTTL > c.TokenMaxTTL {
+		if strings.TrimSpace(getenv("PIZZA_TOKEN_TTL")) == "" {
+			c.TokenTTL = c.TokenMaxTTL // only the maximum was lowered
+		} else {
+			errs = append(errs, fmt.Errorf("PIZZA_TOKEN_TTL %s is longer than PIZZA_TOKEN_MAX_TTL %s", c.TokenTTL, c.TokenMaxTTL))
+		}
+	}
+	c.UserQuota = db.DefaultUserQuota
+	if s := strings.TrimSpace(getenv("PIZZA_USER_QUOTA")); s != "" {
+		n, err := parseSize(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("PIZZA_USER_QUOTA %q: want a size such as 500MiB or 2GiB, or 0 for no limit", s))
+		} else {
+			c.UserQuota = n
+		}
+	}
+	return errs
 }
 
 // loadCapacity reads the pool sizes, the step concurrency and the rate
@@ -242,6 +290,35 @@ func (c *config) loadCapacity(getenv func(string) string) []error {
 		}
 	}
 	return errs
+}
+
+// parseSize reads a size in bytes: a number with an optional unit, B, KB,
+// MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024); K, M,
+// G and T alone are taken as binary.
+func parseSize(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	i := strings.IndexFunc(s, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	num, unit := s, ""
+	if i >= 0 {
+		num, unit = s[:i], strings.ToLower(strings.TrimSpace(s[i:]))
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("bad size %q", s)
+	}
+	mult := map[string]float64{
+		"": 1, "b": 1,
+		"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+		"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40,
+		"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+	}[unit]
+	if mult == 0 {
+		return 0, fmt.Errorf("bad unit in %q", s)
+	}
+	if v*mult > math.MaxInt64/2 {
+		return 0, fmt.Errorf("size %q is too large", s)
+	}
+	return int64(v * mult), nil
 }
 
 // parseRate reads "N/s", "N/m" or "N/h" (N may have a fraction), or "0"
@@ -315,6 +392,18 @@ func defaultDataRoot() (string, error) {
 		}
 	}
 	return filepath.Join(home, ".pizza-bot"), nil
+}
+
+// warnings are configurations that work but are likely mistakes, logged
+// at start (serve.go).
+func (c config) warnings() []string {
+	var ws []string
+	if u, err := url.Parse(c.PublicURL); c.PublicURL != "" && err == nil && u.Scheme == "http" && !isLoopback(u.Hostname()) {
+		// Session cookies, sign-in codes and every page would cross the
+		// network in clear text.
+		ws = append(ws, fmt.Sprintf("PIZZA_PUBLIC_URL %s is plain http on a network address: sessions and sign-in travel unencrypted; serve it over https (a TLS proxy in front of Pizza Bot)", c.PublicURL))
+	}
+	return ws
 }
 
 func isLoopback(host string) bool {

@@ -32,6 +32,9 @@ import (
 // serve runs the web server until ctx ends, then shuts down gracefully.
 func serve(ctx context.Context, cfg config) error {
 	log := cfg.logger()
+	for _, w := range cfg.warnings() {
+		log.Warn(w)
+	}
 	// Take the port first: a busy port should fail before anything starts.
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -62,6 +65,10 @@ func serve(ctx context.Context, cfg config) error {
 	}
 	auth, err := newAuth(ctx, cfg, st.pool, log)
 	if err != nil {
+		return err
+	}
+	// Every writer reads the storage limit from the database (db/quota.go).
+	if err := db.SetUserQuota(ctx, st.pool, cfg.UserQuota); err != nil {
 		return err
 	}
 	// This process's proof of life: when it dies, other replicas take
@@ -412,7 +419,11 @@ func newAuth(ctx context.Context, cfg config, pool *pgxpool.Pool, log *slog.Logg
 		if err != nil {
 			return nil, err
 		}
-		return handlers.NewAuth(pool, log, handlers.AuthConfig{Local: &local})
+		auth, err := handlers.NewAuth(pool, log, handlers.AuthConfig{Local: &local, TokenTTL: cfg.TokenTTL, TokenMaxTTL: cfg.TokenMaxTTL})
+		if err != nil {
+			return nil, err
+		}
+		return auth, auth.Reconcile(ctx)
 	}
 	auth, err := handlers.NewAuth(pool, log, handlers.AuthConfig{
 		OIDC:        handlers.OIDCConfig{Issuer: cfg.OIDCIssuer, ClientID: cfg.OIDCClientID, ClientSecret: cfg.OIDCClientSecret},
@@ -422,8 +433,15 @@ func newAuth(ctx context.Context, cfg config, pool *pgxpool.Pool, log *slog.Logg
 		AdminGroup:  cfg.OIDCAdminGroup,
 		IdleTimeout: cfg.SessionIdle,
 		MaxAge:      cfg.SessionMaxAge,
+		TokenTTL:    cfg.TokenTTL,
+		TokenMaxTTL: cfg.TokenMaxTTL,
 	})
 	if err != nil {
+		return nil, err
+	}
+	// Admin rights follow this start's configuration, not the one of each
+	// user's last sign-in (docs/security.md).
+	if err := auth.Reconcile(ctx); err != nil {
 		return nil, err
 	}
 	// The identity provider being down must not keep the server (and the

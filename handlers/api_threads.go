@@ -124,6 +124,20 @@ type apiPending struct {
 	Arguments        any      `json:"arguments"`
 	AllowedDecisions []string `json:"allowed_decisions"`
 	Description      string   `json:"description"`
+	// Reason says which rules made an approval wait, e.g. "server policy:
+	// ask mcp__github__*; skill researcher: interruptOn" (jobs/gate.go).
+	Reason string `json:"reason,omitempty"`
+	// InnerCall is, on a run_js call waiting for approval, the script's
+	// call that an approval lets run, with its arguments whole.
+	InnerCall *apiInnerCall `json:"inner_call,omitempty"`
+}
+
+// apiInnerCall is the script's call a run_js approval applies to: its place
+// among the script's tool calls (from 0), the tool and the arguments.
+type apiInnerCall struct {
+	Seq       int    `json:"seq"`
+	Tool      string `json:"tool"`
+	Arguments any    `json:"arguments"`
 }
 
 // apiDecision is a decision taken on a tool call: who, what, when, and the
@@ -497,14 +511,19 @@ func toAPIPending(c db.ToolCallRow) apiPending {
 	if allowed == nil {
 		allowed = []string{}
 	}
-	return apiPending{
+	p := apiPending{
 		ID: c.ID, CallID: c.CallID, Tool: c.Name, Kind: kind,
 		// An unknown-outcome call may have been edited before it ran: show
 		// what a retry would run.
 		Arguments:        apiArguments(c.EffectiveArguments()),
 		AllowedDecisions: allowed,
 		Description:      c.Description,
+		Reason:           c.GateReason,
 	}
+	if in := c.InnerCall; in != nil && c.State == db.CallPending {
+		p.InnerCall = &apiInnerCall{Seq: in.Seq, Tool: in.Tool, Arguments: apiArguments(in.Arguments)}
+	}
+	return p
 }
 
 func toAPIDecision(c db.ToolCallRow) apiDecision {

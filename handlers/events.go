@@ -152,10 +152,19 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) error {
 
 	heartbeat := time.NewTicker(heartbeatEvery)
 	defer heartbeat.Stop()
+	// The stream outlives the check that opened it: end it when its
+	// session ends (sign-out, an admin, a timeout) or its user is disabled.
+	recheck := time.NewTimer(h.recheckDelay(ctx))
+	defer recheck.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-recheck.C:
+			if !h.stillSignedIn(r) {
+				return nil
+			}
+			recheck.Reset(h.recheckDelay(ctx))
 		case u, ok := <-sub.Updates():
 			if !ok {
 				// Dropped for falling behind, or the server is stopping:
@@ -176,6 +185,37 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) error {
 			return nil // the browser went away or stopped reading
 		}
 	}
+}
+
+// recheckDelay is how long an event stream waits before checking its
+// session again: the recheck interval, or less when the session reaches its
+// absolute timeout sooner.
+func (h *Handler) recheckDelay(ctx context.Context) time.Duration {
+	every := defaultRecheck
+	if h.auth != nil {
+		every = h.auth.recheck
+	}
+	if s := requestInfoFrom(ctx).session; s != nil {
+		if until := time.Until(s.ExpiresAt); until < every {
+			return max(until, 0) + 50*time.Millisecond // just past it
+		}
+	}
+	return every
+}
+
+// stillSignedIn judges an open stream's request again (Auth.Recheck): its
+// session still exists and its user is not disabled. An error of the
+// database ends the stream too: the browser reconnects and is judged anew.
+func (h *Handler) stillSignedIn(r *http.Request) bool {
+	check := h.authenticate
+	if h.auth != nil {
+		check = h.auth.Recheck
+	}
+	user, err := check(r)
+	if err != nil && !errors.Is(err, ErrUnauthenticated) && !errors.Is(err, context.Canceled) {
+		h.log.Warn("event stream: re-checking the session failed", "request_id", requestID(r.Context()), "error", err)
+	}
+	return err == nil && !user.Disabled && user.ID == userFrom(r.Context()).ID
 }
 
 // catchUp sends what the page missed since its position, or a fresh

@@ -146,6 +146,7 @@ func New(d Deps) http.Handler {
 	h.origins = &originCheck{cop: cop, pool: h.pool, log: h.log, env: d.AllowedOrigins}
 
 	var handler http.Handler = h.protectOrigin(mux)
+	handler = h.protectHost(handler) // DNS rebinding of a server without sign-in (auth.go)
 	handler = securityHeaders(handler)
 	handler = h.recoverPanics(handler)
 	handler = h.logRequests(handler)
@@ -182,6 +183,9 @@ func (h *Handler) handle(fn handlerFunc) http.Handler {
 // the request and records the user for userFrom.
 func (h *Handler) page(fn handlerFunc) http.Handler {
 	return h.handle(func(w http.ResponseWriter, r *http.Request) error {
+		if err := refuseToken(r); err != nil {
+			return err // tokens open the API only (auth.go)
+		}
 		user, err := h.authenticate(r)
 		if errors.Is(err, ErrUnauthenticated) {
 			return h.unauthenticated(w, r)

@@ -211,7 +211,11 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 	if err != nil {
 		return rt.fail(ctx, jobID, a, started, t.Model, err.Error())
 	}
-	tools := rt.offerTask(t, rt.Tools.Offer(skill))
+	rules, err := rt.gateRules(ctx, rt.Pool, t) // no transaction is held here
+	if err != nil {
+		return err
+	}
+	tools := rules.offered(rt.offerTask(t, rt.Tools.Offer(skill)))
 	in := agent.StepInput{Model: model, System: system, Messages: toAgent(v.Messages), Tools: tools}
 	if v.Images > 0 {
 		if err := rt.attachImages(ctx, t, in.Messages); err != nil { // see images.go
@@ -232,6 +236,9 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 		}
 		var pe *agent.ProviderError
 		if errors.As(err, &pe) {
+			if pe.Cause != nil { // the details users are not shown (URLs, addresses)
+				rt.Logger.WarnContext(ctx, "model provider failed", "thread_id", t.ID, "provider", pe.Provider, "err", pe.Cause)
+			}
 			return rt.fail(ctx, jobID, a, started, t.Model, "The model provider failed: "+pe.Error())
 		}
 		return rt.fail(ctx, jobID, a, started, t.Model, err.Error())
@@ -256,29 +263,38 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 		if out.Done() {
 			return rt.endRun(ctx, tx, t.ID, db.StatusDone, "")
 		}
+		// The gates are read again, through this transaction: the policy
+		// may have changed during the model call.
+		rules, err := rt.gateRules(ctx, tx, t)
+		if err != nil {
+			return err
+		}
 		waiting := false
 		for _, p := range out.Calls {
 			nc := db.NewToolCall{ThreadID: t.ID, MessageID: m.ID, CallID: p.Call.ID, Name: p.Call.Name, Arguments: p.Call.Arguments, State: db.CallReady}
-			tool, _ := rt.Tools.Get(p.Call.Name)
+			tool, known := rt.Tools.Get(p.Call.Name)
+			g := rules.decide(p.Call.Name, tool, known) // gate.go
+			refusal := ""
 			switch {
 			case p.Invalid != nil:
-				nc.State = db.CallDone
+				nc.State, refusal = db.CallDone, p.Invalid.Error()
+			case g.Deny:
+				nc.State, refusal = db.CallDone, g.Refusal(p.Call.Name)
 			case tool.Ask:
 				nc.State, nc.WaitKind = db.CallPending, db.WaitQuestion
 				nc.AllowedDecisions = []string{db.DecisionRespond}
 				nc.Description, _ = p.Args["question"].(string)
-			case skill != nil && interrupts(skill, p.Call.Name):
-				in, _ := skill.InterruptFor(p.Call.Name)
+			case g.Ask:
 				nc.State, nc.WaitKind = db.CallPending, db.WaitApproval
-				nc.AllowedDecisions, nc.Description = in.AllowedDecisions, in.Description
+				nc.AllowedDecisions, nc.Description, nc.GateReason = g.AllowedDecisions, g.Description, g.Reason
 			}
 			id, err := db.InsertToolCall(ctx, tx, nc)
 			if err != nil {
 				return err
 			}
-			if p.Invalid != nil {
+			if refusal != "" {
 				row := db.ToolCallRow{ID: id, ThreadID: t.ID, CallID: p.Call.ID, Name: p.Call.Name}
-				if err := db.CompleteToolCall(ctx, tx, row, p.Invalid.Error(), true); err != nil {
+				if err := db.CompleteToolCall(ctx, tx, row, refusal, true); err != nil {
 					return err
 				}
 			}
@@ -343,6 +359,15 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run Run
 			return db.CompleteToolCall(ctx, tx, c, fmt.Sprintf("tool %q is not available", c.Name), true)
 		})
 	}
+	// A policy that denies the tool now wins over an approval given
+	// before it changed. No transaction is held here.
+	if g, err := rt.gate(ctx, rt.Pool, a.ThreadID, c.Name); err != nil {
+		return err
+	} else if g.Deny {
+		return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
+			return db.CompleteToolCall(ctx, tx, c, g.Refusal(c.Name), true)
+		})
+	}
 	args, err := tool.Spec.ValidateArguments(c.EffectiveArguments())
 	if err != nil {
 		return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
@@ -405,9 +430,4 @@ func toAgent(ms []db.Message) []agent.Message {
 		out = append(out, am)
 	}
 	return out
-}
-
-func interrupts(s *agent.Skill, tool string) bool {
-	_, ok := s.InterruptFor(tool)
-	return ok
 }

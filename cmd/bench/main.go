@@ -64,7 +64,9 @@ func main() {
 // table is the summary printed at the end.
 type table struct{ rows [][3]string }
 
-func (t *table) add(what, figure, goal string) { t.rows = append(t.rows, [3]string{what, figure, goal}) }
+func (t *table) add(what, figure, goal string) {
+	t.rows = append(t.rows, [3]string{what, figure, goal})
+}
 
 func (t *table) print() {
 	fmt.Println()
