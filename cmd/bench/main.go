@@ -2,7 +2,7 @@
 // the goals of issue 13 beside the figures measured in this run:
 //
 //   - one agent step vs a bare River job (BenchmarkStep / BenchmarkRiverNoop,
-//     interleaved -count times, medians), and their ratio;
+//     each -count times in one go test run, medians), and their ratio;
 //   - steps per second at saturation at 1, 10 and 100 workers beside River's
 //     no-op jobs per second (BenchmarkThroughput);
 //   - the inbox page of a user with 100,000 threads: the whole HTTP request
@@ -183,8 +183,8 @@ func median(vs []float64) float64 {
 }
 
 func stepVsNoop(t *table, count, n int) error {
-	// Interleaved (-count runs each in turn), so that both see the same
-	// machine: on a shared one only their ratio means something.
+	// One go test run for both, so that both see the same machine: on a
+	// shared one only their ratio means something.
 	out, err := goTest("./jobs/", "-run", "^$", "-bench", "^(BenchmarkStep|BenchmarkRiverNoop)$",
 		"-benchtime", fmt.Sprintf("%dx", n), "-count", strconv.Itoa(count))
 	if err != nil {
