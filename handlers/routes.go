@@ -160,7 +160,7 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	// h.page, and it must stay outside the origin check (protectOrigin),
 	// since the systems that call it are not browsers of ours. It answers
 	// JSON, and hides the token from the request log.
-	mux.Handle("/hooks/{skill}/{token}", h.admitStart(http.HandlerFunc(h.receiveHook)))
+	mux.Handle("/hooks/{skill}/{token}", h.countHook(h.admitStart(http.HandlerFunc(h.receiveHook))))
 	mux.Handle("/hooks/", http.HandlerFunc(h.noHook))
 
 	// Anything else is a 404 page, with the sidebar when signed in.

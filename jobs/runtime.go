@@ -16,6 +16,7 @@ import (
 
 	"pizzabot/agent"
 	"pizzabot/db"
+	"pizzabot/metrics"
 )
 
 // Runtime runs threads: it starts, continues, decides, cancels and retries
@@ -48,6 +49,10 @@ type Runtime struct {
 	// itself ("" leaves the environment's). It is asked at every model
 	// step, so a change reaches every replica at once.
 	ProviderSettings func(ctx context.Context, provider string) (baseURL, keyEnv, key string, err error)
+
+	// Metrics counts steps, model and tool calls and schedule fires for
+	// operators; nil counts nothing.
+	Metrics *metrics.Metrics
 
 	// HeartbeatEvery and StaleAfter: a step proves alive every
 	// HeartbeatEvery; a run whose step has not for StaleAfter is rescued.

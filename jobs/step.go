@@ -63,15 +63,19 @@ func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
 		defer close(hbDone)
 		rt.heartbeat(ctx, cancel, a.ThreadID, job.ID)
 	}()
+	began := time.Now()
 	err = rt.step(ctx, job.ID, a)
 	cancel(nil)
 	<-hbDone
 	switch {
 	case err == nil:
+		rt.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "ok")
 		return nil
 	case errors.Is(err, errLeaseLost) || errors.Is(context.Cause(ctx), errLeaseLost):
+		rt.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "lease_lost")
 		return nil
 	case ctx.Err() != nil:
+		rt.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "handed_back")
 		// Shutdown (or River's own cancel): hand the run back at once. A
 		// tool call cut off here stays "running" and the next job treats
 		// its outcome as unknown.
@@ -82,7 +86,42 @@ func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
 		}
 		return river.JobSnooze(0)
 	}
+	rt.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "error")
 	return err
+}
+
+// providerOf is the provider of a model spec ("openai:gpt-4.1" -> "openai"),
+// a label with few values.
+func providerOf(spec string) string {
+	p, _, _ := strings.Cut(spec, ":")
+	if p == "" {
+		return "none"
+	}
+	return p
+}
+
+// modelOutcome labels a model call's result.
+func modelOutcome(err error) string {
+	var pe *agent.ProviderError
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.As(err, &pe):
+		return "provider_error"
+	}
+	return "error"
+}
+
+// toolOutcome labels a tool call's result.
+func toolOutcome(err error) string {
+	var na *NeedsApproval
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.As(err, &na):
+		return "waits"
+	}
+	return "error"
 }
 
 func (rt *Runtime) staleAfter() time.Duration {
@@ -229,7 +268,13 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 		in.OnDelta = func(s string) { rt.OnDelta(t.ID, s, false) }
 		in.OnReset = func() { rt.OnDelta(t.ID, "", true) }
 	}
+	called := time.Now()
 	out, err := rt.stepShowingImages(ctx, t.ID, in)
+	var usage agent.Usage
+	if out != nil {
+		usage = out.Usage
+	}
+	rt.Metrics.ModelCall(providerOf(t.Model), modelOutcome(err), time.Since(called), usage.PromptTokens, usage.CompletionTokens)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -386,6 +431,7 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run Run
 				return err
 			}
 			result, terr := tool.Tx(ctx, sp, run, args)
+			rt.Metrics.ToolCall(c.Name, toolOutcome(terr))
 			if terr != nil {
 				if err := sp.Rollback(ctx); err != nil {
 					return err
@@ -411,6 +457,7 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run Run
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	rt.Metrics.ToolCall(c.Name, toolOutcome(terr))
 	return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
 		if terr != nil {
 			return failCall(ctx, tx, c, terr) // an error result, or parked for approval
