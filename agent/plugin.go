@@ -205,7 +205,7 @@ func loadPluginSkills(plugins []Plugin, byName map[string]Skill) []SkillError {
 			errs = append(errs, SkillError{Source: SourcePlugin, Plugin: p.Name, Path: dir, Err: err})
 			continue
 		}
-		skills, serrs := loadDir(os.DirFS(dir), SourcePlugin, dir, func(name string) string { return filepath.Join(dir, name, SkillFile) })
+		skills, serrs := loadDir(SkillFolderFS(dir), SourcePlugin, dir, func(name string) string { return filepath.Join(dir, name, SkillFile) })
 		for _, e := range serrs {
 			e.Plugin = p.Name
 			errs = append(errs, e)
