@@ -121,6 +121,10 @@ func skillLs(skills []*agent.Skill, name, rel string) (string, error) {
 			fmt.Fprintf(&b, "%s%s/\n", base, f.Path)
 			continue
 		}
+		if f.Kind == agent.FileRefused {
+			fmt.Fprintf(&b, "%s%s\t(%s)\n", base, f.Path, f.Note())
+			continue
+		}
 		fmt.Fprintf(&b, "%s%s\t%d bytes", base, f.Path, f.Size)
 		if note := f.Note(); note != "" {
 			b.WriteString("\t(" + note + ")")
