@@ -1,6 +1,8 @@
 package jobs_test
 
 import (
+	"archive/zip"
+	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -31,20 +33,6 @@ func publicSkill(name string) map[string]string {
 	}
 }
 
-// writeSkillDir writes a skill folder under dir.
-func writeSkillDir(t testing.TB, dir, name string, files map[string]string) {
-	t.Helper()
-	for p, text := range files {
-		full := filepath.Join(dir, name, filepath.FromSlash(p))
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(full, []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
 func callTool(id, name string, args map[string]any) scriptmodel.Reply {
 	raw, _ := json.Marshal(args)
 	return scriptmodel.Reply{ToolCalls: []scriptmodel.ScriptToolCall{{ID: id, Name: name, Arguments: string(raw)}}}
@@ -55,7 +43,19 @@ func callTool(id, name string, args map[string]any) scriptmodel.Reply {
 func TestSkillFolderInARun(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	writeSkillDir(t, dir, "internal-comms", publicSkill("internal-comms"))
+	// Installed from a zip of the folder, as settings does.
+	var zbuf bytes.Buffer
+	zw := zip.NewWriter(&zbuf)
+	for p, text := range publicSkill("internal-comms") {
+		w, _ := zw.Create("internal-comms/" + p)
+		_, _ = w.Write([]byte(text))
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := agent.InstallSkills(dir, &zbuf, "internal-comms", false); err != nil {
+		t.Fatal(err)
+	}
 	// A link out of the folder is refused, not followed.
 	secret := filepath.Join(t.TempDir(), "secret.txt")
 	if err := os.WriteFile(secret, []byte("TOP SECRET"), 0o644); err != nil {
