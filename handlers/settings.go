@@ -46,16 +46,16 @@ func (h *Handler) adminHandler(next http.Handler) http.Handler {
 // settingsNotices are the confirmations shown after a change, by the done
 // parameter of the redirect (so no user input is echoed).
 var settingsNotices = map[string]string{
-	"provider":       "Provider settings saved.",
-	"provider-reset": "The provider is configured by the environment again.",
-	"model":          "Default model saved.",
-	"tool-policy":    "Tool policy saved: it applies to every call decided from now on.",
-	"origin":         "Origin allowed.",
-	"origin-removed": "Origin removed.",
-	"user":           "User updated.",
-	"sessions":       "Sessions ended.",
-	"skill":          "Skill saved.",
-	"skill-deleted":  "Custom skill deleted.",
+	"provider":         "Provider settings saved.",
+	"provider-reset":   "The provider is configured by the environment again.",
+	"model":            "Default model saved.",
+	"tool-policy":      "Tool policy saved: it applies to every call decided from now on.",
+	"origin":           "Origin allowed.",
+	"origin-removed":   "Origin removed.",
+	"user":             "User updated.",
+	"sessions":         "Sessions ended.",
+	"skill":            "Skill saved.",
+	"skill-deleted":    "Custom skill deleted.",
 	"skills-installed": "Skills installed with their files.",
 }
 
