@@ -112,6 +112,7 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	mux.Handle("GET /settings/skills/new", h.admin(h.newSkill))
 	mux.Handle("GET /settings/skills/{name}/edit", h.admin(h.editSkill))
 	mux.Handle("POST /settings/skills", h.admin(h.saveSkill))
+	mux.Handle("POST /settings/skills/install", h.admin(h.installSkills))
 	mux.Handle("POST /settings/skills/{name}/delete", h.admin(h.deleteSkill))
 	if h.jobsUI != nil {
 		// River's UI and its JSON API, under its own prefix.

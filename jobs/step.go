@@ -244,7 +244,7 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 			return rt.fail(ctx, jobID, a, started, t.Model, fmt.Sprintf("Skill %q needs %s, which is not connected.", t.Skill, strings.Join(missing, ", ")))
 		}
 		skill = s
-		system += "\n\n# Skill: " + s.Name + "\n\n" + s.Body
+		system += "\n\n# Skill: " + s.Name + "\n\n" + skillFolderPrompt(s) + "\n\n" + s.Body // tools_skills.go
 	}
 	model, err := rt.model(t.Model)
 	if err != nil {
