@@ -66,10 +66,10 @@ type config struct {
 	// limits of run starts and webhook deliveries per user.
 	RequestConns, WorkerConns int
 	// MetricsAddr serves /metrics (Prometheus) when set.
-	MetricsAddr string
-	MaxSteps                  int
-	RunRate, HookRate         float64
-	RunBurst, HookBurst       int
+	MetricsAddr         string
+	MaxSteps            int
+	RunRate, HookRate   float64
+	RunBurst, HookBurst int
 
 	// Operations (loadOperations): the free-space floor of the data
 	// root's file system, and the daily backups.
