@@ -65,9 +65,11 @@ type config struct {
 	// and worker pools, the steps one process runs at once, and the rate
 	// limits of run starts and webhook deliveries per user.
 	RequestConns, WorkerConns int
-	MaxSteps                  int
-	RunRate, HookRate         float64
-	RunBurst, HookBurst       int
+	// MetricsAddr serves /metrics (Prometheus) when set.
+	MetricsAddr         string
+	MaxSteps            int
+	RunRate, HookRate   float64
+	RunBurst, HookBurst int
 
 	// Operations (loadOperations): the free-space floor of the data
 	// root's file system, and the daily backups.
@@ -119,6 +121,7 @@ var envVars = []envVar{
 	{"PIZZA_RUN_BURST", "100", "run starts a user may make at once before PIZZA_RUN_RATE applies"},
 	{"PIZZA_WEBHOOK_RATE", "10/s", "deliveries to one user's webhooks as N/s or N/m, 0 for no limit; past it 429 with Retry-After"},
 	{"PIZZA_WEBHOOK_BURST", "100", "deliveries a user's webhooks take at once before PIZZA_WEBHOOK_RATE applies"},
+	{"PIZZA_METRICS_ADDR", "(unset: off)", "host:port serving /metrics in the Prometheus text format, apart from the web address; keep it off the public network"},
 	{"PIZZA_DISK_FLOOR", "1GiB", "free space the data root's disk keeps: below it new runs and uploads get 503 (decisions, reading, cancelling still work); bytes (500MB, 2GiB), a percentage (5%) or 0 for none"},
 	{"PIZZA_BACKUP_DIR", "(none: no daily backup)", "directory for a daily pg_dump backup of the database (pizza-bot-<date>.dump)"},
 	{"PIZZA_BACKUP_KEEP", "7", "days the daily backups in PIZZA_BACKUP_DIR are kept"},
@@ -294,6 +297,13 @@ func (c *config) loadCapacity(getenv func(string) string) []error {
 			continue
 		}
 		*v.dst = n
+	}
+	if c.MetricsAddr = strings.TrimSpace(getenv("PIZZA_METRICS_ADDR")); c.MetricsAddr != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			errs = append(errs, fmt.Errorf("PIZZA_METRICS_ADDR %q: want host:port, e.g. 127.0.0.1:9100", c.MetricsAddr))
+		} else if c.MetricsAddr == c.Addr {
+			errs = append(errs, fmt.Errorf("PIZZA_METRICS_ADDR %q is PIZZA_ADDR: metrics need an address of their own", c.MetricsAddr))
+		}
 	}
 	rates := []struct {
 		name string

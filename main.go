@@ -6,6 +6,9 @@
 //	pizza-bot healthcheck  probe a running server's /readyz (for containers)
 //	pizza-bot backup [FILE]          write a backup of the database
 //	pizza-bot restore [--force] FILE restore one into an empty database
+//
+// and the terminal client's commands (package cli: login, inbox, new, show,
+// approve, watch, ...), which talk to a server through its JSON API.
 package main
 
 import (
@@ -18,6 +21,8 @@ import (
 	"os/signal"
 	"syscall"
 	"text/tabwriter"
+
+	"pizzabot/cli"
 )
 
 func main() {
@@ -65,6 +70,11 @@ func run(args []string, getenv func(string) string, stdout, stderr io.Writer) in
 	if cmd == "help" || cmd == "-h" || cmd == "--help" {
 		usage(stdout)
 		return 0
+	}
+	if c, ok := cli.Lookup(cmd); ok {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return c.Run(ctx, args, cli.Env{Getenv: getenv, Stdin: os.Stdin, Stdout: stdout, Stderr: stderr})
 	}
 	c, ok := commands[cmd]
 	if !ok {
@@ -147,7 +157,12 @@ Commands:
   restore [--force] FILE
             restore a backup into an empty database (stop the server first)
 
-Configured by environment variables:
+Client commands (a server's JSON API from the terminal; --help on each):
+
+`)
+	cli.Usage(w)
+	fmt.Fprint(w, `
+The server is configured by environment variables:
 
 `)
 	printEnv(w)

@@ -27,6 +27,7 @@ import (
 	"pizzabot/handlers"
 	"pizzabot/jobs"
 	"pizzabot/live"
+	"pizzabot/metrics"
 	"pizzabot/skills"
 )
 
@@ -100,6 +101,21 @@ func serve(ctx context.Context, cfg config) error {
 	}
 	defer broker.Close()
 	rt.OnDelta = broker.PublishDelta
+	// Metrics for operators, on their own address (PIZZA_METRICS_ADDR).
+	var mx *metrics.Metrics
+	if cfg.MetricsAddr != "" {
+		mx = metrics.New(metrics.Options{
+			DB:      st.workPool,
+			Pools:   map[string]*pgxpool.Pool{"request": st.pool, "worker": st.workPool},
+			Streams: broker.Subscribers,
+		})
+		rt.Metrics = mx
+		stop, err := serveMetrics(cfg.MetricsAddr, mx, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	if err := client.Start(ctx); err != nil {
 		return fmt.Errorf("start job queue: %w", err)
 	}
@@ -149,6 +165,7 @@ func serve(ctx context.Context, cfg config) error {
 		Runs:           rt,
 		Live:           broker,
 		Extensions:     ext,
+		Metrics:        mx,
 		Admission: handlers.AdmissionConfig{
 			// Starts never hold every request connection: pages, sign-in
 			// and event streams keep some.
@@ -183,6 +200,24 @@ func serve(ctx context.Context, cfg config) error {
 		srv.Close()
 	}
 	return nil
+}
+
+// serveMetrics serves /metrics on addr until stop is called.
+func serveMetrics(addr string, mx *metrics.Metrics, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("cannot listen on PIZZA_METRICS_ADDR %s: %v", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", mx.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("metrics server", "err", err)
+		}
+	}()
+	log.Info("serving metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	return func() { srv.Close() }, nil
 }
 
 // migrate applies the migrations and exits.

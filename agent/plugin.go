@@ -205,7 +205,7 @@ func loadPluginSkills(plugins []Plugin, byName map[string]Skill) []SkillError {
 			errs = append(errs, SkillError{Source: SourcePlugin, Plugin: p.Name, Path: dir, Err: err})
 			continue
 		}
-		skills, serrs := loadDir(os.DirFS(dir), SourcePlugin, dir, func(name string) string { return filepath.Join(dir, name, SkillFile) })
+		skills, serrs := loadDir(SkillFolderFS(dir), SourcePlugin, dir, func(name string) string { return filepath.Join(dir, name, SkillFile) })
 		for _, e := range serrs {
 			e.Plugin = p.Name
 			errs = append(errs, e)
@@ -246,39 +246,11 @@ const (
 // installed plugin of the same name is replaced only when replace is set.
 // It returns the installed plugin.
 func InstallPlugin(pluginsDir string, archive io.Reader, fallbackName string, replace bool) (Plugin, error) {
-	data, err := io.ReadAll(io.LimitReader(archive, MaxPluginArchive+1))
-	if err != nil {
-		return Plugin{}, fmt.Errorf("read the archive: %w", err)
-	}
-	if len(data) > MaxPluginArchive {
-		return Plugin{}, fmt.Errorf("the archive is larger than %d MiB", MaxPluginArchive>>20)
-	}
-	if err := os.MkdirAll(pluginsDir, 0o755); err != nil {
-		return Plugin{}, err
-	}
-	tmp, err := os.MkdirTemp(pluginsDir, ".install-")
+	tmp, err := extractArchive(pluginsDir, archive, MaxPluginSize)
 	if err != nil {
 		return Plugin{}, err
 	}
 	defer os.RemoveAll(tmp)
-	ex := &extractor{root: tmp}
-	switch {
-	case bytes.HasPrefix(data, []byte("PK\x03\x04")) || bytes.HasPrefix(data, []byte("PK\x05\x06")):
-		err = ex.zip(data)
-	case bytes.HasPrefix(data, []byte{0x1f, 0x8b}):
-		var zr *gzip.Reader
-		zr, err = gzip.NewReader(bytes.NewReader(data))
-		if err == nil {
-			err = ex.tar(zr)
-		}
-	case len(data) > 262 && string(data[257:262]) == "ustar":
-		err = ex.tar(bytes.NewReader(data))
-	default:
-		err = errors.New("not a .zip, .tar.gz or .tar archive")
-	}
-	if err != nil {
-		return Plugin{}, err
-	}
 	root := tmp
 	if entries, _ := os.ReadDir(tmp); len(entries) == 1 && entries[0].IsDir() && !isPluginRoot(tmp) {
 		root = filepath.Join(tmp, entries[0].Name())
@@ -314,6 +286,47 @@ func InstallPlugin(pluginsDir string, archive io.Reader, fallbackName string, re
 		_ = os.RemoveAll(old)
 	}
 	return LoadPlugin(dest), nil
+}
+
+// extractArchive extracts archive (a .zip, .tar.gz/.tgz or .tar, told
+// apart by its content) safely into a new hidden folder of parent, which it
+// returns: the caller moves what it keeps out of it and removes it. At most
+// maxSize bytes are extracted. Plugins and skill folders share it.
+func extractArchive(parent string, archive io.Reader, maxSize int64) (string, error) {
+	data, err := io.ReadAll(io.LimitReader(archive, MaxPluginArchive+1))
+	if err != nil {
+		return "", fmt.Errorf("read the archive: %w", err)
+	}
+	if len(data) > MaxPluginArchive {
+		return "", fmt.Errorf("the archive is larger than %d MiB", MaxPluginArchive>>20)
+	}
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(parent, ".install-")
+	if err != nil {
+		return "", err
+	}
+	ex := &extractor{root: tmp, max: maxSize}
+	switch {
+	case bytes.HasPrefix(data, []byte("PK\x03\x04")) || bytes.HasPrefix(data, []byte("PK\x05\x06")):
+		err = ex.zip(data)
+	case bytes.HasPrefix(data, []byte{0x1f, 0x8b}):
+		var zr *gzip.Reader
+		zr, err = gzip.NewReader(bytes.NewReader(data))
+		if err == nil {
+			err = ex.tar(zr)
+		}
+	case len(data) > 262 && string(data[257:262]) == "ustar":
+		err = ex.tar(bytes.NewReader(data))
+	default:
+		err = errors.New("not a .zip, .tar.gz or .tar archive")
+	}
+	if err != nil {
+		os.RemoveAll(tmp)
+		return "", err
+	}
+	return tmp, nil
 }
 
 // PluginNameFromFile derives a plugin name from an archive's file name:
@@ -356,6 +369,7 @@ func manifestName(dir string) string {
 // would land outside it or exceed the limits.
 type extractor struct {
 	root  string
+	max   int64 // bytes extracted at most
 	files int
 	total int64
 }
@@ -392,7 +406,7 @@ func (x *extractor) write(dst string, r io.Reader, mode fs.FileMode) error {
 	if err != nil {
 		return fmt.Errorf("extract %s: %w", filepath.Base(dst), err)
 	}
-	left := MaxPluginSize - x.total
+	left := x.max - x.total
 	n, err := io.Copy(f, io.LimitReader(r, left+1))
 	x.total += n
 	if cerr := f.Close(); err == nil {
@@ -401,8 +415,8 @@ func (x *extractor) write(dst string, r io.Reader, mode fs.FileMode) error {
 	if err != nil {
 		return err
 	}
-	if x.total > MaxPluginSize {
-		return fmt.Errorf("the plugin is larger than %d MiB once extracted", MaxPluginSize>>20)
+	if x.total > x.max {
+		return fmt.Errorf("the archive's files are larger than %d MiB once extracted", x.max>>20)
 	}
 	return nil
 }
@@ -437,7 +451,7 @@ func (x *extractor) zip(data []byte) error {
 				return err
 			}
 		default:
-			return fmt.Errorf("the archive holds %q, which is a link or a special file: plugins may hold only files and folders", f.Name)
+			return fmt.Errorf("the archive holds %q, which is a link or a special file: an archive may hold only files and folders", f.Name)
 		}
 	}
 	return nil
@@ -474,7 +488,7 @@ func (x *extractor) tar(r io.Reader) error {
 				return err
 			}
 		default:
-			return fmt.Errorf("the archive holds %q, which is a link or a special file: plugins may hold only files and folders", h.Name)
+			return fmt.Errorf("the archive holds %q, which is a link or a special file: an archive may hold only files and folders", h.Name)
 		}
 	}
 }

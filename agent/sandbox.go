@@ -137,7 +137,42 @@ func SandboxSlotsInUse() int { return len(sandboxSlots) }
 // gone; a tool call that ignores its context is the only thing that can make
 // it wait longer.
 func RunScript(ctx context.Context, code string, lim SandboxLimits, call ScriptToolFunc) (ScriptResult, error) {
+	return RunProgram(ctx, ScriptProgram{Code: code}, lim, call)
+}
+
+// ScriptProgram is a script with the files it may load: a skill's
+// JavaScript, given as data (the sandbox opens no file). Exactly one of Code
+// and Main is set.
+type ScriptProgram struct {
+	// Code is a program evaluated as global code, as RunScript does.
+	Code string
+	// Main is the path in Modules of a file run as the program: a CommonJS
+	// file's result is its module.exports (when not empty), an ES module's
+	// its default export.
+	Main string
+	// Modules are the files require() and import may load, by absolute
+	// path (/skills/<name>/scripts/a.js); .json files load as data.
+	Modules map[string]string
+	// Root is the folder relative paths of Code resolve in
+	// (/skills/<name>/).
+	Root string
+	// Argv, when Main is set, are the arguments the program finds in
+	// process.argv after ["node", Main].
+	Argv []string
+}
+
+// RunProgram is RunScript for a program that may load modules: in the
+// sandbox, require("./x.js") and import of the files in p.Modules work,
+// and nothing else does (no Node.js built-in modules, no npm packages).
+func RunProgram(ctx context.Context, p ScriptProgram, lim SandboxLimits, call ScriptToolFunc) (ScriptResult, error) {
 	lim = lim.withDefaults()
+	if p.Main != "" {
+		if _, ok := p.Modules[p.Main]; !ok {
+			return ScriptResult{}, &ScriptError{Kind: ScriptInvalid, Msg: fmt.Sprintf("no JavaScript file %s", p.Main)}
+		}
+		return runAcquired(ctx, p, lim, call)
+	}
+	code := p.Code
 	if strings.TrimSpace(code) == "" {
 		return ScriptResult{}, &ScriptError{Kind: ScriptInvalid, Msg: "the script is empty"}
 	}
@@ -150,11 +185,23 @@ func RunScript(ctx context.Context, code string, lim SandboxLimits, call ScriptT
 	case <-ctx.Done():
 		return ScriptResult{}, &ScriptError{Kind: ScriptCancelled, Msg: "the script was cancelled before it started"}
 	}
-	return runIsolated(ctx, code, lim, call)
+	return runIsolated(ctx, p, lim, call)
+}
+
+// runAcquired takes a sandbox slot and runs p.
+func runAcquired(ctx context.Context, p ScriptProgram, lim SandboxLimits, call ScriptToolFunc) (ScriptResult, error) {
+	select {
+	case sandboxSlots <- struct{}{}:
+		defer func() { <-sandboxSlots }()
+	case <-ctx.Done():
+		return ScriptResult{}, &ScriptError{Kind: ScriptCancelled, Msg: "the script was cancelled before it started"}
+	}
+	return runIsolated(ctx, p, lim, call)
 }
 
 type sandbox struct {
 	lim     SandboxLimits
+	prog    ScriptProgram
 	call    ScriptToolFunc
 	console *consoleBuffer
 	vm      *quickjs.VM
@@ -164,7 +211,8 @@ type sandbox struct {
 	emit func(level, text string)
 }
 
-func (s *sandbox) run(ctx context.Context, code string) (ScriptResult, error) {
+func (s *sandbox) run(ctx context.Context) (ScriptResult, error) {
+	code := s.prog.Code
 	vm, err := quickjs.NewVM()
 	if err != nil {
 		return ScriptResult{}, fmt.Errorf("start the JavaScript engine: %w", err)
@@ -191,6 +239,11 @@ func (s *sandbox) run(ctx context.Context, code string) (ScriptResult, error) {
 			return ScriptResult{}, s.failure(ctx, err)
 		}
 		return ScriptResult{}, fmt.Errorf("prepare the sandbox: %w", err)
+	}
+	if len(s.prog.Modules) > 0 || s.prog.Main != "" {
+		if code, err = s.modules(ctx); err != nil {
+			return ScriptResult{}, err
+		}
 	}
 	source, _ := json.Marshal(code)
 	steps := []func() error{

@@ -54,6 +54,12 @@ func init() {
 // childStart is the script and its limits, the first value the parent sends.
 type childStart struct {
 	Code string `json:"code"`
+	// Main, Modules, Root and Argv are ScriptProgram's: the skill's files
+	// arrive as data, the child opens none.
+	Main    string            `json:"main,omitempty"`
+	Modules map[string]string `json:"modules,omitempty"`
+	Root    string            `json:"root,omitempty"`
+	Argv    []string          `json:"argv,omitempty"`
 	// Timeout is the script's limit, for messages; Budget is what is left
 	// of it when the child starts, the child's own deadline.
 	Timeout time.Duration `json:"timeout"`
@@ -113,6 +119,7 @@ func sandboxChild(in io.Reader, out io.Writer) int {
 	defer cancel()
 	s := &sandbox{
 		lim:     SandboxLimits{Timeout: start.Timeout, Memory: start.Memory, Output: start.Output},
+		prog:    ScriptProgram{Code: start.Code, Main: start.Main, Modules: start.Modules, Root: start.Root, Argv: start.Argv},
 		console: &consoleBuffer{limit: start.Output},
 		emit:    func(level, text string) { send(childMsg{Type: "console", Level: level, Text: text}) },
 		call: func(_ context.Context, name, args string) (string, error) {
@@ -127,7 +134,7 @@ func sandboxChild(in io.Reader, out io.Writer) int {
 			return r.Result, nil
 		},
 	}
-	res, err := s.run(ctx, start.Code)
+	res, err := s.run(ctx)
 	var se *ScriptError
 	switch {
 	case errors.As(err, &se):
@@ -145,7 +152,7 @@ func sandboxChild(in io.Reader, out io.Writer) int {
 // calls. It kills the child when the deadline has passed by killGrace, when
 // ctx ends, when a tool call halts the script, and in any case before it
 // returns, and reaps it.
-func runIsolated(ctx context.Context, code string, lim SandboxLimits, call ScriptToolFunc) (ScriptResult, error) {
+func runIsolated(ctx context.Context, p ScriptProgram, lim SandboxLimits, call ScriptToolFunc) (ScriptResult, error) {
 	deadline := time.Now().Add(lim.Timeout)
 	runCtx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
@@ -192,7 +199,8 @@ func runIsolated(ctx context.Context, code string, lim SandboxLimits, call Scrip
 	defer stopWatch()
 
 	enc := json.NewEncoder(stdin)
-	start := childStart{Code: code, Timeout: lim.Timeout, Budget: time.Until(deadline), Memory: lim.Memory, Output: lim.Output}
+	start := childStart{Code: p.Code, Main: p.Main, Modules: p.Modules, Root: p.Root, Argv: p.Argv,
+		Timeout: lim.Timeout, Budget: time.Until(deadline), Memory: lim.Memory, Output: lim.Output}
 	_ = enc.Encode(start) // a child that died at once shows below
 	dec := json.NewDecoder(bufio.NewReader(stdout))
 	for {

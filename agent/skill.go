@@ -88,8 +88,14 @@ type Skill struct {
 	// ReplacesBuiltin reports a custom or plugin skill that hides the
 	// built-in skill of the same name (deleting it brings the built-in back).
 	ReplacesBuiltin bool `json:"replaces_builtin,omitempty"`
-	// Files is the skill's folder: SKILL.md and any file it bundles.
+	// Files is the skill's folder: SKILL.md and any file it bundles. For a
+	// custom or plugin skill it is the folder on disk, opened so that no
+	// path or symbolic link leads out of it (see SkillFolderFS).
 	Files fs.FS `json:"-"`
+	// Warnings are the soft rules of the format the skill breaks (a long
+	// description, unknown front matter keys): it loads anyway, and the
+	// skills page shows them. Each names its line when it has one.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
 // InterruptFor returns the interrupt configured for a tool, if any.
@@ -185,7 +191,7 @@ func LoadSkillsWithPlugins(builtin fs.FS, plugins []Plugin, customDir string) Sk
 		case !info.IsDir():
 			set.Errors = append(set.Errors, SkillError{Source: SourceCustom, Path: customDir, Err: errors.New("not a directory")})
 		default:
-			skills, errs := loadDir(os.DirFS(customDir), SourceCustom, customDir, func(name string) string { return filepath.Join(customDir, name, SkillFile) })
+			skills, errs := loadDir(SkillFolderFS(customDir), SourceCustom, customDir, func(name string) string { return filepath.Join(customDir, name, SkillFile) })
 			for _, sk := range skills {
 				if b, ok := byName[sk.Name]; ok && (b.Source == SourceBuiltin || b.ReplacesBuiltin) {
 					sk.ReplacesBuiltin = true
@@ -245,7 +251,7 @@ func loadDir(fsys fs.FS, source, root string, display func(name string) string) 
 		}
 		sk.Source = source
 		sk.Path = file
-		sk.Files, _ = fs.Sub(fsys, name)
+		sk.Files = skillSub(fsys, name)
 		skills = append(skills, *sk)
 	}
 	return skills, errs
@@ -318,6 +324,7 @@ func ParseSkill(folder string, data []byte) (*Skill, error) {
 	if len(p.errs) > 0 {
 		return nil, errors.New("front matter: " + strings.Join(p.errs, "; "))
 	}
+	p.skill.Warnings = p.warns
 	return p.skill, nil
 }
 
@@ -325,9 +332,24 @@ func ParseSkill(folder string, data []byte) (*Skill, error) {
 // ("allowed_tools", "interrupt_on") are reported instead of ignored.
 var knownFields = []string{"name", "description", "license", "compatibility", "metadata", "allowed-tools", "interruptOn", "schedule", "model"}
 
+// guardedFields are our own keys whose misspelling is refused rather than
+// ignored: a misspelt interruptOn would run tools without the approval the
+// author asked for, a misspelt allowed-tools would offer every tool.
+var guardedFields = []string{"allowed-tools", "interruptOn", "schedule"}
+
 type skillParser struct {
 	skill *Skill
 	errs  []string
+	warns []string
+}
+
+// warnf records a soft rule the skill breaks: it still loads.
+func (p *skillParser) warnf(n *yaml.Node, format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if n != nil && n.Line > 0 {
+		msg += fmt.Sprintf(" (line %d)", n.Line)
+	}
+	p.warns = append(p.warns, msg)
 }
 
 func (p *skillParser) errorf(n *yaml.Node, format string, args ...any) {
@@ -359,11 +381,11 @@ func (p *skillParser) parse(root *yaml.Node, folder string) {
 			sk.Description, _ = p.scalar(key, v)
 			sk.Description = strings.TrimSpace(sk.Description)
 		case "license":
-			sk.License, _ = p.scalar(key, v)
+			sk.License, _ = p.softScalar(key, v)
 		case "compatibility":
-			sk.Compatibility, _ = p.scalar(key, v)
+			sk.Compatibility, _ = p.softScalar(key, v)
 			if n := utf8.RuneCountInString(sk.Compatibility); n > MaxSkillCompatibilityLen {
-				p.errorf(v, "compatibility is %d characters, more than %d", n, MaxSkillCompatibilityLen)
+				p.warnf(v, "compatibility is %d characters, more than the format's %d", n, MaxSkillCompatibilityLen)
 			}
 		case "metadata":
 			p.metadata(v)
@@ -376,10 +398,17 @@ func (p *skillParser) parse(root *yaml.Node, folder string) {
 		case "model":
 			p.model(v)
 		default:
-			if want := nearMiss(key); want != "" {
-				p.errorf(k, "unknown field %q: did you mean %q?", key, want)
+			want := nearMiss(key)
+			switch {
+			case slices.Contains(guardedFields, want):
+				p.errorf(k, "unknown field %q: did you mean %q? (refused: a misspelt %s would be silently ignored)", key, want, want)
+			case want != "":
+				p.warnf(k, "unknown field %q, ignored: did you mean %q?", key, want)
+			default:
+				// Other fields belong to other tools: kept out of the
+				// way, and said so.
+				p.warnf(k, "unknown field %q, ignored (not part of the Agent Skills format; put tool-specific keys under metadata)", key)
 			}
-			// Other fields belong to other tools: ignored.
 		}
 	}
 
@@ -396,13 +425,43 @@ func (p *skillParser) parse(root *yaml.Node, folder string) {
 		p.errorf(nameNode, "name %q must match the folder name %q", sk.Name, folder)
 	}
 	switch {
-	case descNode == nil:
-		p.errorf(nil, "description is required (what the skill does and when to use it)")
-	case sk.Description == "":
-		p.errorf(descNode, "description is empty")
+	case descNode == nil || sk.Description == "":
+		// The model picks a skill by its description: without one, the
+		// first paragraph of the instructions stands in for it.
+		sk.Description = firstParagraph(sk.Body, MaxSkillDescriptionLen)
+		if descNode == nil {
+			p.warnf(nil, "description is missing: the first paragraph of the instructions is used instead")
+		} else {
+			p.warnf(descNode, "description is empty: the first paragraph of the instructions is used instead")
+		}
+		if sk.Description == "" {
+			p.errorf(descNode, "description is required (what the skill does and when to use it), and the instructions have no text to use instead")
+		}
 	case utf8.RuneCountInString(sk.Description) > MaxSkillDescriptionLen:
-		p.errorf(descNode, "description is %d characters, more than %d", utf8.RuneCountInString(sk.Description), MaxSkillDescriptionLen)
+		// Kept whole: it is the author's text, and models read it fine.
+		p.warnf(descNode, "description is %d characters, more than the format's %d: other tools may refuse it", utf8.RuneCountInString(sk.Description), MaxSkillDescriptionLen)
 	}
+}
+
+// firstParagraph returns the first paragraph of Markdown text that is not a
+// heading, cut to at most n characters.
+func firstParagraph(body string, n int) string {
+	for _, para := range strings.Split(body, "\n\n") {
+		para = strings.TrimSpace(para)
+		if para == "" || strings.HasPrefix(para, "#") {
+			if i := strings.IndexByte(para, '\n'); strings.HasPrefix(para, "#") && i > 0 {
+				para = strings.TrimSpace(para[i+1:])
+			} else {
+				continue
+			}
+		}
+		para = strings.Join(strings.Fields(para), " ")
+		if utf8.RuneCountInString(para) > n {
+			para = string([]rune(para)[:n])
+		}
+		return para
+	}
+	return ""
 }
 
 // scalar reads a string field; null counts as empty.
@@ -433,17 +492,30 @@ func (p *skillParser) model(v *yaml.Node) {
 	p.skill.Model = spec.String()
 }
 
+// softScalar reads a string field whose wrong shape is only a warning: the
+// field is then ignored.
+func (p *skillParser) softScalar(field string, v *yaml.Node) (string, bool) {
+	if v.Kind == yaml.ScalarNode {
+		if v.Tag == "!!null" {
+			return "", true
+		}
+		return v.Value, true
+	}
+	p.warnf(v, "%s should be a string, not %s: ignored", field, kindName(v))
+	return "", false
+}
+
 func (p *skillParser) metadata(v *yaml.Node) {
 	if isNull(v) {
 		return
 	}
 	if v.Kind != yaml.MappingNode {
-		p.errorf(v, "metadata must be a mapping of keys to values, not %s", kindName(v))
+		p.warnf(v, "metadata should be a mapping of keys to values, not %s: ignored", kindName(v))
 		return
 	}
 	var m map[string]any
 	if err := v.Decode(&m); err != nil {
-		p.errorf(v, "metadata: %s", strings.TrimPrefix(err.Error(), "yaml: "))
+		p.warnf(v, "metadata: %s: ignored", strings.TrimPrefix(err.Error(), "yaml: "))
 		return
 	}
 	p.skill.Metadata = m

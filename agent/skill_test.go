@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -21,6 +22,8 @@ func TestParseSkill(t *testing.T) {
 		data    string
 		want    *agent.Skill
 		wantErr string
+		// wantWarn is a warning the skill loads with (want unchecked).
+		wantWarn string
 	}{
 		{
 			name:   "full",
@@ -65,6 +68,7 @@ Do the research.
 				},
 				Schedule: &agent.Schedule{Cron: "0 9 * * 1-5", Prompt: "Write today's brief"},
 				Body:     "# Research\n\nDo the research.",
+				Warnings: []string{`unknown field "user-invocable", ignored (not part of the Agent Skills format; put tool-specific keys under metadata) (line 20)`},
 			},
 		},
 		{
@@ -104,14 +108,23 @@ Do the research.
 		{name: "too long name", folder: strings.Repeat("a", 65), data: "---\nname: " + strings.Repeat("a", 65) + "\ndescription: d\n---\n", wantErr: "is longer than 64 characters"},
 		{name: "name differs from folder", folder: "other", data: "---\nname: x\ndescription: d\n---\n", wantErr: `name "x" must match the folder name "other" (line 2)`},
 		{name: "missing name and description", folder: "x", data: "---\nlicense: MIT\n---\n", wantErr: `front matter: name is required (the folder name, "x"); description is required`},
-		{name: "too long description", folder: "x", data: "---\nname: x\ndescription: " + strings.Repeat("é", 1025) + "\n---\n", wantErr: "description is 1025 characters, more than 1024 (line 3)"},
-		{name: "too long compatibility", folder: "x", data: "---\nname: x\ndescription: d\ncompatibility: " + strings.Repeat("c", 501) + "\n---\n", wantErr: "compatibility is 501 characters, more than 500"},
+		// Soft rules: the skill loads, with a warning.
+		{name: "too long description", folder: "x", data: "---\nname: x\ndescription: " + strings.Repeat("é", 1025) + "\n---\n", wantWarn: "description is 1025 characters, more than the format's 1024: other tools may refuse it (line 3)"},
+		{name: "too long compatibility", folder: "x", data: "---\nname: x\ndescription: d\ncompatibility: " + strings.Repeat("c", 501) + "\n---\n", wantWarn: "compatibility is 501 characters, more than the format's 500 (line 4)"},
+		{name: "unknown keys", folder: "x", data: "---\nname: x\ndescription: d\nlicense: MIT\nsections: [a]\nwidth: 80\n---\n", wantWarn: `unknown field "sections", ignored (not part of the Agent Skills format; put tool-specific keys under metadata) (line 5)`},
+		{name: "near miss of a format key", folder: "x", data: "---\nname: x\ndescription: d\nLicense: MIT\n---\n", wantWarn: `unknown field "License", ignored: did you mean "license"? (line 4)`},
+		{name: "metadata not a mapping", folder: "x", data: "---\nname: x\ndescription: d\nmetadata: [a]\n---\n", wantWarn: "metadata should be a mapping of keys to values, not a list: ignored (line 4)"},
+		{name: "license not a string", folder: "x", data: "---\nname: x\ndescription: d\nlicense: {spdx: MIT}\n---\n", wantWarn: "license should be a string, not a mapping: ignored (line 4)"},
+		{name: "no description, a body", folder: "x", data: "---\nname: x\n---\n# Title\nFills PDF forms.\n\nMore.\n", want: &agent.Skill{Name: "x", Description: "Fills PDF forms.", Body: "# Title\nFills PDF forms.\n\nMore.",
+			Warnings: []string{"description is missing: the first paragraph of the instructions is used instead"}}},
+		{name: "no description, no body", folder: "x", data: "---\nname: x\n---\n", wantErr: "description is required (what the skill does and when to use it), and the instructions have no text to use instead"},
 		{name: "description not a string", folder: "x", data: "---\nname: x\ndescription: {a: b}\n---\n", wantErr: "description must be a string, not a mapping (line 3)"},
 		{name: "bad interruptOn decision", folder: "x", data: "---\nname: x\ndescription: d\ninterruptOn:\n  publish_brief:\n    allowedDecisions: [approve, aprove]\n---\n", wantErr: `interruptOn.publish_brief.allowedDecisions: unknown decision "aprove" (want approve, edit, reject, respond) (line 6)`},
 		{name: "empty allowedDecisions", folder: "x", data: "---\nname: x\ndescription: d\ninterruptOn:\n  t:\n    allowedDecisions: []\n---\n", wantErr: "interruptOn.t.allowedDecisions is empty (use false to not interrupt)"},
 		{name: "interruptOn unknown key", folder: "x", data: "---\nname: x\ndescription: d\ninterruptOn:\n  t:\n    allowed_decisions: [approve]\n---\n", wantErr: `interruptOn.t: unknown key "allowed_decisions"`},
 		{name: "interruptOn scalar", folder: "x", data: "---\nname: x\ndescription: d\ninterruptOn:\n  t: yes please\n---\n", wantErr: `interruptOn.t must be true, false or {allowedDecisions, description}`},
-		{name: "near miss field", folder: "x", data: "---\nname: x\ndescription: d\nallowed_tools: a b\n---\n", wantErr: `unknown field "allowed_tools": did you mean "allowed-tools"? (line 4)`},
+		{name: "near miss field", folder: "x", data: "---\nname: x\ndescription: d\nallowed_tools: a b\n---\n", wantErr: `unknown field "allowed_tools": did you mean "allowed-tools"? (refused: a misspelt allowed-tools would be silently ignored) (line 4)`},
+		{name: "near miss of interruptOn", folder: "x", data: "---\nname: x\ndescription: d\ninterrupt_on:\n  t: true\n---\n", wantErr: `unknown field "interrupt_on": did you mean "interruptOn"?`},
 		{name: "duplicate field", folder: "x", data: "---\nname: x\nname: x\ndescription: d\n---\n", wantErr: `field "name" appears twice (first on line 2)`},
 		{name: "bad cron", folder: "x", data: "---\nname: x\ndescription: d\nschedule: 0 9 * *\n---\n", wantErr: `schedule: cron "0 9 * *" has 4 fields, want 5`},
 		{name: "allowed-tools mapping", folder: "x", data: "---\nname: x\ndescription: d\nallowed-tools: {a: b}\n---\n", wantErr: "allowed-tools must be a space-separated string or a list, not a mapping"},
@@ -129,6 +142,12 @@ Do the research.
 			}
 			if err != nil {
 				t.Fatal(err)
+			}
+			if tt.wantWarn != "" {
+				if !slices.Contains(got.Warnings, tt.wantWarn) {
+					t.Errorf("warnings = %q, want %q among them", got.Warnings, tt.wantWarn)
+				}
+				return
 			}
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("got  %+v\nwant %+v", got, tt.want)

@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"pizzabot/db"
 	"pizzabot/jobs"
@@ -278,7 +283,38 @@ func (h *Handler) unavailable(ctx context.Context, err error) *busyError {
 	if isPoolTimeout(ctx, err) {
 		return errBusy
 	}
+	if isServerFailure(err) && databaseUnreachable(err) {
+		// The database went away before anyone could say so (a crash
+		// noticed a moment later, a restart, a network cut): a 503 tells
+		// the client to come back, where a 500 would say we are broken.
+		return errDatabaseUnreachable
+	}
 	return nil
+}
+
+// errDatabaseUnreachable is the refusal while the database cannot be
+// reached.
+var errDatabaseUnreachable = &busyError{http.StatusServiceUnavailable, "the database cannot be reached right now: try again in a moment", 5 * time.Second}
+
+// databaseUnreachable reports whether err says the database could not be
+// reached or went away: a failed connection, a connection cut, or
+// PostgreSQL shutting down, restarting or recovering (SQLSTATE class 08,
+// 57P01-57P03).
+func databaseUnreachable(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return false // a deadline of ours or a client gone: see isPoolTimeout
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return true
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return strings.HasPrefix(pe.Code, "08") || pe.Code == "57P01" || pe.Code == "57P02" || pe.Code == "57P03"
+	}
+	var ne net.Error
+	return errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // isServerFailure reports whether err would be a 500: not a refusal that

@@ -808,6 +808,27 @@ func (h *Handler) apiSetRead(read bool) func(ctx context.Context, user db.User, 
 	}
 }
 
+// apiArchive and apiUnarchive move a thread out of All (archived threads
+// leave Unread too, as in the inbox) and back:
+// POST /api/v1/threads/{id}/archive and .../unarchive.
+func (h *Handler) apiArchive(w http.ResponseWriter, r *http.Request) error {
+	return h.apiThreadChange(w, r, h.apiSetArchived(true))
+}
+
+func (h *Handler) apiUnarchive(w http.ResponseWriter, r *http.Request) error {
+	return h.apiThreadChange(w, r, h.apiSetArchived(false))
+}
+
+func (h *Handler) apiSetArchived(archived bool) func(ctx context.Context, user db.User, id int64) (int, error) {
+	return func(ctx context.Context, user db.User, id int64) (int, error) {
+		if _, err := db.GetThread(ctx, h.pool, user.ID, id); err != nil {
+			return 0, err
+		}
+		_, err := db.SetArchived(ctx, h.pool, user.ID, []int64{id}, archived)
+		return http.StatusOK, err
+	}
+}
+
 // apiThreadChange runs a change that takes no parameters on the thread of
 // the path and answers with the thread as it is after it, with the status
 // the change returns.

@@ -24,6 +24,7 @@ import (
 	"pizzabot/db"
 	"pizzabot/jobs"
 	"pizzabot/live"
+	"pizzabot/metrics"
 	"pizzabot/views"
 )
 
@@ -66,6 +67,8 @@ type Deps struct {
 	// Admission bounds and rate-limits run starts (admission.go); the zero
 	// value admits everything.
 	Admission AdmissionConfig
+	// Metrics counts webhook deliveries for operators; nil counts nothing.
+	Metrics *metrics.Metrics
 	// DatabaseDown, when set, says whether the database is known to be down
 	// (the private cluster restarting, or stopped for good): nil while it
 	// is up. While it is down, a request that fails is answered 503 with
@@ -101,6 +104,7 @@ type Handler struct {
 	ext *jobs.Extensions
 
 	admission    *admission
+	metrics      *metrics.Metrics
 	databaseDown func() *Unavailable
 	diskFloor    DiskFloor
 }
@@ -123,6 +127,7 @@ func New(d Deps) http.Handler {
 		live:         d.Live,
 		ext:          d.Extensions,
 		admission:    newAdmission(d.Admission),
+		metrics:      d.Metrics,
 		databaseDown: d.DatabaseDown,
 		diskFloor:    d.DiskFloor,
 	}

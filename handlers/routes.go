@@ -78,6 +78,11 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	mux.Handle("POST /api/v1/threads/{id}/retry", h.api(h.apiRetry))
 	mux.Handle("POST /api/v1/threads/{id}/read", h.api(h.apiMarkRead))
 	mux.Handle("POST /api/v1/threads/{id}/unread", h.api(h.apiMarkUnread))
+	mux.Handle("POST /api/v1/threads/{id}/archive", h.api(h.apiArchive))
+	mux.Handle("POST /api/v1/threads/{id}/unarchive", h.api(h.apiUnarchive))
+	// The API's event stream (api_events.go): JSON about the user's
+	// threads, resuming at Last-Event-ID like GET /events.
+	mux.Handle("GET /api/v1/events", h.api(h.apiEvents))
 	mux.Handle("/api/v1/", h.apiNotFound(mux))
 
 	// Sign-in (oidc.go): open to anyone, mounted when SSO is configured.
@@ -109,6 +114,7 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	mux.Handle("GET /settings/skills/new", h.admin(h.newSkill))
 	mux.Handle("GET /settings/skills/{name}/edit", h.admin(h.editSkill))
 	mux.Handle("POST /settings/skills", h.admin(h.saveSkill))
+	mux.Handle("POST /settings/skills/install", h.admin(h.installSkills))
 	mux.Handle("POST /settings/skills/{name}/delete", h.admin(h.deleteSkill))
 	if h.jobsUI != nil {
 		// River's UI and its JSON API, under its own prefix.
@@ -157,7 +163,7 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	// h.page, and it must stay outside the origin check (protectOrigin),
 	// since the systems that call it are not browsers of ours. It answers
 	// JSON, and hides the token from the request log.
-	mux.Handle("/hooks/{skill}/{token}", h.admitStart(http.HandlerFunc(h.receiveHook)))
+	mux.Handle("/hooks/{skill}/{token}", h.countHook(h.admitStart(http.HandlerFunc(h.receiveHook))))
 	mux.Handle("/hooks/", http.HandlerFunc(h.noHook))
 
 	// Anything else is a 404 page, with the sidebar when signed in.

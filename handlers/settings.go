@@ -46,16 +46,17 @@ func (h *Handler) adminHandler(next http.Handler) http.Handler {
 // settingsNotices are the confirmations shown after a change, by the done
 // parameter of the redirect (so no user input is echoed).
 var settingsNotices = map[string]string{
-	"provider":       "Provider settings saved.",
-	"provider-reset": "The provider is configured by the environment again.",
-	"model":          "Default model saved.",
-	"tool-policy":    "Tool policy saved: it applies to every call decided from now on.",
-	"origin":         "Origin allowed.",
-	"origin-removed": "Origin removed.",
-	"user":           "User updated.",
-	"sessions":       "Sessions ended.",
-	"skill":          "Skill saved.",
-	"skill-deleted":  "Custom skill deleted.",
+	"provider":         "Provider settings saved.",
+	"provider-reset":   "The provider is configured by the environment again.",
+	"model":            "Default model saved.",
+	"tool-policy":      "Tool policy saved: it applies to every call decided from now on.",
+	"origin":           "Origin allowed.",
+	"origin-removed":   "Origin removed.",
+	"user":             "User updated.",
+	"sessions":         "Sessions ended.",
+	"skill":            "Skill saved.",
+	"skill-deleted":    "Custom skill deleted.",
+	"skills-installed": "Skills installed with their files.",
 }
 
 // showSettings shows the settings page.
@@ -136,7 +137,7 @@ func (h *Handler) loadSettings(r *http.Request) (views.Settings, error) {
 		set := h.runs.Skills()
 		for i := range set.Skills {
 			s := &set.Skills[i]
-			row := views.SkillRow{Name: s.Name, Description: s.Description, Source: s.Source, ReplacesBuiltin: s.ReplacesBuiltin}
+			row := views.SkillRow{Name: s.Name, Description: s.Description, Source: s.Source, ReplacesBuiltin: s.ReplacesBuiltin, Warnings: s.Warnings}
 			if h.runs.Tools != nil {
 				row.Missing = h.runs.Tools.Missing(s)
 			}
@@ -567,7 +568,28 @@ func (h *Handler) editSkill(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	p.Content.Value = string(data)
+	h.fillSkillFolder(&p, name)
+	if sk, err := agent.ParseSkill(name, data); err == nil {
+		p.Warnings = sk.Warnings
+	}
 	return h.skillEditPage(w, r, http.StatusOK, p)
+}
+
+// fillSkillFolder lists the files of the skill being edited: the custom
+// folder when there is one (even when it does not load), else the loaded
+// skill's.
+func (h *Handler) fillSkillFolder(p *views.SkillEdit, name string) {
+	dir := filepath.Join(h.skillsDir(), name)
+	if info, err := os.Stat(dir); err == nil && info.IsDir() {
+		if real, err := filepath.EvalSymlinks(dir); err == nil {
+			dir = real
+		}
+		skillFolder(p, &agent.Skill{Name: name, Files: agent.SkillFolderFS(dir)})
+		return
+	}
+	if s, ok := h.skill(name); ok {
+		skillFolder(p, s)
+	}
 }
 
 func (h *Handler) skill(name string) (*agent.Skill, bool) {
@@ -616,8 +638,18 @@ func (h *Handler) saveSkill(w http.ResponseWriter, r *http.Request) error {
 		p.Editing = false
 		return h.skillEditPage(w, r, http.StatusUnprocessableEntity, p)
 	}
-	if _, err := agent.ParseSkill(name, []byte(content)); err != nil {
+	if p.Editing {
+		h.fillSkillFolder(&p, name)
+	}
+	sk, err := agent.ParseSkill(name, []byte(content))
+	if err != nil {
 		p.Content.Error = err.Error()
+		return h.skillEditPage(w, r, http.StatusUnprocessableEntity, p)
+	}
+	if len(sk.Warnings) > 0 && r.FormValue("accept_warnings") != "1" {
+		// Strict writing: the soft rules are shown before the file is
+		// written, and saving anyway is one more click.
+		p.Warnings, p.ConfirmWarnings = sk.Warnings, true
 		return h.skillEditPage(w, r, http.StatusUnprocessableEntity, p)
 	}
 	if err := writeSkillFile(h.skillsDir(), name, []byte(content)); err != nil {
@@ -688,4 +720,71 @@ func (h *Handler) deleteSkill(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	return settingsDone(w, r, "skill-deleted", "skills")
+}
+
+// installSkills installs the skill folders of an uploaded .zip or .tar.gz
+// into <data root>/skills (agent.InstallSkills: the plugins' safe
+// extraction). Files stay on this server's disk: replicas sharing a
+// database do not share them.
+func (h *Handler) installSkills(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	if h.dataRoot == "" {
+		return notFound
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, agent.MaxPluginArchive+(1<<20))
+	if err := r.ParseMultipartForm(1 << 20); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return h.skillInstallError(w, r, fmt.Sprintf("The archive is larger than %d MiB.", agent.MaxPluginArchive>>20))
+		}
+		return h.skillInstallError(w, r, "Choose a .zip or .tar.gz of a skill folder to upload.")
+	}
+	f, hdr, err := r.FormFile("archive")
+	if err != nil {
+		return h.skillInstallError(w, r, "Choose a .zip or .tar.gz of a skill folder to upload.")
+	}
+	defer f.Close()
+	installed, err := agent.InstallSkills(h.skillsDir(), f, agent.PluginNameFromFile(hdr.Filename), r.FormValue("replace") == "on")
+	var pathErr *fs.PathError
+	var linkErr *os.LinkError
+	switch {
+	case errors.As(err, &pathErr) || errors.As(err, &linkErr):
+		return fmt.Errorf("install skills: %w", err)
+	case err != nil:
+		return h.skillInstallError(w, r, err.Error())
+	}
+	names := make([]string, len(installed))
+	for i, s := range installed {
+		names[i] = s.Name
+	}
+	if err := h.audited(ctx, "skills installed", strings.Join(names, ", "), func(pgx.Tx) error { return nil }); err != nil {
+		return err
+	}
+	return settingsDone(w, r, "skills-installed", "skills")
+}
+
+func (h *Handler) skillInstallError(w http.ResponseWriter, r *http.Request, msg string) error {
+	p, err := h.loadSettings(r)
+	if err != nil {
+		return err
+	}
+	p.SkillInstallError = msg
+	return h.render(w, r, http.StatusUnprocessableEntity, views.SettingsPage(p))
+}
+
+// skillFolder fills the edit page's list of a skill's files.
+func skillFolder(p *views.SkillEdit, s *agent.Skill) {
+	files, truncated, err := agent.ListSkillFiles(s)
+	if err != nil {
+		return
+	}
+	for _, f := range files {
+		if f.Dir {
+			continue
+		}
+		row := views.SkillFileRow{Path: f.Path, Size: FormatBytes(uint64(f.Size)), Note: f.Note()}
+		row.Foreign = f.Kind == agent.FileForeignScript
+		p.Files = append(p.Files, row)
+	}
+	p.FilesTruncated = truncated
 }

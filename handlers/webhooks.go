@@ -323,6 +323,23 @@ func (h *Handler) receiveHook(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// countHook counts each delivery by the status it was answered with, for
+// operators (refusals of a saturated server included).
+func (h *Handler) countHook(next http.Handler) http.Handler {
+	if h.metrics == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &statusRecorder{ResponseWriter: w}
+		next.ServeHTTP(rec, r)
+		status := rec.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		h.metrics.WebhookDelivery(status)
+	})
+}
+
 // noHook answers any other path under /hooks/, in JSON like the webhooks,
 // without writing the path (it may hold a token) to the log.
 func (h *Handler) noHook(w http.ResponseWriter, r *http.Request) {

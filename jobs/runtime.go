@@ -16,6 +16,7 @@ import (
 
 	"pizzabot/agent"
 	"pizzabot/db"
+	"pizzabot/metrics"
 )
 
 // Runtime runs threads: it starts, continues, decides, cancels and retries
@@ -52,6 +53,10 @@ type Runtime struct {
 	// Retention, when set, is how long an archived thread is kept: the
 	// hourly prune deletes older ones (PIZZA_RETENTION).
 	Retention time.Duration
+
+	// Metrics counts steps, model and tool calls and schedule fires for
+	// operators; nil counts nothing.
+	Metrics *metrics.Metrics
 
 	// HeartbeatEvery and StaleAfter: a step proves alive every
 	// HeartbeatEvery; a run whose step has not for StaleAfter is rescued.

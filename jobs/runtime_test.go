@@ -105,6 +105,16 @@ func setup(t testing.TB, script scriptmodel.Script, extra ...jobs.Tool) *bundle 
 // setupWith is setup with other skills.
 func setupWith(t testing.TB, script scriptmodel.Script, skillFiles fstest.MapFS, extra ...jobs.Tool) *bundle {
 	t.Helper()
+	skills := agent.LoadSkills(skillFiles, "")
+	if len(skills.Errors) > 0 {
+		t.Fatalf("skills: %v", skills.Errors)
+	}
+	return setupSkillSet(t, script, skills, extra...)
+}
+
+// setupSkillSet is setup with a loaded skill set (custom skills on disk).
+func setupSkillSet(t testing.TB, script scriptmodel.Script, skills agent.SkillSet, extra ...jobs.Tool) *bundle {
+	t.Helper()
 	ctx := context.Background()
 	b := &bundle{pool: dbtest.New(t), publish: &publishLog{}}
 	b.model = scriptmodel.New(script)
@@ -114,10 +124,6 @@ func setupWith(t testing.TB, script scriptmodel.Script, skillFiles fstest.MapFS,
 	tools, err := jobs.NewToolbox(append([]jobs.Tool{publishTool(b.publish)}, extra...)...)
 	if err != nil {
 		t.Fatal(err)
-	}
-	skills := agent.LoadSkills(skillFiles, "")
-	if len(skills.Errors) > 0 {
-		t.Fatalf("skills: %v", skills.Errors)
 	}
 	b.rt = &jobs.Runtime{
 		Pool:         b.pool,

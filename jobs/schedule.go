@@ -310,6 +310,7 @@ func (rt *Runtime) finishFire(ctx context.Context, tx pgx.Tx, s db.Schedule, rec
 	if err := db.AdvanceSchedule(ctx, tx, s.ID, nextAt, rec.RanAt, threadID); err != nil {
 		return err
 	}
+	rt.Metrics.ScheduleFire(rec.Outcome)
 	rt.Logger.Info("schedule fired", "schedule_id", s.ID, "user_id", s.UserID, "outcome", rec.Outcome,
 		"due_at", rec.DueAt, "covers", rec.Covers)
 	return nil

@@ -41,15 +41,12 @@ func (rt *Runtime) StartTx(ctx context.Context, tx pgx.Tx, user db.User, req Sta
 	if len(req.Files) > db.MaxAttachmentsPerThread {
 		return db.Thread{}, userErr(400, "a thread holds at most %d attachments", db.MaxAttachmentsPerThread)
 	}
-	model := ""
+	model := "" // a skill's pinned model, else the default (StartThread)
 	if req.Skill != "" {
 		if err := rt.checkSkill(req.Skill); err != nil {
 			return db.Thread{}, err
 		}
 		model = rt.skillModel(req.Skill)
-	}
-	if model == "" {
-		model = rt.defaultModel(ctx, tx)
 	}
 	if req.Title == "" {
 		req.Title = db.TitleFromPrompt(req.Prompt)
@@ -59,10 +56,27 @@ func (rt *Runtime) StartTx(ctx context.Context, tx pgx.Tx, user db.User, req Sta
 			return db.Thread{}, err
 		}
 	}
-	t, err := db.CreateThread(ctx, tx, db.NewThread{
+	nt := db.NewThread{
 		UserID: user.ID, FolderID: req.FolderID, Title: req.Title, Skill: req.Skill,
 		Model: model, TriggerKind: req.TriggerKind, TriggerAt: req.TriggerAt, TriggerRef: req.TriggerRef,
-	})
+	}
+	if len(req.Files) == 0 {
+		// Without files the prompt is known: the thread (with the default
+		// model of the settings), its message and its run's generation
+		// are one statement (every run pays for its start).
+		t, gen, err := db.StartThread(ctx, tx, nt, req.Prompt, rt.DefaultModel)
+		if err != nil {
+			return db.Thread{}, err
+		}
+		if _, err := rt.client.InsertTx(ctx, tx, StepArgs{ThreadID: t.ID, Gen: gen}, nil); err != nil {
+			return db.Thread{}, fmt.Errorf("queue step of thread %d: %w", t.ID, err)
+		}
+		return t, nil
+	}
+	if nt.Model == "" {
+		nt.Model = rt.defaultModel(ctx, tx)
+	}
+	t, err := db.CreateThread(ctx, tx, nt)
 	if err != nil {
 		return db.Thread{}, err
 	}

@@ -45,12 +45,7 @@ var errLeaseLost = errors.New("lease lost")
 func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
 	rt := w.rt
 	a := job.Args
-	var outcome db.LeaseOutcome
-	err := db.InTx(ctx, rt.Pool, func(ctx context.Context, tx pgx.Tx) error {
-		var err error
-		outcome, err = db.TakeLease(ctx, tx, a.ThreadID, a.Gen, job.ID, rt.staleAfter())
-		return err
-	})
+	outcome, err := db.TakeLease(ctx, rt.Pool, a.ThreadID, a.Gen, job.ID, rt.staleAfter())
 	if err != nil {
 		return err
 	}
@@ -68,15 +63,19 @@ func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
 		defer close(hbDone)
 		rt.heartbeat(ctx, cancel, a.ThreadID, job.ID)
 	}()
+	began := time.Now()
 	err = rt.step(ctx, job.ID, a)
 	cancel(nil)
 	<-hbDone
 	switch {
 	case err == nil:
+		rt.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "ok")
 		return nil
 	case errors.Is(err, errLeaseLost) || errors.Is(context.Cause(ctx), errLeaseLost):
+		rt.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "lease_lost")
 		return nil
 	case ctx.Err() != nil:
+		rt.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "handed_back")
 		// Shutdown (or River's own cancel): hand the run back at once. A
 		// tool call cut off here stays "running" and the next job treats
 		// its outcome as unknown.
@@ -87,7 +86,42 @@ func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
 		}
 		return river.JobSnooze(0)
 	}
+	rt.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "error")
 	return err
+}
+
+// providerOf is the provider of a model spec ("openai:gpt-4.1" -> "openai"),
+// a label with few values.
+func providerOf(spec string) string {
+	p, _, _ := strings.Cut(spec, ":")
+	if p == "" {
+		return "none"
+	}
+	return p
+}
+
+// modelOutcome labels a model call's result.
+func modelOutcome(err error) string {
+	var pe *agent.ProviderError
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.As(err, &pe):
+		return "provider_error"
+	}
+	return "error"
+}
+
+// toolOutcome labels a tool call's result.
+func toolOutcome(err error) string {
+	var na *NeedsApproval
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.As(err, &na):
+		return "waits"
+	}
+	return "error"
 }
 
 func (rt *Runtime) staleAfter() time.Duration {
@@ -144,16 +178,41 @@ func (rt *Runtime) commit(ctx context.Context, jobID int64, a StepArgs, fn func(
 	})
 }
 
+// commitBatch is commit whose first statements, queued by first, go to the
+// server in one round trip with the lease check; fn then runs as in commit.
+// When the lease is lost the batch's writes are rolled back with the rest.
+func (rt *Runtime) commitBatch(ctx context.Context, jobID int64, a StepArgs, first func(b *pgx.Batch) error, fn func(tx pgx.Tx) error) error {
+	return db.InTx(ctx, rt.Pool, func(ctx context.Context, tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		var checked db.LeaseCheck
+		db.QueueHoldsLease(b, a.ThreadID, a.Gen, jobID, &checked)
+		if err := first(b); err != nil {
+			return err
+		}
+		err := tx.SendBatch(ctx, b).Close()
+		if checked.Done && !checked.Held {
+			// Before any error: a write failing because the run moved
+			// on (its thread deleted) is the lost lease.
+			return errLeaseLost
+		}
+		if err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+}
+
 // step decides what the run needs next: its open tool calls, or the model.
+// What it needs to know of the run is read at once (db.ReadRun).
 func (rt *Runtime) step(ctx context.Context, jobID int64, a StepArgs) error {
-	open, err := db.OpenToolCalls(ctx, rt.Pool, a.ThreadID)
+	v, err := db.ReadRun(ctx, rt.Pool, a.ThreadID, imageTypes, maxImageSize)
 	if err != nil {
 		return err
 	}
-	if len(open) > 0 {
-		return rt.toolStep(ctx, jobID, a, open)
+	if len(v.Open) > 0 {
+		return rt.toolStep(ctx, jobID, a, v.Thread.UserID, v.Open)
 	}
-	return rt.modelStep(ctx, jobID, a)
+	return rt.modelStep(ctx, jobID, a, v)
 }
 
 // fail ends the run as failed with a message the user sees in the thread.
@@ -168,12 +227,9 @@ func (rt *Runtime) fail(ctx context.Context, jobID int64, a StepArgs, started ti
 
 const baseSystemPrompt = `You are Pizza Bot, a background agent. The user handed you a task and left; they will read your final answer later in their inbox. Work autonomously with the tools you have, and finish with a clear, self-contained answer in Markdown. Ask the user (ask_user, when offered) only when you cannot proceed well without them.`
 
-func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs) error {
+func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.RunView) error {
 	started := time.Now()
-	t, err := db.GetRunThread(ctx, rt.Pool, a.ThreadID)
-	if err != nil {
-		return err
-	}
+	t := v.Thread
 	system := baseSystemPrompt
 	if t.ParentThreadID != nil {
 		system = subagentSystemPrompt // see task.go
@@ -188,24 +244,22 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs) error
 			return rt.fail(ctx, jobID, a, started, t.Model, fmt.Sprintf("Skill %q needs %s, which is not connected.", t.Skill, strings.Join(missing, ", ")))
 		}
 		skill = s
-		system += "\n\n# Skill: " + s.Name + "\n\n" + s.Body
+		system += "\n\n# Skill: " + s.Name + "\n\n" + skillFolderPrompt(s) + "\n\n" + s.Body // tools_skills.go
 	}
 	model, err := rt.model(t.Model)
 	if err != nil {
 		return rt.fail(ctx, jobID, a, started, t.Model, err.Error())
-	}
-	msgs, err := db.ListMessages(ctx, rt.Pool, t.UserID, t.ID)
-	if err != nil {
-		return err
 	}
 	rules, err := rt.gateRules(ctx, rt.Pool, t) // no transaction is held here
 	if err != nil {
 		return err
 	}
 	tools := rules.offered(rt.offerTask(t, rt.Tools.Offer(skill)))
-	in := agent.StepInput{Model: model, System: system, Messages: toAgent(msgs), Tools: tools}
-	if err := rt.attachImages(ctx, t, in.Messages); err != nil { // see images.go
-		return err
+	in := agent.StepInput{Model: model, System: system, Messages: toAgent(v.Messages), Tools: tools}
+	if v.Images > 0 {
+		if err := rt.attachImages(ctx, t, in.Messages); err != nil { // see images.go
+			return err
+		}
 	}
 	if rt.OnDelta != nil {
 		// Every model call starts its stream with a reset: receivers tell
@@ -214,7 +268,13 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs) error
 		in.OnDelta = func(s string) { rt.OnDelta(t.ID, s, false) }
 		in.OnReset = func() { rt.OnDelta(t.ID, "", true) }
 	}
+	called := time.Now()
 	out, err := rt.stepShowingImages(ctx, t.ID, in)
+	var usage agent.Usage
+	if out != nil {
+		usage = out.Usage
+	}
+	rt.Metrics.ModelCall(providerOf(t.Model), modelOutcome(err), time.Since(called), usage.PromptTokens, usage.CompletionTokens)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -229,19 +289,22 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs) error
 		return rt.fail(ctx, jobID, a, started, t.Model, err.Error())
 	}
 
-	return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
+	// The answer and the step's record go with the lease check, in one
+	// round trip; the rest depends on the message's id.
+	var m db.Message
+	first := func(b *pgx.Batch) error {
 		calls := make([]db.ToolCall, len(out.Assistant.ToolCalls))
 		for i, c := range out.Assistant.ToolCalls {
 			calls[i] = db.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments}
 		}
-		m, err := db.AddMessage(ctx, tx, db.Message{ThreadID: t.ID, Role: db.RoleAssistant, Content: out.Assistant.Content, ToolCalls: calls})
-		if err != nil {
+		if err := db.QueueAddMessage(b, db.Message{ThreadID: t.ID, Role: db.RoleAssistant, Content: out.Assistant.Content, ToolCalls: calls}, &m); err != nil {
 			return err
 		}
-		if err := db.InsertStep(ctx, tx, db.Step{ThreadID: t.ID, Kind: "model", Model: t.Model,
-			PromptTokens: out.Usage.PromptTokens, CompletionTokens: out.Usage.CompletionTokens, StartedAt: started}); err != nil {
-			return err
-		}
+		db.QueueInsertStep(b, db.Step{ThreadID: t.ID, Kind: "model", Model: t.Model,
+			PromptTokens: out.Usage.PromptTokens, CompletionTokens: out.Usage.CompletionTokens, StartedAt: started})
+		return nil
+	}
+	return rt.commitBatch(ctx, jobID, a, first, func(tx pgx.Tx) error {
 		if out.Done() {
 			return rt.endRun(ctx, tx, t.ID, db.StatusDone, "")
 		}
@@ -292,12 +355,8 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs) error
 // unknownOutcome is what a person reads on a call cut off by a crash.
 const unknownOutcome = "The server stopped while this call was running: it may or may not have taken effect. Retry runs it again; skip tells the model it did not complete."
 
-func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, open []db.ToolCallRow) error {
+func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, userID int64, open []db.ToolCallRow) error {
 	started := time.Now()
-	var userID int64
-	if err := rt.Pool.QueryRow(ctx, `SELECT user_id FROM threads WHERE id = $1`, a.ThreadID).Scan(&userID); err != nil {
-		return err
-	}
 	run := Run{ThreadID: a.ThreadID, UserID: userID}
 	// Sub-agents first, so that they work while the other calls run.
 	if err := rt.delegate(ctx, jobID, a, open); err != nil {
@@ -372,6 +431,7 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run Run
 				return err
 			}
 			result, terr := tool.Tx(ctx, sp, run, args)
+			rt.Metrics.ToolCall(c.Name, toolOutcome(terr))
 			if terr != nil {
 				if err := sp.Rollback(ctx); err != nil {
 					return err
@@ -397,6 +457,7 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run Run
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
+	rt.Metrics.ToolCall(c.Name, toolOutcome(terr))
 	return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
 		if terr != nil {
 			return failCall(ctx, tx, c, terr) // an error result, or parked for approval

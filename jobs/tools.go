@@ -202,28 +202,52 @@ func builtinTools() []Tool {
 		{
 			Spec: agent.ToolSpec{
 				Name:        "ls",
-				Description: "List the files in this thread's scratch space, with their sizes. The scratch space is private to the thread and starts empty.",
-				Parameters:  schema(`{"type":"object","properties":{},"additionalProperties":false}`),
+				Description: "List the files in this thread's scratch space, with their sizes. The scratch space is private to the thread and starts empty. A run of a skill also sees the skill's own folder, read-only, at /skills/<name>/: pass that path to list it.",
+				Parameters: schema(`{"type":"object","properties":{
+					"path":{"type":"string","description":"Optional: a folder under /skills/ to list instead of the scratch space"}},
+					"additionalProperties":false}`),
 			},
-			Tx: func(ctx context.Context, tx pgx.Tx, run Run, _ map[string]any) (string, error) {
+			Tx: func(ctx context.Context, tx pgx.Tx, run Run, args map[string]any) (string, error) {
+				if p, _ := args["path"].(string); strings.Trim(p, "/ ") != "" {
+					clean, err := scratchPath(p)
+					if err != nil {
+						return "", err
+					}
+					name, rel, ok := inSkillView(clean)
+					if !ok {
+						return "", fmt.Errorf("ls lists the scratch space (no path) or a skill's folder under /skills/; %q is neither", p)
+					}
+					skills, err := runSkills(ctx, tx, run.ThreadID)
+					if err != nil {
+						return "", err
+					}
+					return skillLs(skills, name, rel) // tools_skills.go
+				}
 				files, err := db.ListScratch(ctx, tx, run.ThreadID)
 				if err != nil {
 					return "", err
 				}
-				if len(files) == 0 {
-					return "The scratch space is empty.", nil
+				skills, err := runSkills(ctx, tx, run.ThreadID)
+				if err != nil {
+					return "", err
 				}
 				var b strings.Builder
+				if len(files) == 0 {
+					b.WriteString("The scratch space is empty.\n")
+				}
 				for _, f := range files {
 					fmt.Fprintf(&b, "%s\t%d bytes\n", f.Path, f.Size)
 				}
-				return b.String(), nil
+				for _, s := range skills {
+					fmt.Fprintf(&b, "%s/%s/\t(the skill's folder, read-only: ls it with its path)\n", agent.SkillMount, s.Name)
+				}
+				return strings.TrimRight(b.String(), "\n"), nil
 			},
 		},
 		{
 			Spec: agent.ToolSpec{
 				Name:        "read_file",
-				Description: "Read a file from this thread's scratch space and return its whole content.",
+				Description: "Read a file from this thread's scratch space and return its whole content. Paths under /skills/<name>/ read the run's skill's own files (read-only).",
 				Parameters: schema(`{"type":"object","properties":{
 					"path":{"type":"string","description":"File path, e.g. notes/plan.md"}},
 					"required":["path"],"additionalProperties":false}`),
@@ -233,8 +257,27 @@ func builtinTools() []Tool {
 				if err != nil {
 					return "", err
 				}
+				if name, rel, ok := inSkillView(p); ok {
+					skills, err := runSkills(ctx, tx, run.ThreadID)
+					if err != nil {
+						return "", err
+					}
+					return skillRead(skills, name, rel) // tools_skills.go
+				}
 				content, err := db.ReadScratch(ctx, tx, run.ThreadID, p)
 				if errors.Is(err, db.ErrNotFound) {
+					// SKILL.md's relative references ("examples/a.md")
+					// resolve in the skill's folder when the scratch
+					// space has no such file.
+					skills, serr := runSkills(ctx, tx, run.ThreadID)
+					if serr != nil {
+						return "", serr
+					}
+					for _, s := range skills {
+						if text, rerr := agent.ReadSkillFile(s, p); rerr == nil {
+							return text, nil
+						}
+					}
 					return "", fmt.Errorf("no file %q in the scratch space (use ls to list files)", p)
 				}
 				return content, err
@@ -276,6 +319,9 @@ func builtinTools() []Tool {
 				p, err := scratchPath(args["path"])
 				if err != nil {
 					return "", err
+				}
+				if _, _, ok := inSkillView(p); ok {
+					return "", errSkillReadOnly(p)
 				}
 				content, err := db.ReadScratch(ctx, tx, run.ThreadID, p)
 				if errors.Is(err, db.ErrNotFound) {
@@ -327,6 +373,9 @@ func boolInt(b bool) int {
 }
 
 func writeScratch(ctx context.Context, tx pgx.Tx, threadID int64, p, content string) error {
+	if _, _, ok := inSkillView(p); ok {
+		return errSkillReadOnly(p) // tools_skills.go
+	}
 	if len(content) > maxScratchFile {
 		return fmt.Errorf("content is %d bytes; a scratch file holds at most %d", len(content), maxScratchFile)
 	}

@@ -53,14 +53,21 @@ func runJSTool(lim agent.SandboxLimits) Tool {
 				"The sandbox has no network, no file system, no timers and no modules; it stops after timeout_seconds (default 10) or 64 MiB of memory. " +
 				"It can call the other tools offered to you (not run_js or ask_user) with tools.call(name, args), which returns the tool's result as a string " +
 				"(JSON.parse it when it is JSON) and throws a ToolError when the tool fails. A tool that needs a person's approval pauses the script until it is approved; " +
-				"the script then runs again from the start, so make the same tool calls in the same order every time (no Math.random or Date in deciding them).",
+				"the script then runs again from the start, so make the same tool calls in the same order every time (no Math.random or Date in deciding them). " +
+				"In a run of a skill, file runs one of the skill's JavaScript files (/skills/<name>/scripts/x.js) with args as process.argv, and require() or import() load the skill's own files; nothing else loads.",
 			Parameters: schema(`{"type":"object","properties":{
-				"code":{"type":"string","minLength":1,"maxLength":102400,"description":"The JavaScript program. Its last expression is the result, e.g. \"const xs = [3, 1, 2]; xs.sort()\"."},
+				"code":{"type":"string","minLength":1,"maxLength":102400,"description":"The JavaScript program. Its last expression is the result, e.g. \"const xs = [3, 1, 2]; xs.sort()\". Give code or file."},
+				"file":{"type":"string","minLength":1,"maxLength":512,"description":"Instead of code: a JavaScript file of the run's skill, e.g. /skills/<name>/scripts/helper.js. Its result is its module.exports (or an ES module's default export); what it prints is in the console output."},
+				"args":{"type":"array","items":{"type":"string","maxLength":10000},"maxItems":50,"description":"With file: the script's command-line arguments (process.argv after [\"node\", file])."},
 				"timeout_seconds":{"type":"integer","minimum":1,"maximum":120,"description":"Wall-time limit in seconds, tool calls included (default 10)."}},
-				"required":["code"],"additionalProperties":false}`),
+				"additionalProperties":false}`),
 		},
 		Call: func(ctx context.Context, run Run, args map[string]any) (string, error) {
 			code, _ := args["code"].(string)
+			file, _ := args["file"].(string)
+			if (code == "") == (file == "") {
+				return "", errors.New("give either code (a program) or file (a JavaScript file of the skill, /skills/<name>/...), not both")
+			}
 			l := lim
 			def := lim.Timeout
 			if def <= 0 {
@@ -71,7 +78,11 @@ func runJSTool(lim agent.SandboxLimits) Tool {
 			if err != nil {
 				return "", err
 			}
-			res, err := agent.RunScript(ctx, code, l, b.call)
+			prog, err := skillProgram(ctx, run, code, file, args["args"]) // tools_skills.go
+			if err != nil {
+				return "", err
+			}
+			res, err := agent.RunProgram(ctx, prog, l, b.call)
 			var na *NeedsApproval
 			if errors.As(err, &na) {
 				return "", na
