@@ -1,0 +1,144 @@
+-- Search over a user's threads (db/search.go): titles, prompts, answers,
+-- tool results and attachment names, in English and Russian with stemming,
+-- and in Chinese (and Japanese) by substring.
+--
+-- One stripped tsvector per thread (thread_search.doc) answers "which
+-- threads hold every term" from one GIN index; for a common term the
+-- planner can instead walk threads_all_idx newest first, look each
+-- thread's document up by key and stop at a page. Phrases are checked per message against
+-- messages.search, which keeps positions; the snippet comes from there too.
+
+CREATE EXTENSION IF NOT EXISTS unaccent;
+
+-- English and Russian together: the russian configuration already stems
+-- ASCII words with the English stemmer and Cyrillic words with the Russian
+-- one; unaccent folds ё into е and accented Latin letters.
+CREATE TEXT SEARCH CONFIGURATION pizza_search (COPY = pg_catalog.russian);
+ALTER TEXT SEARCH CONFIGURATION pizza_search
+    ALTER MAPPING FOR hword, hword_part, word WITH unaccent, russian_stem;
+
+-- search_text prepares text for pizza_search. Chinese and Japanese do not
+-- separate words with spaces and core PostgreSQL cannot break them, so each
+-- run of such characters becomes its overlapping bigrams followed by its
+-- last character ("续约合同" -> "续约 约合 合同 同"): any substring of two or
+-- more characters is then a phrase of bigrams, and one character is a
+-- prefix of a bigram or that last character. db/search.go builds queries the
+-- same way.
+CREATE FUNCTION search_text(s text) RETURNS text
+LANGUAGE plpgsql IMMUTABLE STRICT PARALLEL SAFE AS $$
+DECLARE
+    part text;
+    n int;
+    out text[] := '{}';
+BEGIN
+    IF s !~ '[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]' THEN
+        RETURN s;
+    END IF;
+    FOR part IN SELECT (regexp_matches(s, '[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+|[^\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+', 'g'))[1] LOOP
+        IF part ~ '^[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]' THEN
+            n := char_length(part);
+            FOR i IN 1..n - 1 LOOP
+                out := out || substr(part, i, 2);
+            END LOOP;
+            out := out || substr(part, n, 1);
+        ELSE
+            out := out || part;
+        END IF;
+    END LOOP;
+    RETURN array_to_string(out, ' ');
+END
+$$;
+
+-- The bytes of a tsvector's lexemes: a tsvector holds at most 1 MB of them.
+CREATE FUNCTION search_lexeme_bytes(v tsvector) RETURNS int
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT coalesce(sum(octet_length(l)), 0)::int FROM unnest(tsvector_to_array(v)) AS l
+$$;
+
+-- A message's searchable text with positions, for phrases and snippets.
+-- System prompts are not the user's content; a message counts up to its
+-- first 64 KB (tool results can be much longer).
+ALTER TABLE messages ADD COLUMN search tsvector GENERATED ALWAYS AS (
+    CASE WHEN role = 'system' THEN ''::tsvector
+         ELSE to_tsvector('pizza_search'::regconfig, search_text(left(content, 65536))) END
+) STORED;
+
+-- An attachment's name as searched: "renewal_contract-2026.pdf" holds the
+-- words renewal, contract and 2026.
+CREATE FUNCTION search_name(name text) RETURNS tsvector
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT to_tsvector('pizza_search'::regconfig,
+        search_text(name || ' ' || regexp_replace(name, '[._\-]+', ' ', 'g')))
+$$;
+
+-- A thread's search document: its title, every message (search_add caps
+-- each at the message's first 64 KB) and the names of its attachments,
+-- without positions. It lives beside threads rather than in them because a
+-- thread's row is updated at every step and heartbeat, and every such
+-- update would write the whole document into the GIN index again.
+-- bytes counts the lexeme bytes added (an upper bound: repeated lexemes
+-- count again), so that a very long thread stops growing its document
+-- before the 1 MB tsvector limit instead of failing the insert of a
+-- message; such a thread is still found by its first ~800 KB of words.
+CREATE TABLE thread_search (
+    thread_id  bigint PRIMARY KEY REFERENCES threads (id) ON DELETE CASCADE,
+    doc        tsvector NOT NULL,
+    bytes      int NOT NULL
+);
+
+CREATE FUNCTION search_add(thread bigint, v tsvector) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    s tsvector := strip(v);
+    b int := search_lexeme_bytes(s);
+BEGIN
+    IF b = 0 THEN
+        RETURN;
+    END IF;
+    UPDATE thread_search SET doc = doc || s, bytes = bytes + b
+    WHERE thread_id = thread AND bytes + b <= 800000;
+END
+$$;
+
+CREATE FUNCTION threads_search_title() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    v tsvector := strip(to_tsvector('pizza_search'::regconfig, search_text(NEW.title)));
+BEGIN
+    INSERT INTO thread_search (thread_id, doc, bytes) VALUES (NEW.id, v, search_lexeme_bytes(v));
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER threads_search_title AFTER INSERT ON threads
+    FOR EACH ROW EXECUTE FUNCTION threads_search_title();
+
+CREATE FUNCTION messages_search_add() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM search_add(NEW.thread_id, NEW.search);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER messages_search_add AFTER INSERT ON messages
+    FOR EACH ROW EXECUTE FUNCTION messages_search_add();
+
+CREATE FUNCTION attachments_search_add() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM search_add(NEW.thread_id, search_name(NEW.name));
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER attachments_search_add AFTER INSERT ON attachments
+    FOR EACH ROW EXECUTE FUNCTION attachments_search_add();
+
+-- The threads already there.
+INSERT INTO thread_search (thread_id, doc, bytes)
+SELECT id, v, search_lexeme_bytes(v)
+FROM threads, strip(to_tsvector('pizza_search'::regconfig, search_text(title))) AS v;
+SELECT search_add(m.thread_id, m.search) FROM messages m ORDER BY m.id;
+SELECT search_add(a.thread_id, search_name(a.name)) FROM attachments a ORDER BY a.id;
+
+CREATE INDEX thread_search_doc_idx ON thread_search USING gin (doc);
+
+-- The number of pages of a PDF attachment, shown on the thread page; NULL
+-- for other files or when it could not be counted (a broken or encrypted
+-- PDF, whose reading tells why).
+ALTER TABLE attachments ADD COLUMN pages integer CHECK (pages >= 0);
