@@ -208,3 +208,11 @@ func problemTitle(p Problem) string {
 	}
 	return PageTitle(action, http.StatusText(p.Status))
 }
+
+// pagesLabel is a PDF's page count: "1 page", "12 pages".
+func pagesLabel(n int) string {
+	if n == 1 {
+		return "1 page"
+	}
+	return strconv.Itoa(n) + " pages"
+}
