@@ -4,10 +4,13 @@ import (
 	"context"
 	"fmt"
 	"html"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Search finds a user's threads by their title, prompts, answers, tool
@@ -296,32 +299,95 @@ func cjkSnippet(text string, runs []string) Snippet {
 	return s
 }
 
+// Search plans. searchRare is the most matching documents the GIN index
+// path sorts; searchWalk is how many of the newest threads (of the
+// listing) the walk looks through, one document lookup each, stopping at a
+// full page.
+const (
+	searchRare = 1000
+	searchWalk = 5000
+)
+
 // searchThreads is ListThreads with a search query: the user's threads
 // that match, newest activity first, each with a snippet. where and args
-// hold ListThreads' conditions (the user id is $1).
+// hold ListThreads' conditions on threads t (the user id is $1).
+//
+// The plan is chosen here, not by the planner, whose estimates for several
+// words multiply their frequencies as if independent and are far off
+// (phrases make it worse). A count capped at searchRare+1 tells rare from
+// common: up to searchRare matching threads are read from the GIN index
+// and sorted; a more common query fills its page within the newest
+// threads, found by walking them in order. Only when that walk comes back
+// short (the matches are old, or the filters rare) are all the matches
+// sorted.
 func searchThreads(ctx context.Context, q Querier, sq SearchQuery, where []string, args []any, limit int) ([]Thread, error) {
+	var n int
+	err := q.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM thread_search
+		WHERE user_id = $1 AND doc @@ to_tsquery('pizza_search'::regconfig, $2) LIMIT $3) x`,
+		pgx.QueryExecModeExec, args[0], sq.all, searchRare+1).Scan(&n)
+	if err != nil {
+		return nil, fmt.Errorf("search threads: %w", err)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	if n > searchRare {
+		ts, err := searchRun(ctx, q, sq, where, args, limit, true)
+		if err != nil || len(ts) == limit {
+			return ts, err
+		}
+	}
+	return searchRun(ctx, q, sq, where, args, limit, false)
+}
+
+// threadColumnsOnly are threadColumns without the folder's name, which
+// searchRun adds once the page is known.
+var threadColumnsOnly = strings.Replace(threadColumns, "coalesce(f.name, '') AS folder_name,", "", 1)
+
+func searchRun(ctx context.Context, q Querier, sq SearchQuery, where []string, args []any, limit int, walk bool) ([]Thread, error) {
+	args = slices.Clone(args)
 	arg := func(v any) string {
 		args = append(args, v)
 		return "$" + strconv.Itoa(len(args))
 	}
 	tsq := func(p string) string { return "to_tsquery('pizza_search'::regconfig, " + p + ")" }
-	where = append(where, "s.doc @@ "+tsq(arg(sq.all)))
-	for _, ph := range sq.phrases {
-		p := tsq(arg(ph))
-		// The document has no positions: a phrase must be in one message,
+	allQ := tsq(arg(sq.all))
+	// Subqueries with LIMIT or OFFSET are not flattened: each check below
+	// runs per thread, in the order of the threads, and only on those that
+	// passed the checks before it.
+	var from, cond []string
+	if walk {
+		from = append(from, `(SELECT * FROM threads t WHERE `+strings.Join(where, " AND ")+`
+			ORDER BY t.updated_at DESC, t.id DESC LIMIT `+strconv.Itoa(searchWalk)+`) t
+			CROSS JOIN LATERAL (SELECT 1 FROM thread_search s WHERE s.thread_id = t.id AND s.doc @@ `+allQ+` OFFSET 0) d`)
+	} else {
+		// A lookup by key per match: the planner would hash-join a scan of
+		// all the user's threads.
+		from = append(from, `(SELECT thread_id FROM thread_search WHERE user_id = $1 AND doc @@ `+allQ+` OFFSET 0) d
+			CROSS JOIN LATERAL (SELECT * FROM threads t WHERE t.id = d.thread_id AND `+strings.Join(where, " AND ")+` OFFSET 0) t`)
+	}
+	for i, ph := range sq.phrases {
+		// The documents have no positions: a phrase must be in one message,
 		// the title or one attachment's name.
-		where = append(where, `(to_tsvector('pizza_search'::regconfig, search_text(t.title)) @@ `+p+`
-			OR EXISTS (SELECT 1 FROM messages m WHERE m.thread_id = t.id AND m.search @@ `+p+`)
-			OR EXISTS (SELECT 1 FROM attachments a WHERE a.thread_id = t.id AND search_name(a.name) @@ `+p+`))`)
+		p, n := tsq(arg(ph)), strconv.Itoa(i)
+		from = append(from, `LEFT JOIN LATERAL (SELECT true AS ok FROM messages m
+				WHERE m.thread_id = t.id AND m.search @@ `+p+` LIMIT 1) pm`+n+` ON true
+			LEFT JOIN LATERAL (SELECT true AS ok FROM attachments a
+				WHERE a.thread_id = t.id AND search_name(a.name) @@ `+p+` LIMIT 1) pa`+n+` ON true`)
+		cond = append(cond, `(pm`+n+`.ok OR pa`+n+`.ok OR to_tsvector('pizza_search'::regconfig, search_text(t.title)) @@ `+p+`)`)
+	}
+	if len(cond) == 0 {
+		cond = append(cond, "true")
 	}
 	anyQ := tsq(arg(sq.any))
 	opts := arg(headlineOptions)
-	sql := `SELECT page.*,
+	sql := `SELECT page.*, coalesce(f.name, '') AS folder_name,
 			coalesce(ts_headline('pizza_search'::regconfig, sm.src, ` + anyQ + `, ` + opts + `), '') AS headline,
 			coalesce(sm.src, '') AS source, coalesce(sa.name, '') AS attachment
-		FROM (SELECT ` + threadColumns + threadFrom + ` JOIN thread_search s ON s.thread_id = t.id
-			WHERE ` + strings.Join(where, " AND ") + `
+		FROM (SELECT ` + threadColumnsOnly + ` FROM ` + strings.Join(from, "\n") + `
+			WHERE ` + strings.Join(cond, " AND ") + `
 			ORDER BY t.updated_at DESC, t.id DESC LIMIT ` + arg(limit) + `) page
+		LEFT JOIN folders f ON f.id = page.folder_id
 		LEFT JOIN LATERAL (
 			SELECT translate(left(m.content, 8000), E'\x02\x03', '') AS src FROM messages m
 			WHERE m.thread_id = page.id AND m.search @@ ` + anyQ + `
@@ -331,7 +397,9 @@ func searchThreads(ctx context.Context, q Querier, sq SearchQuery, where []strin
 			WHERE a.thread_id = page.id AND search_name(a.name) @@ ` + anyQ + `
 			ORDER BY a.id LIMIT 1) sa ON true
 		ORDER BY page.updated_at DESC, page.id DESC`
-	rows, err := q.Query(ctx, sql, args...)
+	// Planned for these very words on every call (an unnamed statement): a
+	// cached generic plan would guess the same for every query.
+	rows, err := q.Query(ctx, sql, append([]any{pgx.QueryExecModeExec}, args...)...)
 	if err != nil {
 		return nil, fmt.Errorf("search threads: %w", err)
 	}
@@ -351,4 +419,18 @@ func searchThreads(ctx context.Context, q Querier, sq SearchQuery, where []strin
 		ts[i].Snippet = sq.snippet(h.Headline, h.Source, h.Attachment)
 	}
 	return ts, nil
+}
+
+// SearchMatch reports whether one of the user's threads matches a search,
+// with its snippet: a live update decides with it whether a changed thread
+// belongs in the search results on screen.
+func SearchMatch(ctx context.Context, q Querier, userID int64, sq SearchQuery, threadID int64) (Snippet, bool, error) {
+	if sq.Empty() {
+		return nil, false, nil
+	}
+	ts, err := searchThreads(ctx, q, sq, []string{"t.user_id = $1", "t.id = $2"}, []any{userID, threadID}, 1)
+	if err != nil || len(ts) == 0 {
+		return nil, false, err
+	}
+	return ts[0].Snippet, true, nil
 }

@@ -2,13 +2,16 @@
 -- tool results and attachment names, in English and Russian with stemming,
 -- and in Chinese (and Japanese) by substring.
 --
--- One stripped tsvector per thread (thread_search.doc) answers "which
--- threads hold every term" from one GIN index; for a common term the
--- planner can instead walk threads_all_idx newest first, look each
--- thread's document up by key and stop at a page. Phrases are checked per message against
+-- One stripped tsvector per thread (thread_search.doc) answers "which of
+-- the user's threads hold every word" from one GIN index; for common words
+-- db/search.go instead walks the newest threads in order, looks each
+-- document up by key and stops at a full page. Phrases are checked per message against
 -- messages.search, which keeps positions; the snippet comes from there too.
 
 CREATE EXTENSION IF NOT EXISTS unaccent;
+-- Lets one GIN index hold the user id beside the words, so that a search
+-- reads the posting lists of the user's threads only.
+CREATE EXTENSION IF NOT EXISTS btree_gin;
 
 -- English and Russian together: the russian configuration already stems
 -- ASCII words with the English stemmer and Cyrillic words with the Russian
@@ -82,6 +85,7 @@ $$;
 -- message; such a thread is still found by its first ~800 KB of words.
 CREATE TABLE thread_search (
     thread_id  bigint PRIMARY KEY REFERENCES threads (id) ON DELETE CASCADE,
+    user_id    bigint NOT NULL, -- the thread's, which never changes
     doc        tsvector NOT NULL,
     bytes      int NOT NULL
 );
@@ -104,7 +108,7 @@ CREATE FUNCTION threads_search_title() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     v tsvector := strip(to_tsvector('pizza_search'::regconfig, search_text(NEW.title)));
 BEGIN
-    INSERT INTO thread_search (thread_id, doc, bytes) VALUES (NEW.id, v, search_lexeme_bytes(v));
+    INSERT INTO thread_search (thread_id, user_id, doc, bytes) VALUES (NEW.id, NEW.user_id, v, search_lexeme_bytes(v));
     RETURN NULL;
 END
 $$;
@@ -130,13 +134,13 @@ CREATE TRIGGER attachments_search_add AFTER INSERT ON attachments
     FOR EACH ROW EXECUTE FUNCTION attachments_search_add();
 
 -- The threads already there.
-INSERT INTO thread_search (thread_id, doc, bytes)
-SELECT id, v, search_lexeme_bytes(v)
+INSERT INTO thread_search (thread_id, user_id, doc, bytes)
+SELECT id, user_id, v, search_lexeme_bytes(v)
 FROM threads, strip(to_tsvector('pizza_search'::regconfig, search_text(title))) AS v;
 SELECT search_add(m.thread_id, m.search) FROM messages m ORDER BY m.id;
 SELECT search_add(a.thread_id, search_name(a.name)) FROM attachments a ORDER BY a.id;
 
-CREATE INDEX thread_search_doc_idx ON thread_search USING gin (doc);
+CREATE INDEX thread_search_doc_idx ON thread_search USING gin (user_id, doc);
 
 -- The number of pages of a PDF attachment, shown on the thread page; NULL
 -- for other files or when it could not be counted (a broken or encrypted
