@@ -49,6 +49,14 @@ type config struct {
 	// can be stored.
 	SecretKey []byte
 
+	// TokenTTL is the default lifetime of a new API token, TokenMaxTTL the
+	// longest allowed.
+	TokenTTL    time.Duration
+	TokenMaxTTL time.Duration
+	// UserQuota is each user's storage limit in bytes (attachments, scratch
+	// files, the sandbox journal); 0: none.
+	UserQuota int64
+
 	// Grants are the host folders agents may reach from PIZZA_GRANTS and
 	// <data root>/grants.json (docs/workspace.md).
 	Grants []db.GrantSpec
@@ -60,6 +68,13 @@ type config struct {
 	MaxSteps                  int
 	RunRate, HookRate         float64
 	RunBurst, HookBurst       int
+
+	// Operations (loadOperations): the free-space floor of the data
+	// root's file system, and the daily backups.
+	DiskFloorBytes   uint64
+	DiskFloorPercent float64
+	BackupDir        string // empty: no daily backup
+	BackupKeep       int    // days
 }
 
 // oidcEnabled reports whether people sign in with SSO.
@@ -87,6 +102,9 @@ var envVars = []envVar{
 	{"PIZZA_SESSION_IDLE_TIMEOUT", "72h", "a session unused this long ends"},
 	{"PIZZA_SESSION_MAX_AGE", "336h", "a session ends this long after sign-in, however used"},
 	{"PIZZA_SECRET_KEY", "(none: keys entered in settings cannot be stored)", "base64 of 32 bytes encrypting provider keys stored in the database (AES-256-GCM)"},
+	{"PIZZA_TOKEN_TTL", "2160h (90 days)", "lifetime offered by default to a new API token"},
+	{"PIZZA_TOKEN_MAX_TTL", "8760h (1 year)", "longest lifetime an API token can have; longer tokens are shortened at start"},
+	{"PIZZA_USER_QUOTA", "1GiB", "storage per user (attachments, scratch files, run_js journal), e.g. 500MiB or 2GiB; 0 for none"},
 	{"PIZZA_GRANTS", "(none)", "host folders agents may reach: comma-separated absolute paths, each :ro (default) or :rw, e.g. /srv/docs,/srv/out:rw; also read from <data root>/grants.json"},
 	{"PIZZA_DB_CONNS", "16", "database connections for web and API requests (a pool of its own; 3/4 of them may start runs at once, more starts wait up to 1s, then get 503)"},
 	{"PIZZA_DB_WORKER_CONNS", "16", "database connections for agent steps, the job queue and its sweeps (a pool of its own)"},
@@ -95,6 +113,9 @@ var envVars = []envVar{
 	{"PIZZA_RUN_BURST", "100", "run starts a user may make at once before PIZZA_RUN_RATE applies"},
 	{"PIZZA_WEBHOOK_RATE", "10/s", "deliveries to one user's webhooks as N/s or N/m, 0 for no limit; past it 429 with Retry-After"},
 	{"PIZZA_WEBHOOK_BURST", "100", "deliveries a user's webhooks take at once before PIZZA_WEBHOOK_RATE applies"},
+	{"PIZZA_DISK_FLOOR", "1GiB", "free space the data root's disk keeps: below it new runs and uploads get 503 (decisions, reading, cancelling still work); bytes (500MB, 2GiB), a percentage (5%) or 0 for none"},
+	{"PIZZA_BACKUP_DIR", "(none: no daily backup)", "directory for a daily pg_dump backup of the database (pizza-bot-<date>.dump)"},
+	{"PIZZA_BACKUP_KEEP", "7", "days the daily backups in PIZZA_BACKUP_DIR are kept"},
 }
 
 // loadConfig reads the configuration from getenv and reports every problem
@@ -193,9 +214,47 @@ func loadConfig(getenv func(string) string) (config, error) {
 			c.ShutdownTimeout = d
 		}
 	}
+	errs = append(errs, c.loadLimits(getenv)...)
 	errs = append(errs, c.loadGrants(getenv)...)
 	errs = append(errs, c.loadCapacity(getenv)...)
+	errs = append(errs, c.loadOperations(getenv)...)
 	return c, errors.Join(errs...)
+}
+
+// loadLimits reads the token lifetimes and the storage quota.
+func (c *config) loadLimits(getenv func(string) string) []error {
+	var errs []error
+	c.TokenTTL, c.TokenMaxTTL = handlers.DefaultTokenTTL, handlers.DefaultTokenMaxTTL
+	for _, d := range []struct {
+		name string
+		dst  *time.Duration
+	}{{"PIZZA_TOKEN_TTL", &c.TokenTTL}, {"PIZZA_TOKEN_MAX_TTL", &c.TokenMaxTTL}} {
+		if s := strings.TrimSpace(getenv(d.name)); s != "" {
+			v, err := time.ParseDuration(s)
+			if err != nil || v < 24*time.Hour {
+				errs = append(errs, fmt.Errorf("%s %q: want a duration of at least 24h, such as 2160h (90 days)", d.name, s))
+				continue
+			}
+			*d.dst = v
+		}
+	}
+	if c.TokenTTL > c.TokenMaxTTL {
+		if strings.TrimSpace(getenv("PIZZA_TOKEN_TTL")) == "" {
+			c.TokenTTL = c.TokenMaxTTL // only the maximum was lowered
+		} else {
+			errs = append(errs, fmt.Errorf("PIZZA_TOKEN_TTL %s is longer than PIZZA_TOKEN_MAX_TTL %s", c.TokenTTL, c.TokenMaxTTL))
+		}
+	}
+	c.UserQuota = db.DefaultUserQuota
+	if s := strings.TrimSpace(getenv("PIZZA_USER_QUOTA")); s != "" {
+		n, err := parseSize(s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("PIZZA_USER_QUOTA %q: want a size such as 500MiB or 2GiB, or 0 for no limit", s))
+		} else {
+			c.UserQuota = n
+		}
+	}
+	return errs
 }
 
 // loadCapacity reads the pool sizes, the step concurrency and the rate
@@ -242,6 +301,35 @@ func (c *config) loadCapacity(getenv func(string) string) []error {
 		}
 	}
 	return errs
+}
+
+// parseSize reads a size in bytes: a number with an optional unit, B, KB,
+// MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024); K, M,
+// G and T alone are taken as binary.
+func parseSize(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	i := strings.IndexFunc(s, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	num, unit := s, ""
+	if i >= 0 {
+		num, unit = s[:i], strings.ToLower(strings.TrimSpace(s[i:]))
+	}
+	v, err := strconv.ParseFloat(num, 64)
+	if err != nil || v < 0 {
+		return 0, fmt.Errorf("bad size %q", s)
+	}
+	mult := map[string]float64{
+		"": 1, "b": 1,
+		"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+		"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40,
+		"kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40,
+	}[unit]
+	if mult == 0 {
+		return 0, fmt.Errorf("bad unit in %q", s)
+	}
+	if v*mult > math.MaxInt64/2 {
+		return 0, fmt.Errorf("size %q is too large", s)
+	}
+	return int64(v * mult), nil
 }
 
 // parseRate reads "N/s", "N/m" or "N/h" (N may have a fraction), or "0"
@@ -315,6 +403,18 @@ func defaultDataRoot() (string, error) {
 		}
 	}
 	return filepath.Join(home, ".pizza-bot"), nil
+}
+
+// warnings are configurations that work but are likely mistakes, logged
+// at start (serve.go).
+func (c config) warnings() []string {
+	var ws []string
+	if u, err := url.Parse(c.PublicURL); c.PublicURL != "" && err == nil && u.Scheme == "http" && !isLoopback(u.Hostname()) {
+		// Session cookies, sign-in codes and every page would cross the
+		// network in clear text.
+		ws = append(ws, fmt.Sprintf("PIZZA_PUBLIC_URL %s is plain http on a network address: sessions and sign-in travel unencrypted; serve it over https (a TLS proxy in front of Pizza Bot)", c.PublicURL))
+	}
+	return ws
 }
 
 func isLoopback(host string) bool {
@@ -432,4 +532,43 @@ func decodeKey(s string) ([]byte, error) {
 		return base64.RawURLEncoding.DecodeString(s)
 	}
 	return base64.RawStdEncoding.DecodeString(s)
+}
+
+// loadOperations reads the variables of docs/operations.md: the disk floor
+// and the daily backups.
+func (c *config) loadOperations(getenv func(string) string) []error {
+	var errs []error
+	floor := strings.TrimSpace(getenv("PIZZA_DISK_FLOOR"))
+	if floor == "" {
+		floor = "1GiB"
+	}
+	if pct, ok := strings.CutSuffix(floor, "%"); ok {
+		f, err := strconv.ParseFloat(strings.TrimSpace(pct), 64)
+		if err != nil || f < 0 || f >= 100 {
+			errs = append(errs, fmt.Errorf("PIZZA_DISK_FLOOR %q: want a percentage from 0 to 99, e.g. 5%%", floor))
+		}
+		c.DiskFloorPercent = f
+	} else if n, err := parseSize(floor); err != nil {
+		errs = append(errs, fmt.Errorf("PIZZA_DISK_FLOOR %q: want a size such as 500MB or 2GiB, a percentage such as 5%%, or 0", floor))
+	} else {
+		c.DiskFloorBytes = uint64(n)
+	}
+
+	c.BackupDir = strings.TrimSpace(getenv("PIZZA_BACKUP_DIR"))
+	if c.BackupDir != "" {
+		abs, err := filepath.Abs(c.BackupDir)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("PIZZA_BACKUP_DIR %q: %v", c.BackupDir, err))
+		}
+		c.BackupDir = abs
+	}
+	c.BackupKeep = 7
+	if s := strings.TrimSpace(getenv("PIZZA_BACKUP_KEEP")); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			errs = append(errs, fmt.Errorf("PIZZA_BACKUP_KEEP %q: want a number of days, at least 1", s))
+		}
+		c.BackupKeep = n
+	}
+	return errs
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // env returns a getenv over m.
@@ -127,6 +128,59 @@ func TestConfigSecrets(t *testing.T) {
 		}
 		if strings.Contains(err.Error(), leak) {
 			t.Errorf("%s: the error shows the key: %v", name, err)
+		}
+	}
+}
+
+// TestConfigTokenLifetimesAndQuota reads PIZZA_TOKEN_TTL,
+// PIZZA_TOKEN_MAX_TTL and PIZZA_USER_QUOTA, and reports their problems
+// together.
+func TestConfigTokenLifetimesAndQuota(t *testing.T) {
+	t.Parallel()
+	c, err := loadConfig(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.TokenTTL != 90*24*time.Hour || c.TokenMaxTTL != 365*24*time.Hour || c.UserQuota != 1<<30 {
+		t.Errorf("defaults: ttl %s, max %s, quota %d", c.TokenTTL, c.TokenMaxTTL, c.UserQuota)
+	}
+	c, err = loadConfig(env(map[string]string{"PIZZA_TOKEN_MAX_TTL": "720h", "PIZZA_USER_QUOTA": "500MiB"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.TokenTTL != 720*time.Hour || c.UserQuota != 500<<20 {
+		t.Errorf("a lowered maximum: ttl %s; quota %d", c.TokenTTL, c.UserQuota)
+	}
+	for in, want := range map[string]int64{"0": 0, "2GiB": 2 << 30, "1.5G": 3 << 29, "10MB": 10_000_000, "4096": 4096} {
+		if got, err := parseSize(in); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	_, err = loadConfig(env(map[string]string{"PIZZA_TOKEN_TTL": "800h", "PIZZA_TOKEN_MAX_TTL": "720h", "PIZZA_USER_QUOTA": "lots"}))
+	for _, want := range []string{"PIZZA_TOKEN_TTL 800h0m0s is longer than PIZZA_TOKEN_MAX_TTL", "PIZZA_USER_QUOTA"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not mention %q", err, want)
+		}
+	}
+}
+
+func TestConfigWarnsOfPlainHTTPPublicURL(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		url  string
+		warn bool
+	}{
+		{"http://pizza.corp.example", true},
+		{"http://10.1.2.3:8080", true},
+		{"https://pizza.corp.example", false},
+		{"http://localhost:8080", false},
+		{"http://127.0.0.1:8080", false},
+		{"http://[::1]:8080", false},
+		{"", false},
+	} {
+		got := config{PublicURL: c.url}.warnings()
+		if (len(got) > 0) != c.warn {
+			t.Errorf("%q: warnings %q, want a warning: %v", c.url, got, c.warn)
 		}
 	}
 }

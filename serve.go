@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -32,6 +33,9 @@ import (
 // serve runs the web server until ctx ends, then shuts down gracefully.
 func serve(ctx context.Context, cfg config) error {
 	log := cfg.logger()
+	for _, w := range cfg.warnings() {
+		log.Warn(w)
+	}
 	// Take the port first: a busy port should fail before anything starts.
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -62,6 +66,10 @@ func serve(ctx context.Context, cfg config) error {
 	}
 	auth, err := newAuth(ctx, cfg, st.pool, log)
 	if err != nil {
+		return err
+	}
+	// Every writer reads the storage limit from the database (db/quota.go).
+	if err := db.SetUserQuota(ctx, st.pool, cfg.UserQuota); err != nil {
 		return err
 	}
 	// This process's proof of life: when it dies, other replicas take
@@ -98,6 +106,13 @@ func serve(ctx context.Context, cfg config) error {
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	defer stopSweep()
 	go rt.SweepDead(sweepCtx)
+	if cfg.BackupDir != "" {
+		if t, err := st.backupTarget(cfg); err != nil {
+			log.Error("daily backups are off", "err", err)
+		} else {
+			go dailyBackups(sweepCtx, t, cfg.BackupDir, cfg.BackupKeep, log)
+		}
+	}
 	defer func() {
 		// Running steps get the shutdown timeout to finish; the rest are
 		// handed back and resume on the next start (or another replica).
@@ -128,7 +143,9 @@ func serve(ctx context.Context, cfg config) error {
 		DataRoot:       cfg.DataRoot,
 		Secrets:        secrets,
 		JobsUI:         jobsUI,
-		Ready:          func(ctx context.Context) error { return ready(ctx, st.pool) },
+		Ready:          func(ctx context.Context) error { return st.ready(ctx) },
+		DatabaseDown:   st.down,
+		DiskFloor:      handlers.DiskFloor{Path: cfg.DataRoot, Bytes: cfg.DiskFloorBytes, Percent: cfg.DiskFloorPercent},
 		Runs:           rt,
 		Live:           broker,
 		Extensions:     ext,
@@ -180,6 +197,36 @@ func migrate(ctx context.Context, cfg config) error {
 	return nil
 }
 
+// ready reports whether the database answers and holds our whole schema,
+// and, for the private cluster, says when it is restarting or stopped.
+func (s *store) ready(ctx context.Context) error {
+	if s.cluster != nil {
+		if err := s.cluster.Err(); err != nil {
+			return err
+		}
+	}
+	return ready(ctx, s.pool)
+}
+
+// down is handlers.Deps.DatabaseDown: the private cluster's state as a
+// reason for a 503. With DATABASE_URL the server cannot know, and pool
+// errors are 500s or, when the pool waits too long, 503s.
+func (s *store) down() *handlers.Unavailable {
+	if s.cluster == nil {
+		return nil
+	}
+	err := s.cluster.Err()
+	var gaveUp *pglocal.GaveUpError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &gaveUp):
+		return &handlers.Unavailable{Msg: "the database has stopped: " + gaveUp.Problem + ". " + gaveUp.Advice, RetryAfter: time.Minute}
+	default:
+		return &handlers.Unavailable{Msg: "the database is restarting: try again in a moment", RetryAfter: 5 * time.Second}
+	}
+}
+
 // ready reports whether the database answers and holds our whole schema.
 func ready(ctx context.Context, pool *pgxpool.Pool) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -203,6 +250,9 @@ type store struct {
 	cluster  *pglocal.Server
 	unlock   func()
 	log      *slog.Logger
+	// mu orders resetPools (the supervisor's goroutine) after the pools
+	// are set.
+	mu sync.Mutex
 }
 
 func (s *store) close() {
@@ -221,6 +271,30 @@ func (s *store) close() {
 	}
 	if s.unlock != nil {
 		s.unlock()
+	}
+}
+
+// backupTarget is the database for the daily backups.
+func (s *store) backupTarget(cfg config) (*dbTarget, error) {
+	if s.cluster == nil {
+		return externalTarget(cfg)
+	}
+	binDir, err := pglocal.BinDirFor(filepath.Join(cfg.DataRoot, "postgres"))
+	if err != nil {
+		return nil, err
+	}
+	return &dbTarget{url: s.cluster.URL(privateDatabase), binDir: binDir, private: true, release: func() {}}, nil
+}
+
+// resetPools closes every connection of the pools (they reconnect on
+// demand), after the private cluster restarted.
+func (s *store) resetPools() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range []*pgxpool.Pool{s.pool, s.workPool} {
+		if p != nil {
+			p.Reset()
+		}
 	}
 }
 
@@ -247,7 +321,14 @@ func openStore(ctx context.Context, cfg config, log *slog.Logger) (_ *store, err
 		}
 		st.unlock = unlock
 		log.Info("starting private postgres", "dir", filepath.Join(cfg.DataRoot, "postgres"))
-		st.cluster, err = pglocal.Start(ctx, pglocal.Options{Dir: filepath.Join(cfg.DataRoot, "postgres"), Logger: log})
+		st.cluster, err = pglocal.Start(ctx, pglocal.Options{
+			Dir: filepath.Join(cfg.DataRoot, "postgres"), Logger: log,
+			// Restarted when it dies (docs/operations.md); every pooled
+			// connection died with it, so drop them all at once rather
+			// than failing one request per dead connection.
+			Supervise: true,
+			OnRestart: st.resetPools,
+		})
 		if err != nil {
 			return nil, fmt.Errorf("private PostgreSQL: %w", err)
 		}
@@ -261,6 +342,8 @@ func openStore(ctx context.Context, cfg config, log *slog.Logger) (_ *store, err
 	nested := func(stack []byte) {
 		log.Error("database connection asked for while holding a transaction (a bug: it would deadlock under load)", "stack", string(stack))
 	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
 	st.pool, err = db.OpenPool(ctx, url, db.Options{
 		MaxConns: int32(cfg.RequestConns), OnNestedAcquire: nested,
 		// A request that cannot get a connection within a second is
@@ -320,7 +403,7 @@ func lockDataRoot(root string) (func(), error) {
 		if holder != "" {
 			holder = " (pid " + holder + ")"
 		}
-		return nil, fmt.Errorf("another pizza-bot is already running on data root %s%s; stop it, or set PIZZA_DATA_ROOT to another directory", root, holder)
+		return nil, &dataRootInUseError{root: root, holder: holder}
 	}
 	_ = f.Truncate(0)
 	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
@@ -328,6 +411,14 @@ func lockDataRoot(root string) (func(), error) {
 		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 		f.Close()
 	}, nil
+}
+
+// dataRootInUseError is lockDataRoot's refusal: a running server holds
+// the data root.
+type dataRootInUseError struct{ root, holder string }
+
+func (e *dataRootInUseError) Error() string {
+	return fmt.Sprintf("another pizza-bot is already running on data root %s%s; stop it, or set PIZZA_DATA_ROOT to another directory", e.root, e.holder)
 }
 
 // createDatabase creates the named database unless it exists.
@@ -412,7 +503,11 @@ func newAuth(ctx context.Context, cfg config, pool *pgxpool.Pool, log *slog.Logg
 		if err != nil {
 			return nil, err
 		}
-		return handlers.NewAuth(pool, log, handlers.AuthConfig{Local: &local})
+		auth, err := handlers.NewAuth(pool, log, handlers.AuthConfig{Local: &local, TokenTTL: cfg.TokenTTL, TokenMaxTTL: cfg.TokenMaxTTL})
+		if err != nil {
+			return nil, err
+		}
+		return auth, auth.Reconcile(ctx)
 	}
 	auth, err := handlers.NewAuth(pool, log, handlers.AuthConfig{
 		OIDC:        handlers.OIDCConfig{Issuer: cfg.OIDCIssuer, ClientID: cfg.OIDCClientID, ClientSecret: cfg.OIDCClientSecret},
@@ -422,8 +517,15 @@ func newAuth(ctx context.Context, cfg config, pool *pgxpool.Pool, log *slog.Logg
 		AdminGroup:  cfg.OIDCAdminGroup,
 		IdleTimeout: cfg.SessionIdle,
 		MaxAge:      cfg.SessionMaxAge,
+		TokenTTL:    cfg.TokenTTL,
+		TokenMaxTTL: cfg.TokenMaxTTL,
 	})
 	if err != nil {
+		return nil, err
+	}
+	// Admin rights follow this start's configuration, not the one of each
+	// user's last sign-in (docs/security.md).
+	if err := auth.Reconcile(ctx); err != nil {
 		return nil, err
 	}
 	// The identity provider being down must not keep the server (and the

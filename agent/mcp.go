@@ -96,6 +96,10 @@ func ValidMCPServerName(name string) error {
 	if strings.Contains(name, "__") {
 		return fmt.Errorf("server name %q must not contain a double underscore: it separates the server from the tool in mcp__<server>__<tool>", name)
 	}
+	if strings.HasSuffix(name, "_") {
+		// mcp__a___x would be both a's tool _x and a_'s tool x.
+		return fmt.Errorf("server name %q must not end with an underscore: its tool names could be another server's (mcp__a___x is both a's _x and a_'s x)", name)
+	}
 	return nil
 }
 

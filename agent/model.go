@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/openai/openai-go/v3"
@@ -120,6 +122,10 @@ type ProviderError struct {
 	Retryable bool
 	// RetryAfter is how long the provider asked to wait, when it said.
 	RetryAfter time.Duration
+	// Cause is the underlying transport error of a connection failure or
+	// timeout, for the server's log only: it names the provider's URL and
+	// address, which may be internal, so Message never includes it.
+	Cause error
 	// Attempts is how many attempts were made.
 	Attempts int
 }
@@ -394,13 +400,42 @@ func (m *Model) classify(ctx context.Context, err error, fail *failure) error {
 	if errors.As(err, &syn) || errors.As(err, &typ) {
 		return m.errorf(0, false, "the provider's stream could not be decoded: %v", err)
 	}
+	// Transport failures: the error text names the URL and address, which
+	// users must not see (a base URL may be internal); say what happened
+	// in words, and keep the error in Cause for the log.
 	var netErr net.Error
 	if errors.As(err, &netErr) && netErr.Timeout() {
-		return m.errorf(0, true, "timed out: %v", err)
+		pe := m.errorf(0, true, "timed out waiting for the provider")
+		pe.Cause = err
+		return pe
 	}
-	// Anything else is a transport failure: refused or reset connection,
-	// TLS or DNS trouble, a stream cut short (unexpected EOF).
-	return m.errorf(0, true, "connection failed: %v", err)
+	pe := m.errorf(0, true, "connection failed: %s", transportProblem(err))
+	pe.Cause = err
+	return pe
+}
+
+// transportProblem says in words, without URL or address, why a request
+// did not reach the provider or its answer did not arrive.
+func transportProblem(err error) string {
+	var dnsErr *net.DNSError
+	var certErr *tls.CertificateVerificationError
+	var alert tls.AlertError
+	var recErr tls.RecordHeaderError
+	switch {
+	case errors.As(err, &dnsErr):
+		return "the provider's host name could not be resolved"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "the provider refused the connection"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return "the provider closed the connection"
+	case errors.Is(err, syscall.EHOSTUNREACH), errors.Is(err, syscall.ENETUNREACH):
+		return "the provider's network cannot be reached"
+	case errors.As(err, &certErr), errors.As(err, &alert), errors.As(err, &recErr):
+		return "the TLS handshake with the provider failed"
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return "the provider's answer was cut short"
+	}
+	return "the provider could not be reached"
 }
 
 func (m *Model) statusError(f *failure) *ProviderError {

@@ -378,6 +378,15 @@ func TestCompleteConnectionRefused(t *testing.T) {
 	if perr.Status != 0 || !perr.Retryable || perr.Attempts != 3 || !strings.Contains(perr.Message, "connection") {
 		t.Errorf("error = %+v, want a retryable connection failure after 3 attempts", *perr)
 	}
+	// What users see names neither the (maybe internal) URL nor the address;
+	// the log gets both through Cause.
+	host := strings.TrimPrefix(url, "http://")
+	if msg := perr.Error(); strings.Contains(msg, host) || strings.Contains(msg, "http") || !strings.Contains(msg, "refused the connection") {
+		t.Errorf("message = %q: want it to say the provider refused, without %s", msg, host)
+	}
+	if perr.Cause == nil || !strings.Contains(perr.Cause.Error(), host) {
+		t.Errorf("cause = %v, want the transport error with the address, for the log", perr.Cause)
+	}
 }
 
 func TestCompleteWithoutKeySendsNoAuthorization(t *testing.T) {

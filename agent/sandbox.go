@@ -13,14 +13,25 @@ import (
 )
 
 // The JavaScript sandbox runs a script a model wrote in QuickJS, compiled to
-// pure Go (modernc.org/quickjs), one fresh engine per script. The engine is
-// given nothing of the host: no file system, no network, no environment, no
+// pure Go (modernc.org/quickjs), one fresh engine per script, each in a
+// child process of its own (see sandbox_child.go). The engine is given
+// nothing of the host: no file system, no network, no environment, no
 // timers, no module loader. A script reaches the outside world only through
-// tools.call, which the caller decides about (ScriptToolFunc). Its limits are
-// enforced by the engine itself: a memory limit on the engine's allocator
-// (an allocation past it throws "out of memory"), a stack limit (deep
-// recursion throws), and an interrupt checked by the interpreter loop, armed
-// with the wall-time deadline and the caller's context.
+// tools.call, which the child forwards to this process, where the caller
+// decides about it (ScriptToolFunc). Its limits: a memory limit on the
+// engine's allocator (an allocation past it throws "out of memory"), a stack
+// limit (deep recursion throws), and the wall-time deadline and the caller's
+// context.
+//
+// Why a process: the engine's interrupt is not a hard stop. async functions
+// and promise jobs catch the "uncatchable" interrupt error and turn it into
+// a rejected promise, so `async function f(){for(;;){}} for(;;){f()}` runs
+// forever however often it is interrupted. The interrupt stays as the polite
+// way (it stops ordinary scripts with their console output intact); what
+// guarantees the limit is this process killing the child when the deadline
+// passes (plus a short grace), when the caller's context ends, and when a
+// tool call halts the script. The child is reaped before RunScript returns,
+// so its CPU and its slot are free by then.
 
 // SandboxLimits bound one script. Zero fields take the defaults.
 type SandboxLimits struct {
@@ -97,6 +108,7 @@ const (
 	ScriptStack     = "stack"     // its recursion went too deep
 	ScriptCancelled = "cancelled" // the caller's context ended
 	ScriptInvalid   = "invalid"   // the script was refused before it ran
+	ScriptCrashed   = "crashed"   // the sandbox process died on its own
 )
 
 // ScriptError is a script that did not finish, with what it printed before.
@@ -109,13 +121,21 @@ type ScriptError struct {
 
 func (e *ScriptError) Error() string { return e.Msg }
 
-// sandboxSlots bounds the engines running at once in this process, so that
+// sandboxSlots bounds the scripts running at once in this process, so that
 // many runs scripting together cannot hold more than a few memory limits.
+// A slot is held until the script's child process has been reaped.
 var sandboxSlots = make(chan struct{}, 8)
+
+// SandboxSlotsInUse reports how many scripts are running now, each in a
+// child process that RunScript reaps before it returns.
+func SandboxSlotsInUse() int { return len(sandboxSlots) }
 
 // RunScript runs code in a fresh sandbox. It returns the script's result, a
 // *ScriptError when the script failed or hit a limit, or the error a
-// ScriptToolFunc halted it with.
+// ScriptToolFunc halted it with. Whatever the script does, RunScript returns
+// soon after the wall-time limit or the end of ctx, with the script's process
+// gone; a tool call that ignores its context is the only thing that can make
+// it wait longer.
 func RunScript(ctx context.Context, code string, lim SandboxLimits, call ScriptToolFunc) (ScriptResult, error) {
 	lim = lim.withDefaults()
 	if strings.TrimSpace(code) == "" {
@@ -130,10 +150,7 @@ func RunScript(ctx context.Context, code string, lim SandboxLimits, call ScriptT
 	case <-ctx.Done():
 		return ScriptResult{}, &ScriptError{Kind: ScriptCancelled, Msg: "the script was cancelled before it started"}
 	}
-	ctx, cancel := context.WithTimeout(ctx, lim.Timeout)
-	defer cancel()
-	s := &sandbox{lim: lim, call: call, console: &consoleBuffer{limit: lim.Output}}
-	return s.run(ctx, code)
+	return runIsolated(ctx, code, lim, call)
 }
 
 type sandbox struct {
@@ -142,6 +159,9 @@ type sandbox struct {
 	console *consoleBuffer
 	vm      *quickjs.VM
 	halted  error
+	// emit passes each console line kept to the parent process as it is
+	// written, so that a script killed later does not lose it.
+	emit func(level, text string)
 }
 
 func (s *sandbox) run(ctx context.Context, code string) (ScriptResult, error) {
@@ -272,7 +292,9 @@ func isInterrupted(err error) bool {
 func (s *sandbox) hostConsole(args []any) (any, error) {
 	level, _ := args[0].(string)
 	text, _ := args[1].(string)
-	s.console.add(level, text)
+	if s.console.add(level, text) && s.emit != nil {
+		s.emit(level, text)
+	}
 	return nil, nil
 }
 
@@ -286,6 +308,12 @@ func (s *sandbox) hostTool(ctx context.Context, args []any) string {
 		}
 		b, _ := json.Marshal(map[string]any{"ok": ok, key: text})
 		return string(b)
+	}
+	if s.halted != nil {
+		// A script that caught the interrupt (an async function does) gets
+		// no further call through: the first halt is the one that counts.
+		s.vm.Interrupt()
+		return reply(false, "stopped")
 	}
 	if s.call == nil {
 		return reply(false, "no tools are available to this script")
@@ -313,11 +341,12 @@ type consoleBuffer struct {
 	truncated bool
 }
 
-func (c *consoleBuffer) add(level, text string) {
+// add keeps a line, and reports whether any of it was kept.
+func (c *consoleBuffer) add(level, text string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.truncated {
-		return
+		return false
 	}
 	line := text
 	if level != "log" {
@@ -327,10 +356,11 @@ func (c *consoleBuffer) add(level, text string) {
 		c.b.WriteString(clip(line, max(c.limit-c.b.Len()-1, 0)))
 		c.b.WriteString("\n… (console output cut: it is limited to " + fmt.Sprint(c.limit>>10) + " KiB)\n")
 		c.truncated = true
-		return
+		return true
 	}
 	c.b.WriteString(line)
 	c.b.WriteByte('\n')
+	return true
 }
 
 func (c *consoleBuffer) String() string {

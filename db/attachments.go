@@ -46,11 +46,23 @@ const (
 // AttachmentError is a refused attachment, with a message for the user.
 type AttachmentError struct {
 	Msg string
-	// TooLarge marks a file over MaxAttachmentSize (HTTP 413).
+	// TooLarge marks a file over MaxAttachmentSize, or one that does not
+	// fit in the user's storage quota (HTTP 413).
 	TooLarge bool
+	// Quota is the refusal of a file that does not fit in the user's
+	// storage quota; nil otherwise.
+	Quota *QuotaError
 }
 
 func (e *AttachmentError) Error() string { return e.Msg }
+
+// Unwrap exposes the QuotaError of a file refused by the quota.
+func (e *AttachmentError) Unwrap() error {
+	if e.Quota == nil {
+		return nil
+	}
+	return e.Quota
+}
 
 const attachmentColumns = `id, user_id, thread_id, name, content_type, size, sha256, created_at, pages`
 
@@ -69,6 +81,13 @@ func Attach(ctx context.Context, q Querier, userID, threadID int64, name, declar
 		return Attachment{}, &AttachmentError{Msg: fmt.Sprintf("%s is larger than %d MB", CleanAttachmentName(name), MaxAttachmentSize>>20), TooLarge: true}
 	}
 	name = CleanAttachmentName(name)
+	if err := checkQuota(ctx, q, userID, int64(len(content))); err != nil {
+		var qe *QuotaError
+		if errors.As(err, &qe) {
+			return Attachment{}, &AttachmentError{Msg: fmt.Sprintf("%s cannot be attached: %s", name, qe), TooLarge: true, Quota: qe}
+		}
+		return Attachment{}, err
+	}
 	sum := sha256.Sum256(content)
 	a, err := one[Attachment](q.Query(ctx, `
 		INSERT INTO attachments (user_id, thread_id, name, content_type, size, sha256, content)

@@ -30,6 +30,10 @@ type Event struct {
 	UserID   int64  `db:"user_id"`
 	ThreadID int64  `db:"thread_id"`
 	Kind     string `db:"kind"`
+	// At is when the writing transaction began (now() in it): equal to
+	// the created_at of a thread the same transaction created, which is
+	// how an API stream tells a new thread from a changed one.
+	At time.Time `db:"created_at"`
 }
 
 // Position is the event's place in the log.
@@ -92,7 +96,7 @@ func ReadEvents(ctx context.Context, q Querier, after Position, limit int) (even
 	if err != nil {
 		return nil, Position{}, false, fmt.Errorf("read events: %w", err)
 	}
-	events, err = all[Event](q.Query(ctx, `SELECT id, txid, user_id, thread_id, kind FROM events
+	events, err = all[Event](q.Query(ctx, `SELECT id, txid, user_id, thread_id, kind, created_at FROM events
 		WHERE txid >= $1 AND (txid, id) > ($1, $2) AND txid < $3
 		ORDER BY txid, id LIMIT $4`, after.Tx, after.ID, horizon.Tx, limit))
 	if err != nil {
@@ -124,7 +128,7 @@ func ReplayEvents(ctx context.Context, q Querier, userID int64, after Position, 
 	if after.Tx <= pruned || after.Tx > next {
 		return nil, horizon, ErrEventsGone
 	}
-	events, err := all[Event](q.Query(ctx, `SELECT id, txid, user_id, thread_id, kind FROM events
+	events, err := all[Event](q.Query(ctx, `SELECT id, txid, user_id, thread_id, kind, created_at FROM events
 		WHERE user_id = $1 AND txid >= $2 AND (txid, id) > ($2, $3) AND txid < $4
 		ORDER BY txid, id LIMIT $5`, userID, after.Tx, after.ID, horizon.Tx, limit+1))
 	if err != nil {

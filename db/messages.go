@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Message roles.
@@ -41,23 +43,46 @@ const messageColumns = `m.id, m.thread_id, m.role, m.content, m.tool_calls, m.to
 // AddMessage appends a message to a thread. Callers have already checked that
 // the thread is the user's (or are the runtime, acting for its owner).
 func AddMessage(ctx context.Context, q Querier, m Message) (Message, error) {
+	sql, args, err := addMessage(m)
+	if err != nil {
+		return Message{}, err
+	}
+	out, err := one[Message](q.Query(ctx, sql, args...))
+	if err != nil {
+		return Message{}, fmt.Errorf("add message to thread %d: %w", m.ThreadID, err)
+	}
+	return out, nil
+}
+
+// QueueAddMessage queues AddMessage on b: *out is set when the batch runs.
+func QueueAddMessage(b *pgx.Batch, m Message, out *Message) error {
+	sql, args, err := addMessage(m)
+	if err != nil {
+		return err
+	}
+	b.Queue(sql, args...).Query(func(rows pgx.Rows) (err error) {
+		*out, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[Message])
+		if err != nil {
+			return fmt.Errorf("add message to thread %d: %w", m.ThreadID, err)
+		}
+		return nil
+	})
+	return nil
+}
+
+func addMessage(m Message) (string, []any, error) {
 	calls := m.ToolCalls
 	if calls == nil {
 		calls = []ToolCall{}
 	}
 	raw, err := json.Marshal(calls)
 	if err != nil {
-		return Message{}, fmt.Errorf("add message: %w", err)
+		return "", nil, fmt.Errorf("add message: %w", err)
 	}
-	out, err := one[Message](q.Query(ctx, `
-		INSERT INTO messages AS m (thread_id, role, content, tool_calls, tool_call_id, tool_name, is_error)
+	return `INSERT INTO messages AS m (thread_id, role, content, tool_calls, tool_call_id, tool_name, is_error)
 		VALUES ($1, $2, $3, $4, $5, $6, $7)
-		RETURNING `+messageColumns,
-		m.ThreadID, m.Role, m.Content, raw, m.ToolCallID, m.ToolName, m.IsError))
-	if err != nil {
-		return Message{}, fmt.Errorf("add message to thread %d: %w", m.ThreadID, err)
-	}
-	return out, nil
+		RETURNING ` + messageColumns,
+		[]any{m.ThreadID, m.Role, m.Content, raw, m.ToolCallID, m.ToolName, m.IsError}, nil
 }
 
 // ListMessages returns the conversation of one of the user's threads, oldest

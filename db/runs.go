@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Lease outcomes: what a step job may do with its thread.
@@ -19,17 +22,28 @@ const (
 
 // TakeLease lets step job jobID work on the thread's run at generation gen.
 // The job gets the run when it is running at that generation and no other job
-// has proved alive within staleAfter. Call it in a transaction.
+// has proved alive within staleAfter. It is one statement, its own
+// transaction: the UPDATE re-checks its condition on the row's latest
+// version after any wait, so two jobs never both take the run. Only when it
+// takes nothing does a second read tell an obsolete job from a busy run; a
+// change in between can only make the run more obsolete, never take it.
 func TakeLease(ctx context.Context, q Querier, threadID, gen, jobID int64, staleAfter time.Duration) (LeaseOutcome, error) {
+	tag, err := q.Exec(ctx, `UPDATE threads SET run_lease_job = $3, run_heartbeat_at = now()
+		WHERE id = $1 AND status = 'running' AND run_gen = $2
+		  AND (run_lease_job IS NULL OR run_lease_job = $3 OR run_heartbeat_at IS NULL
+		       OR run_heartbeat_at <= now() - make_interval(secs => $4))`,
+		threadID, gen, jobID, staleAfter.Seconds())
+	if err != nil {
+		return 0, fmt.Errorf("lease thread %d: %w", threadID, err)
+	}
+	if tag.RowsAffected() == 1 {
+		return LeaseTaken, nil
+	}
 	var (
-		status    string
-		curGen    int64
-		leaseJob  *int64
-		heartbeat *time.Time
-		now       time.Time
+		status string
+		curGen int64
 	)
-	err := q.QueryRow(ctx, `SELECT status, run_gen, run_lease_job, run_heartbeat_at, now()
-		FROM threads WHERE id = $1 FOR UPDATE`, threadID).Scan(&status, &curGen, &leaseJob, &heartbeat, &now)
+	err = q.QueryRow(ctx, `SELECT status, run_gen FROM threads WHERE id = $1`, threadID).Scan(&status, &curGen)
 	if err != nil {
 		if isNoRows(err) {
 			return LeaseObsolete, nil
@@ -39,14 +53,7 @@ func TakeLease(ctx context.Context, q Querier, threadID, gen, jobID int64, stale
 	if status != StatusRunning || curGen != gen {
 		return LeaseObsolete, nil
 	}
-	if leaseJob != nil && *leaseJob != jobID && heartbeat != nil && now.Sub(*heartbeat) < staleAfter {
-		return LeaseBusy, nil
-	}
-	_, err = q.Exec(ctx, `UPDATE threads SET run_lease_job = $2, run_heartbeat_at = now() WHERE id = $1`, threadID, jobID)
-	if err != nil {
-		return 0, fmt.Errorf("lease thread %d: %w", threadID, err)
-	}
-	return LeaseTaken, nil
+	return LeaseBusy, nil
 }
 
 // Heartbeat proves job jobID still works on the thread. It reports false when
@@ -205,4 +212,80 @@ func ThreadUsage(ctx context.Context, q Querier, userID, threadID int64) (Usage,
 
 func isNoRows(err error) bool {
 	return errors.Is(err, errNoRows)
+}
+
+// Batcher runs a pgx.Batch: a pool or a transaction. Statements of a batch
+// go to the server together, one round trip for all of them.
+type Batcher interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// RunView is what a step reads of its run before acting: the thread, its
+// open tool calls, its conversation and how many of its attachments are
+// images a model may be shown. The runtime acts for the thread's owner, so
+// it is read by thread id alone, like GetRunThread.
+type RunView struct {
+	Thread   Thread
+	Open     []ToolCallRow
+	Messages []Message
+	// Images counts the attachments of the types given to ReadRun within
+	// its size limit; ThreadImages reads them, only when there are some.
+	Images int
+}
+
+// ReadRun reads a step's view of its run in one round trip.
+func ReadRun(ctx context.Context, q Batcher, threadID int64, imageTypes []string, maxImageSize int64) (RunView, error) {
+	var v RunView
+	b := &pgx.Batch{}
+	b.Queue(`SELECT `+threadColumns+threadFrom+`WHERE t.id = $1`, threadID).Query(func(rows pgx.Rows) (err error) {
+		v.Thread, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[Thread])
+		if errors.Is(err, pgx.ErrNoRows) {
+			return ErrNotFound
+		}
+		return err
+	})
+	b.Queue(`SELECT `+toolCallColumns+toolCallFrom+`
+		WHERE c.thread_id = $1 AND c.state <> 'done' ORDER BY c.id`, threadID).Query(func(rows pgx.Rows) (err error) {
+		v.Open, err = pgx.CollectRows(rows, pgx.RowToStructByName[ToolCallRow])
+		return err
+	})
+	b.Queue(`SELECT `+messageColumns+` FROM messages m WHERE m.thread_id = $1 ORDER BY m.id`, threadID).Query(func(rows pgx.Rows) (err error) {
+		v.Messages, err = pgx.CollectRows(rows, pgx.RowToStructByName[Message])
+		return err
+	})
+	b.Queue(`SELECT count(*) FROM attachments WHERE thread_id = $1 AND content_type = ANY($2) AND size <= $3`,
+		threadID, imageTypes, maxImageSize).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&v.Images)
+	})
+	if err := q.SendBatch(ctx, b).Close(); err != nil {
+		return RunView{}, fmt.Errorf("read run of thread %d: %w", threadID, err)
+	}
+	return v, nil
+}
+
+// LeaseCheck is the answer of a HoldsLease queued on a batch.
+type LeaseCheck struct {
+	Done bool // the check ran (the batch may have failed before it)
+	Held bool // the job holds the run
+}
+
+// QueueHoldsLease queues HoldsLease on b; *c is set when the batch runs.
+// Queue it first, so that the lock on the thread comes before any write.
+func QueueHoldsLease(b *pgx.Batch, threadID, gen, jobID int64, c *LeaseCheck) {
+	b.Queue(`SELECT EXISTS (SELECT 1 FROM threads
+		WHERE id = $1 AND run_gen = $2 AND run_lease_job = $3 AND status = 'running' FOR UPDATE)`,
+		threadID, gen, jobID).QueryRow(func(row pgx.Row) error {
+		if err := row.Scan(&c.Held); err != nil {
+			return fmt.Errorf("check lease of thread %d: %w", threadID, err)
+		}
+		c.Done = true
+		return nil
+	})
+}
+
+// QueueInsertStep queues InsertStep on b.
+func QueueInsertStep(b *pgx.Batch, s Step) {
+	b.Queue(`INSERT INTO steps (thread_id, kind, model, prompt_tokens, completion_tokens, error, started_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)`, s.ThreadID, s.Kind, s.Model, s.PromptTokens, s.CompletionTokens, s.Error, s.StartedAt).
+		Exec(func(pgconn.CommandTag) error { return nil })
 }

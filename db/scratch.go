@@ -36,9 +36,23 @@ func ReadScratch(ctx context.Context, q Querier, threadID int64, path string) (s
 	return content, nil
 }
 
-// WriteScratch creates or replaces a scratch file.
+// WriteScratch creates or replaces a scratch file. A write that grows the
+// thread's user's storage past their quota is refused with a QuotaError.
 func WriteScratch(ctx context.Context, q Querier, threadID int64, path, content string) error {
-	_, err := q.Exec(ctx, `INSERT INTO scratch_files (thread_id, path, content) VALUES ($1, $2, $3)
+	var userID, old int64
+	err := q.QueryRow(ctx, `SELECT t.user_id,
+		coalesce((SELECT octet_length(s.content) FROM scratch_files s WHERE s.thread_id = t.id AND s.path = $2), 0)
+		FROM threads t WHERE t.id = $1`, threadID, path).Scan(&userID, &old)
+	if isNoRows(err) {
+		return ErrNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("write scratch file: %w", err)
+	}
+	if err := checkQuota(ctx, q, userID, int64(len(content))-old); err != nil {
+		return err
+	}
+	_, err = q.Exec(ctx, `INSERT INTO scratch_files (thread_id, path, content) VALUES ($1, $2, $3)
 		ON CONFLICT (thread_id, path) DO UPDATE SET content = EXCLUDED.content, updated_at = now()`,
 		threadID, path, content)
 	if err != nil {

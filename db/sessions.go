@@ -4,26 +4,55 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"strings"
 	"time"
 )
 
+// SignIn is what an identity provider vouched for at a sign-in.
+type SignIn struct {
+	Issuer, Subject, Email, Name string
+	// EmailVerified is true only when the ID token said email_verified:
+	// true; a missing claim is false.
+	EmailVerified bool
+	// AdminGroup is the configured admin group when the token's groups
+	// claim held it, "" otherwise.
+	AdminGroup string
+}
+
 // SignInUser creates or refreshes the user an identity provider vouched
-// for, identified by (issuer, subject): email and name follow the provider,
-// and the admin role is recomputed as idpAdmin (granted by the server's
-// configuration as of this sign-in) or a grant made on the settings page.
-// A disabled user stays disabled.
-func SignInUser(ctx context.Context, q Querier, issuer, subject, email, name string, idpAdmin bool) (User, error) {
-	u, err := one[User](q.Query(ctx, `
-		INSERT INTO users (issuer, subject, email, name, is_admin, idp_admin)
-		VALUES ($1, $2, $3, $4, $5, $5)
+// for, identified by (issuer, subject): email, name and the claims the
+// admin rule reads follow the provider, and the admin role is recomputed
+// with idpAdminRule against the configuration (adminEmails, adminGroup),
+// or kept from a grant made on the settings page. A disabled user stays
+// disabled.
+func SignInUser(ctx context.Context, q Querier, in SignIn, adminEmails []string, adminGroup string) (User, error) {
+	emails := make([]string, 0, len(adminEmails))
+	for _, e := range adminEmails {
+		emails = append(emails, strings.ToLower(strings.TrimSpace(e)))
+	}
+	// Store the claims first, then apply the rule to the stored row: the
+	// rule is written once, over the row (users.go).
+	var id int64
+	err := q.QueryRow(ctx, `
+		INSERT INTO users (issuer, subject, email, name, email_verified, admin_group)
+		VALUES ($1, $2, $3, $4, $5, $6)
 		ON CONFLICT (issuer, subject) DO UPDATE
 		SET email = EXCLUDED.email, name = EXCLUDED.name,
-		    idp_admin = EXCLUDED.idp_admin,
-		    is_admin = EXCLUDED.idp_admin OR users.granted_admin,
+		    email_verified = EXCLUDED.email_verified, admin_group = EXCLUDED.admin_group,
 		    updated_at = now()
-		RETURNING `+userColumns, issuer, subject, email, name, idpAdmin))
+		RETURNING id`,
+		in.Issuer, in.Subject, in.Email, in.Name, in.EmailVerified, in.AdminGroup).Scan(&id)
 	if err != nil {
 		return User{}, fmt.Errorf("sign in user: %w", err)
+	}
+	u, err := one[User](q.Query(ctx, `
+		UPDATE users
+		SET idp_admin = `+adminRule(2, 3)+`,
+		    is_admin = users.granted_admin OR `+adminRule(2, 3)+`
+		WHERE id = $1
+		RETURNING `+userColumns, id, emails, adminGroup))
+	if err != nil {
+		return User{}, fmt.Errorf("sign in user %d: %w", id, err)
 	}
 	return u, nil
 }
@@ -76,6 +105,17 @@ func CreateSession(ctx context.Context, q Querier, userID int64, token string, e
 // disabled. A session used more than a minute ago is marked as used now:
 // the idle timeout counts from there, without a write per request.
 func SessionUser(ctx context.Context, q Querier, token string, idle time.Duration) (Session, User, error) {
+	return sessionUser(ctx, q, token, idle, true)
+}
+
+// CheckSession is SessionUser without marking the session as used: an open
+// event stream re-checks its session with it, and must not keep an
+// unattended browser's session alive past its idle timeout.
+func CheckSession(ctx context.Context, q Querier, token string, idle time.Duration) (Session, User, error) {
+	return sessionUser(ctx, q, token, idle, false)
+}
+
+func sessionUser(ctx context.Context, q Querier, token string, idle time.Duration, touch bool) (Session, User, error) {
 	hash := HashToken(token)
 	r, err := one[struct {
 		SID        int64     `db:"sid"`
@@ -94,7 +134,7 @@ func SessionUser(ctx context.Context, q Querier, token string, idle time.Duratio
 		return Session{}, User{}, err
 	}
 	s := Session{ID: r.SID, UserID: r.User.ID, CreatedAt: r.CreatedAt, LastSeenAt: r.LastSeenAt, ExpiresAt: r.ExpiresAt}
-	if time.Since(r.LastSeenAt) > time.Minute {
+	if touch && time.Since(r.LastSeenAt) > time.Minute {
 		if _, err := q.Exec(ctx, `UPDATE sessions SET last_seen_at = now() WHERE id = $1`, s.ID); err != nil {
 			return Session{}, User{}, fmt.Errorf("touch session: %w", err)
 		}

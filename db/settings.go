@@ -83,6 +83,11 @@ func DeleteProviderSetting(ctx context.Context, q Querier, name string) error {
 // of new threads, over PIZZA_MODEL.
 const SettingDefaultModel = "default_model"
 
+// SettingToolPolicy is the server setting holding the tool policy, a JSON
+// document {"permissions": {"allow": [...], "ask": [...], "deny": [...]}}
+// checked by agent.ParseToolPolicy before it is stored (jobs/gate.go).
+const SettingToolPolicy = "tool_policy"
+
 // GetServerSetting returns a server setting, "" when it is not set.
 func GetServerSetting(ctx context.Context, q Querier, key string) (string, error) {
 	var v string

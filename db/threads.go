@@ -184,12 +184,12 @@ type Counts struct {
 
 // CountThreads returns the sizes of the user's queues, kept current by
 // triggers (migrations 0008, 0009: sub-agents do not count) so the counts
-// on every page cost one row.
+// on every page cost a few rows: the user's shards (migration 0017).
 func CountThreads(ctx context.Context, q Querier, userID int64) (Counts, error) {
 	var c Counts
-	err := q.QueryRow(ctx, `SELECT all_count, unread_count, action_count
+	err := q.QueryRow(ctx, `SELECT coalesce(sum(all_count), 0), coalesce(sum(unread_count), 0), coalesce(sum(action_count), 0)
 		FROM thread_counts WHERE user_id = $1`, userID).Scan(&c.All, &c.Unread, &c.Action)
-	if err != nil && !isNoRows(err) {
+	if err != nil {
 		return Counts{}, fmt.Errorf("count threads: %w", err)
 	}
 	return c, nil
@@ -246,21 +246,51 @@ func TitleFromPrompt(prompt string) string {
 
 // CreateThread creates a thread in the running state.
 func CreateThread(ctx context.Context, q Querier, n NewThread) (Thread, error) {
+	t, _, err := createThread(ctx, q, n, 0, "", false)
+	return t, err
+}
+
+// StartThread creates a thread with its first (user) message, its run at
+// generation 1 ready for its first step job, which the caller queues in the
+// same transaction: what CreateThread, AddMessage and AdvanceRun do, in one
+// statement (a run start is on the path of every run). Without n.Model the
+// thread gets the server setting SettingDefaultModel or, unset, fallback,
+// read in the same statement.
+func StartThread(ctx context.Context, q Querier, n NewThread, prompt, fallback string) (Thread, int64, error) {
+	useDefault := n.Model == ""
+	if useDefault {
+		n.Model = fallback
+	}
+	return createThread(ctx, q, n, 1, prompt, useDefault)
+}
+
+// createThread inserts a thread at run generation gen, with a first user
+// message unless prompt is empty, and returns it as GetThread would.
+func createThread(ctx context.Context, q Querier, n NewThread, gen int64, prompt string, useDefault bool) (Thread, int64, error) {
 	if n.TriggerKind == "" {
 		n.TriggerKind = TriggerManual
 	}
 	if n.TriggerAt.IsZero() {
 		n.TriggerAt = time.Now()
 	}
-	var id int64
-	err := q.QueryRow(ctx, `
-		INSERT INTO threads (user_id, folder_id, title, skill, model, trigger_kind, trigger_at, trigger_ref)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id`,
-		n.UserID, n.FolderID, n.Title, n.Skill, n.Model, n.TriggerKind, n.TriggerAt, n.TriggerRef).Scan(&id)
+	// The message's insert sees the thread's through the CTE; foreign keys
+	// and triggers run at the end of the statement, when both rows exist.
+	t, err := one[Thread](q.Query(ctx, `
+		WITH t AS (
+			INSERT INTO threads (user_id, folder_id, title, skill, model, trigger_kind, trigger_at, trigger_ref, run_gen)
+			VALUES ($1, $2, $3, $4, CASE WHEN $11 THEN coalesce(nullif(
+				(SELECT value FROM server_settings WHERE key = '`+SettingDefaultModel+`'), ''), $5) ELSE $5 END,
+				$6, $7, $8, $9) RETURNING *
+		), m AS (
+			INSERT INTO messages (thread_id, role, content, tool_calls)
+			SELECT id, 'user', $10, '[]' FROM t WHERE $10 <> ''
+		)
+		SELECT `+threadColumns+` FROM t LEFT JOIN folders f ON f.id = t.folder_id`,
+		n.UserID, n.FolderID, n.Title, n.Skill, n.Model, n.TriggerKind, n.TriggerAt, n.TriggerRef, gen, prompt, useDefault))
 	if err != nil {
-		return Thread{}, fmt.Errorf("create thread: %w", err)
+		return Thread{}, 0, fmt.Errorf("create thread: %w", err)
 	}
-	return GetThread(ctx, q, n.UserID, id)
+	return t, gen, nil
 }
 
 // MarkRead sets the read state of the user's threads and returns how many

@@ -34,26 +34,35 @@ const (
 
 // ToolCallRow is a tool call of a run, with its state and decision.
 type ToolCallRow struct {
-	ID               int64      `db:"id"`
-	ThreadID         int64      `db:"thread_id"`
-	MessageID        int64      `db:"message_id"`
-	CallID           string     `db:"call_id"`
-	Name             string     `db:"name"`
-	Arguments        string     `db:"arguments"`
-	State            string     `db:"state"`
-	WaitKind         string     `db:"wait_kind"`
-	AllowedDecisions []string   `db:"allowed_decisions"`
-	Description      string     `db:"description"`
-	Decision         string     `db:"decision"`
-	DecidedBy        *int64     `db:"decided_by"`
-	DecidedByName    string     `db:"decided_by_name"`
-	DecidedAt        *time.Time `db:"decided_at"`
-	EditedArguments  *string    `db:"edited_arguments"`
-	DecisionMessage  string     `db:"decision_message"`
-	Result           string     `db:"result"`
-	IsError          bool       `db:"is_error"`
-	CreatedAt        time.Time  `db:"created_at"`
-	UpdatedAt        time.Time  `db:"updated_at"`
+	ID               int64    `db:"id"`
+	ThreadID         int64    `db:"thread_id"`
+	MessageID        int64    `db:"message_id"`
+	CallID           string   `db:"call_id"`
+	Name             string   `db:"name"`
+	Arguments        string   `db:"arguments"`
+	State            string   `db:"state"`
+	WaitKind         string   `db:"wait_kind"`
+	AllowedDecisions []string `db:"allowed_decisions"`
+	Description      string   `db:"description"`
+	// GateReason says which rules made the call wait for approval (the
+	// server's tool policy, the skill's interruptOn, a parent's), for the
+	// person deciding; empty for questions and unknown outcomes.
+	GateReason      string     `db:"gate_reason"`
+	Decision        string     `db:"decision"`
+	DecidedBy       *int64     `db:"decided_by"`
+	DecidedByName   string     `db:"decided_by_name"`
+	DecidedAt       *time.Time `db:"decided_at"`
+	EditedArguments *string    `db:"edited_arguments"`
+	DecisionMessage string     `db:"decision_message"`
+	Result          string     `db:"result"`
+	IsError         bool       `db:"is_error"`
+	CreatedAt       time.Time  `db:"created_at"`
+	UpdatedAt       time.Time  `db:"updated_at"`
+
+	// InnerCall is, on a parked run_js call, the script's call it stopped
+	// at: what its approver is shown and what an approval lets run
+	// (sandboxcalls.go). Nil on every other call.
+	InnerCall *InnerCall `db:"inner_call"`
 }
 
 // EffectiveArguments are the arguments the call runs with: the edited ones
@@ -66,9 +75,10 @@ func (c ToolCallRow) EffectiveArguments() string {
 }
 
 const toolCallColumns = `c.id, c.thread_id, c.message_id, c.call_id, c.name, c.arguments, c.state,
-	c.wait_kind, c.allowed_decisions, c.description, c.decision, c.decided_by,
+	c.wait_kind, c.allowed_decisions, c.description, c.gate_reason, c.decision, c.decided_by,
 	coalesce(nullif(u.name, ''), u.email, '') AS decided_by_name, c.decided_at,
-	c.edited_arguments, c.decision_message, c.result, c.is_error, c.created_at, c.updated_at`
+	c.edited_arguments, c.decision_message, c.result, c.is_error, c.created_at, c.updated_at,
+	c.inner_call`
 
 const toolCallFrom = ` FROM tool_calls c LEFT JOIN users u ON u.id = c.decided_by `
 
@@ -83,6 +93,7 @@ type NewToolCall struct {
 	WaitKind         string
 	AllowedDecisions []string
 	Description      string
+	GateReason       string // see ToolCallRow.GateReason
 	Result           string
 	IsError          bool
 }
@@ -94,10 +105,10 @@ func InsertToolCall(ctx context.Context, q Querier, c NewToolCall) (int64, error
 	}
 	var id int64
 	err := q.QueryRow(ctx, `INSERT INTO tool_calls
-		(thread_id, message_id, call_id, name, arguments, state, wait_kind, allowed_decisions, description, result, is_error)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id`,
+		(thread_id, message_id, call_id, name, arguments, state, wait_kind, allowed_decisions, description, gate_reason, result, is_error)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING id`,
 		c.ThreadID, c.MessageID, c.CallID, c.Name, c.Arguments, c.State, c.WaitKind,
-		c.AllowedDecisions, c.Description, c.Result, c.IsError).Scan(&id)
+		c.AllowedDecisions, c.Description, c.GateReason, c.Result, c.IsError).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("record tool call %s: %w", c.Name, err)
 	}
@@ -144,6 +155,15 @@ func SetToolCallWait(ctx context.Context, q Querier, id int64, state, waitKind s
 		WHERE id = $1`, id, state, waitKind, allowed, description)
 	if err != nil {
 		return fmt.Errorf("tool call %d waits: %w", id, err)
+	}
+	return nil
+}
+
+// SetToolCallGateReason records why a waiting call waits (see
+// ToolCallRow.GateReason).
+func SetToolCallGateReason(ctx context.Context, q Querier, id int64, reason string) error {
+	if _, err := q.Exec(ctx, `UPDATE tool_calls SET gate_reason = $2 WHERE id = $1`, id, reason); err != nil {
+		return fmt.Errorf("tool call %d gate reason: %w", id, err)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -53,4 +54,55 @@ func GetUser(ctx context.Context, q Querier, id int64) (User, error) {
 		return User{}, fmt.Errorf("get user %d: %w", id, err)
 	}
 	return u, nil
+}
+
+// idpAdminRule is the one statement of who the configuration makes an
+// admin, in SQL over the users row: a verified email listed in
+// PIZZA_ADMIN_EMAILS ($emails, lowercase), or membership of the configured
+// admin group ($group) as of the last sign-in. SignInUser and
+// RecomputeAdmins both use it, so sign-in and start-up cannot disagree.
+// The placeholders are replaced by the callers' parameter numbers.
+const idpAdminRule = `((users.email_verified AND lower(users.email) = ANY($emails::text[]))
+	OR (users.admin_group <> '' AND users.admin_group = $group::text))`
+
+// RecomputeAdmins applies the admin configuration of this start-up to
+// every user: idp_admin follows idpAdminRule, and is_admin becomes
+// idp_admin or an admin grant made on the settings page (granted_admin),
+// which the configuration never takes away. localAdmin is whether the
+// loopback user (Subject "local") is an admin: true on a server without
+// sign-in, where it is the only user; false on a server with sign-in, where
+// nobody can sign in as it and its old tokens must not keep admin rights.
+// It returns how many users lost the admin role.
+func RecomputeAdmins(ctx context.Context, q Querier, adminEmails []string, adminGroup string, localAdmin bool) (int64, error) {
+	emails := make([]string, 0, len(adminEmails))
+	for _, e := range adminEmails {
+		emails = append(emails, strings.ToLower(strings.TrimSpace(e)))
+	}
+	var lost int64
+	err := q.QueryRow(ctx, `
+		WITH want AS (
+			SELECT users.id, users.is_admin AS was_admin,
+			       CASE WHEN users.issuer = '' AND users.subject = $3 THEN $4::boolean
+			            ELSE `+adminRule(1, 2)+` END AS idp
+			FROM users
+		), changed AS (
+			UPDATE users
+			SET idp_admin = want.idp, is_admin = users.granted_admin OR want.idp, updated_at = now()
+			FROM want
+			WHERE want.id = users.id
+			  AND (users.idp_admin <> want.idp OR users.is_admin <> (users.granted_admin OR want.idp))
+			RETURNING want.was_admin, users.is_admin
+		)
+		SELECT count(*) FROM changed WHERE was_admin AND NOT is_admin`,
+		emails, adminGroup, LocalSubject, localAdmin).Scan(&lost)
+	if err != nil {
+		return 0, fmt.Errorf("recompute admins: %w", err)
+	}
+	return lost, nil
+}
+
+// adminRule is idpAdminRule with the emails and group as the numbered
+// parameters.
+func adminRule(emails, group int) string {
+	return strings.NewReplacer("$emails", fmt.Sprintf("$%d", emails), "$group", fmt.Sprintf("$%d", group)).Replace(idpAdminRule)
 }

@@ -8,7 +8,11 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
+
+	"pizzabot/db"
+	"pizzabot/jobs"
 )
 
 // Admission control for the routes that start runs (the API, the compose
@@ -28,7 +32,11 @@ import (
 //     runaway script cannot starve the team. Buckets live in the process:
 //     with several replicas a user's limit is per replica.
 //   - Any request that waits longer than the pool's acquire timeout for a
-//     database connection is answered 503 too (errBusy, renderError).
+//     database connection is answered 503 too (errBusy, renderError), and
+//     so is any failure while the database is known to be down
+//     (Deps.DatabaseDown: the private cluster restarting).
+//   - Below the disk floor (Deps.DiskFloor), run starts and uploads are
+//     refused with 503 and Retry-After until space is freed.
 
 // AdmissionConfig configures admission control. The zero value admits
 // everything at once, unlimited (tests that are not about load).
@@ -152,6 +160,13 @@ func (a *admission) allowHook(userID int64) error {
 // route's adapter (page or api), which calls checkRunRate itself.
 func (h *Handler) admitStart(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// A full disk would fail the run later, and an upload now: refuse
+		// while the sender can still come back (decisions, reading and
+		// cancelling do not pass here and keep working).
+		if err := h.checkDiskFloor(); err != nil {
+			h.renderError(w, r, err)
+			return
+		}
 		if h.admission.slots == nil {
 			next.ServeHTTP(w, r)
 			return
@@ -238,4 +253,108 @@ func (l *rateLimiter) forgetFull(now time.Time) {
 			delete(l.buckets, k)
 		}
 	}
+}
+
+// Unavailable is why the server cannot answer for now, for a 503: Msg is
+// shown to the user, RetryAfter tells clients when to come back.
+type Unavailable struct {
+	Msg        string
+	RetryAfter time.Duration
+}
+
+// unavailable returns the 503 that a handler's error stands for, or nil: a
+// refusal that says so itself, any failure while the database is down, or
+// a pool acquisition timeout (the server is saturated).
+func (h *Handler) unavailable(ctx context.Context, err error) *busyError {
+	var busy *busyError
+	if errors.As(err, &busy) {
+		return busy
+	}
+	if h.databaseDown != nil && isServerFailure(err) {
+		if down := h.databaseDown(); down != nil {
+			return &busyError{http.StatusServiceUnavailable, down.Msg, down.RetryAfter}
+		}
+	}
+	if isPoolTimeout(ctx, err) {
+		return errBusy
+	}
+	return nil
+}
+
+// isServerFailure reports whether err would be a 500: not a refusal that
+// names what the user did wrong.
+func isServerFailure(err error) bool {
+	var he httpError
+	var ue *jobs.UserError
+	var tooLarge *http.MaxBytesError
+	return !errors.As(err, &he) && !errors.As(err, &ue) && !errors.Is(err, db.ErrNotFound) && !errors.As(err, &tooLarge)
+}
+
+// DiskFloor is the free space the data root's file system must keep for
+// new runs and uploads to be accepted: Bytes, or Percent of the file
+// system's size when Percent is set.
+type DiskFloor struct {
+	// Path is a directory on the file system to watch (the data root);
+	// empty turns the floor off.
+	Path    string
+	Bytes   uint64
+	Percent float64
+}
+
+// DiskSpace is a file system's free and total bytes, and the floor's
+// value in bytes.
+type DiskSpace struct {
+	Free, Total, Floor uint64
+}
+
+// Below reports whether free space is under the floor.
+func (d DiskSpace) Below() bool { return d.Free < d.Floor }
+
+// Space measures the file system holding f.Path.
+func (f DiskFloor) Space() (DiskSpace, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(f.Path, &st); err != nil {
+		return DiskSpace{}, fmt.Errorf("free space of %s: %w", f.Path, err)
+	}
+	d := DiskSpace{Free: st.Bavail * uint64(st.Bsize), Total: st.Blocks * uint64(st.Bsize), Floor: f.Bytes}
+	if f.Percent > 0 {
+		d.Floor = uint64(float64(d.Total) * f.Percent / 100)
+	}
+	return d, nil
+}
+
+// checkDiskFloor refuses with 503 when the data root's file system has
+// less free space than the floor. A file system it cannot measure does
+// not stop runs: that is logged, not refused.
+func (h *Handler) checkDiskFloor() error {
+	f := h.diskFloor
+	if f.Path == "" || (f.Bytes == 0 && f.Percent == 0) {
+		return nil
+	}
+	d, err := f.Space()
+	if err != nil {
+		h.log.Warn("disk floor", "err", err)
+		return nil
+	}
+	if !d.Below() {
+		return nil
+	}
+	return &busyError{http.StatusServiceUnavailable,
+		fmt.Sprintf("the server's disk is almost full (%s free, below the floor of %s): new runs and uploads are refused until an operator frees space; decisions, reading and cancelling still work",
+			FormatBytes(d.Free), FormatBytes(d.Floor)),
+		time.Minute}
+}
+
+// FormatBytes writes n in binary units: "512 B", "3.2 GiB".
+func FormatBytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit && exp < 4; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTP"[exp])
 }

@@ -89,12 +89,9 @@ func (h *Handler) renderAPIError(w http.ResponseWriter, r *http.Request, err err
 	var he httpError
 	var ue *jobs.UserError
 	var tooLarge *http.MaxBytesError
-	var busy *busyError
-	if isPoolTimeout(ctx, err) {
-		busy = errBusy
-	}
+	busy := h.unavailable(ctx, err)
 	switch {
-	case busy != nil || errors.As(err, &busy):
+	case busy != nil:
 		w.Header().Set("Retry-After", busy.retryAfterSeconds())
 		he = httpError{busy.status, busy.msg}
 	case errors.As(err, &he):

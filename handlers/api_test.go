@@ -705,6 +705,10 @@ func TestAPIUnknownOutcome(t *testing.T) {
 				}}}},
 				{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Settled."}}},
 			}}, charge)
+			// charge_card acts outside the database: it asks unless allowed.
+			if err := db.SetServerSetting(context.Background(), b.pool, db.SettingToolPolicy, `{"permissions": {"allow": ["charge_card"]}}`); err != nil {
+				t.Fatal(err)
+			}
 			th := b.apiStart("alice", map[string]any{"prompt": "charge it"})
 			select {
 			case <-started:

@@ -128,6 +128,20 @@ type apiPending struct {
 	Arguments        any      `json:"arguments"`
 	AllowedDecisions []string `json:"allowed_decisions"`
 	Description      string   `json:"description"`
+	// Reason says which rules made an approval wait, e.g. "server policy:
+	// ask mcp__github__*; skill researcher: interruptOn" (jobs/gate.go).
+	Reason string `json:"reason,omitempty"`
+	// InnerCall is, on a run_js call waiting for approval, the script's
+	// call that an approval lets run, with its arguments whole.
+	InnerCall *apiInnerCall `json:"inner_call,omitempty"`
+}
+
+// apiInnerCall is the script's call a run_js approval applies to: its place
+// among the script's tool calls (from 0), the tool and the arguments.
+type apiInnerCall struct {
+	Seq       int    `json:"seq"`
+	Tool      string `json:"tool"`
+	Arguments any    `json:"arguments"`
 }
 
 // apiDecision is a decision taken on a tool call: who, what, when, and the
@@ -512,14 +526,19 @@ func toAPIPending(c db.ToolCallRow) apiPending {
 	if allowed == nil {
 		allowed = []string{}
 	}
-	return apiPending{
+	p := apiPending{
 		ID: c.ID, CallID: c.CallID, Tool: c.Name, Kind: kind,
 		// An unknown-outcome call may have been edited before it ran: show
 		// what a retry would run.
 		Arguments:        apiArguments(c.EffectiveArguments()),
 		AllowedDecisions: allowed,
 		Description:      c.Description,
+		Reason:           c.GateReason,
 	}
+	if in := c.InnerCall; in != nil && c.State == db.CallPending {
+		p.InnerCall = &apiInnerCall{Seq: in.Seq, Tool: in.Tool, Arguments: apiArguments(in.Arguments)}
+	}
+	return p
 }
 
 func toAPIDecision(c db.ToolCallRow) apiDecision {
@@ -547,6 +566,9 @@ type apiDecisionInput struct {
 	Type      string          `json:"type"`
 	Arguments json.RawMessage `json:"arguments"`
 	Message   string          `json:"message"`
+	// InnerSeq is required on a run_js call waiting at a call of its
+	// script: the inner_call.seq the client read.
+	InnerSeq *int `json:"inner_seq"`
 }
 
 // decisionTypes are the decisions the API knows; which of them a call takes
@@ -631,7 +653,7 @@ func decisionInputs(ds []apiDecisionInput) ([]jobs.DecisionInput, error) {
 		if !slices.Contains(decisionTypes, d.Type) {
 			return nil, bad(i, `"type" %q is not one of %s`, d.Type, strings.Join(decisionTypes, ", "))
 		}
-		in := jobs.DecisionInput{CallID: d.ID, Type: d.Type, Message: d.Message}
+		in := jobs.DecisionInput{CallID: d.ID, Type: d.Type, Message: d.Message, InnerSeq: d.InnerSeq}
 		hasArgs := len(d.Arguments) > 0 && string(d.Arguments) != "null"
 		switch {
 		case d.Type == db.DecisionEdit && !hasArgs:
@@ -723,6 +745,27 @@ func (h *Handler) apiSetRead(read bool) func(ctx context.Context, user db.User, 
 			return 0, err
 		}
 		_, err := db.MarkRead(ctx, h.pool, user.ID, []int64{id}, read)
+		return http.StatusOK, err
+	}
+}
+
+// apiArchive and apiUnarchive move a thread out of All (archived threads
+// leave Unread too, as in the inbox) and back:
+// POST /api/v1/threads/{id}/archive and .../unarchive.
+func (h *Handler) apiArchive(w http.ResponseWriter, r *http.Request) error {
+	return h.apiThreadChange(w, r, h.apiSetArchived(true))
+}
+
+func (h *Handler) apiUnarchive(w http.ResponseWriter, r *http.Request) error {
+	return h.apiThreadChange(w, r, h.apiSetArchived(false))
+}
+
+func (h *Handler) apiSetArchived(archived bool) func(ctx context.Context, user db.User, id int64) (int, error) {
+	return func(ctx context.Context, user db.User, id int64) (int, error) {
+		if _, err := db.GetThread(ctx, h.pool, user.ID, id); err != nil {
+			return 0, err
+		}
+		_, err := db.SetArchived(ctx, h.pool, user.ID, []int64{id}, archived)
 		return http.StatusOK, err
 	}
 }

@@ -7,8 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -47,7 +50,22 @@ type AuthConfig struct {
 	// HTTPClient talks to the identity provider; nil uses one with a
 	// 15-second timeout.
 	HTTPClient *http.Client
+	// TokenTTL is the lifetime a new API token is offered by default,
+	// TokenMaxTTL the longest one can be given (PIZZA_TOKEN_TTL and
+	// PIZZA_TOKEN_MAX_TTL). Defaults: 90 days and 1 year.
+	TokenTTL    time.Duration
+	TokenMaxTTL time.Duration
+	// RecheckEvery is how often an open event stream checks that its
+	// session still exists and its user is not disabled; it is also
+	// checked when the session reaches its absolute timeout. Default 20s.
+	RecheckEvery time.Duration
 }
+
+// Token lifetime defaults.
+const (
+	DefaultTokenTTL    = 90 * 24 * time.Hour
+	DefaultTokenMaxTTL = 365 * 24 * time.Hour
+)
 
 // OIDCConfig names the OpenID Connect client registered at the identity
 // provider.
@@ -71,8 +89,11 @@ type Auth struct {
 	flowName    string
 	idle        time.Duration
 	maxAge      time.Duration
-	adminEmails map[string]bool
+	adminEmails []string
 	adminGroup  string
+	tokenTTL    time.Duration
+	tokenMaxTTL time.Duration
+	recheck     time.Duration
 	// publicOrigin is PublicURL's origin, trusted by the origin check.
 	publicOrigin string
 }
@@ -105,8 +126,22 @@ func NewAuth(pool *pgxpool.Pool, log *slog.Logger, cfg AuthConfig) (*Auth, error
 		local:       cfg.Local,
 		idle:        cfg.IdleTimeout,
 		maxAge:      cfg.MaxAge,
-		adminEmails: map[string]bool{},
 		adminGroup:  cfg.AdminGroup,
+		tokenTTL:    cfg.TokenTTL,
+		tokenMaxTTL: cfg.TokenMaxTTL,
+		recheck:     cfg.RecheckEvery,
+	}
+	if a.tokenMaxTTL <= 0 {
+		a.tokenMaxTTL = DefaultTokenMaxTTL
+	}
+	if a.tokenTTL <= 0 {
+		a.tokenTTL = min(DefaultTokenTTL, a.tokenMaxTTL)
+	}
+	if a.tokenTTL > a.tokenMaxTTL {
+		return nil, fmt.Errorf("auth: the default token lifetime %s is longer than the maximum %s", a.tokenTTL, a.tokenMaxTTL)
+	}
+	if a.recheck <= 0 {
+		a.recheck = defaultRecheck
 	}
 	if a.idle <= 0 {
 		a.idle = 72 * time.Hour
@@ -115,7 +150,9 @@ func NewAuth(pool *pgxpool.Pool, log *slog.Logger, cfg AuthConfig) (*Auth, error
 		a.maxAge = 14 * 24 * time.Hour
 	}
 	for _, e := range cfg.AdminEmails {
-		a.adminEmails[strings.ToLower(strings.TrimSpace(e))] = true
+		if e = strings.ToLower(strings.TrimSpace(e)); e != "" {
+			a.adminEmails = append(a.adminEmails, e)
+		}
 	}
 	if cfg.OIDC.Issuer == "" {
 		if cfg.Local == nil {
@@ -193,8 +230,12 @@ func (a *Auth) SignInEnabled() bool { return a != nil && a.oidc != nil }
 
 // Authenticate returns the user a request acts as. A request with an
 // Authorization header is judged by it alone: a bearer token that is
-// unknown, expired or revoked is refused, and no cookie is looked at. It
-// returns an error wrapping ErrUnauthenticated when there is no user.
+// unknown, expired or revoked is refused, and no cookie is looked at. A
+// token without the admin scope acts as a member, whatever its user's
+// role; with it, as an admin only while its user is one (read at every
+// request). It returns an error wrapping ErrUnauthenticated when there is
+// no user. Where the request's routes accept a token is not its business:
+// page refuses them, api takes them.
 func (a *Auth) Authenticate(r *http.Request) (db.User, error) {
 	ctx := r.Context()
 	if authz := r.Header.Get("Authorization"); authz != "" {
@@ -203,11 +244,18 @@ func (a *Auth) Authenticate(r *http.Request) (db.User, error) {
 		if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
 			return db.User{}, fmt.Errorf("%w: the Authorization header is not a bearer token", ErrUnauthenticated)
 		}
-		_, u, err := db.APITokenUser(ctx, a.pool, token)
+		t, u, err := db.APITokenUser(ctx, a.pool, token)
 		if errors.Is(err, db.ErrNotFound) {
 			return db.User{}, fmt.Errorf("%w: unknown, expired or revoked token", ErrUnauthenticated)
 		}
-		return u, err
+		if err != nil {
+			return db.User{}, err
+		}
+		if !t.Admin {
+			u.IsAdmin = false
+		}
+		requestInfoFrom(ctx).token = &t
+		return u, nil
 	}
 	if a.local != nil {
 		return *a.local, nil
@@ -216,12 +264,75 @@ func (a *Auth) Authenticate(r *http.Request) (db.User, error) {
 	if token == "" {
 		return db.User{}, ErrUnauthenticated
 	}
-	_, u, err := db.SessionUser(ctx, a.pool, token, a.idle)
+	s, u, err := db.SessionUser(ctx, a.pool, token, a.idle)
+	if errors.Is(err, db.ErrNotFound) {
+		return db.User{}, fmt.Errorf("%w: the session has ended", ErrUnauthenticated)
+	}
+	if err == nil {
+		requestInfoFrom(ctx).session = &s
+	}
+	return u, err
+}
+
+// defaultRecheck is how often an open event stream re-checks its session.
+const defaultRecheck = 20 * time.Second
+
+// Recheck judges again a request that is still being answered (an event
+// stream) by the credential it came with: its session must still exist
+// and be within its timeouts, and its user must not be disabled. Unlike
+// Authenticate it does not mark the session as used, so an open tab does
+// not keep an unattended session alive.
+func (a *Auth) Recheck(r *http.Request) (db.User, error) {
+	if r.Header.Get("Authorization") != "" || a.local != nil {
+		return a.Authenticate(r)
+	}
+	token := a.sessionToken(r)
+	if token == "" {
+		return db.User{}, ErrUnauthenticated
+	}
+	_, u, err := db.CheckSession(r.Context(), a.pool, token, a.idle)
 	if errors.Is(err, db.ErrNotFound) {
 		return db.User{}, fmt.Errorf("%w: the session has ended", ErrUnauthenticated)
 	}
 	return u, err
 }
+
+// Reconcile applies this start-up's configuration to what is stored: the
+// admin role of every user is recomputed (a person removed from
+// PIZZA_ADMIN_EMAILS or the admin group is no longer an admin, and so
+// neither are their sessions and tokens), and tokens that would outlive
+// the maximum token lifetime are shortened to it. Call it once at start,
+// before serving.
+func (a *Auth) Reconcile(ctx context.Context) error {
+	lost, err := db.RecomputeAdmins(ctx, a.pool, a.adminEmails, a.adminGroup, a.local != nil)
+	if err != nil {
+		return err
+	}
+	if lost > 0 {
+		a.log.Info("admin role removed from users the configuration no longer makes admins", "users", lost)
+	}
+	clamped, err := db.ClampAPITokenExpiry(ctx, a.pool, a.tokenMaxTTL)
+	if err != nil {
+		return err
+	}
+	if clamped > 0 {
+		a.log.Info("API tokens shortened to the maximum token lifetime", "tokens", clamped, "max_ttl", a.tokenMaxTTL.String())
+	}
+	return nil
+}
+
+// TokenTTLs returns the default and the maximum lifetime of a new token.
+func (a *Auth) TokenTTLs() (def, maxTTL time.Duration) {
+	if a == nil {
+		return DefaultTokenTTL, DefaultTokenMaxTTL
+	}
+	return a.tokenTTL, a.tokenMaxTTL
+}
+
+// loopbackOnly reports a server without sign-in, whose every request acts
+// as the local user: it must answer to loopback host names only (DNS
+// rebinding), see protectHost.
+func (a *Auth) loopbackOnly() bool { return a != nil && a.local != nil }
 
 // sessionToken returns the session id in the request's cookie, "" when
 // there is none or it does not decode (forged, expired, signed with a key
@@ -274,23 +385,22 @@ func (a *Auth) clearCookie(w http.ResponseWriter, name string) {
 	http.SetCookie(w, sessions.NewCookie(name, "", o))
 }
 
-// isAdminIdentity reports whether the server's configuration makes the
-// signed-in identity an admin: a verified email in PIZZA_ADMIN_EMAILS, or
-// the admin group in the groups claim.
-func (a *Auth) isAdminIdentity(c idClaims) bool {
-	// An unverified email could be anyone's: only a provider that does not
-	// say (most corporate ones) or says verified is believed.
-	if c.Email != "" && (c.EmailVerified == nil || bool(*c.EmailVerified)) && a.adminEmails[strings.ToLower(c.Email)] {
-		return true
-	}
+// signInFacts is what the ID token says that decides the admin role (the
+// rule itself is db.idpAdminRule). An email counts only when the token says
+// email_verified: true: a missing claim is not a verification, since an
+// unverified email could be anyone's. Providers that never send the claim
+// (Entra ID) make admins with the group claim (PIZZA_OIDC_ADMIN_GROUP).
+func (a *Auth) signInFacts(c idClaims) (emailVerified bool, adminGroup string) {
+	emailVerified = c.EmailVerified != nil && bool(*c.EmailVerified)
 	if a.adminGroup != "" {
 		for _, g := range c.Groups {
 			if g == a.adminGroup {
-				return true
+				adminGroup = a.adminGroup
+				break
 			}
 		}
 	}
-	return false
+	return emailVerified, adminGroup
 }
 
 // Discover contacts the identity provider (discovery document), so that a
@@ -356,9 +466,11 @@ func hasBearer(r *http.Request) bool {
 
 // allowed reports whether the request may proceed.
 func (o *originCheck) allowed(r *http.Request) bool {
-	if hasBearer(r) || isWebhook(r) {
+	if (hasBearer(r) && isAPI(r)) || isWebhook(r) {
 		// Neither carries a browser's ambient credentials: a bearer token
-		// or a webhook's secret URL authenticates the request itself.
+		// or a webhook's secret URL authenticates the request itself. A
+		// token is taken on the API only (refuseToken), so only there does
+		// it skip the check.
 		return true
 	}
 	checked := r
@@ -389,13 +501,116 @@ func (h *Handler) protectOrigin(next http.Handler) http.Handler {
 	deny := h.handle(func(http.ResponseWriter, *http.Request) error {
 		return httpError{http.StatusForbidden, "This request came from another site and was refused."}
 	})
+	// A server without sign-in acts as its admin for any request that
+	// reaches it: a state-changing request must also show that it comes
+	// from our own page (CrossOriginProtection lets through a request with
+	// neither header, as non-browser clients send). Scripts use a token.
+	strict := h.auth.loopbackOnly()
+	undeclared := h.handle(func(http.ResponseWriter, *http.Request) error {
+		return httpError{http.StatusForbidden, "This request does not say where it comes from (no Origin or Sec-Fetch-Site header) and was refused. " +
+			"Send forms from the app's own pages; scripts use the API with a token (Authorization: Bearer)."}
+	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !h.origins.allowed(r) {
 			deny.ServeHTTP(w, r)
 			return
 		}
+		if strict && !declaresSameOrigin(r) {
+			undeclared.ServeHTTP(w, r)
+			return
+		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// declaresSameOrigin reports whether a request may change state on a
+// server without sign-in: a safe method, a token-authenticated API call, a
+// webhook, or a request carrying Origin (which allowed has compared with
+// Host) or Sec-Fetch-Site: same-origin.
+func declaresSameOrigin(r *http.Request) bool {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return true
+	}
+	if (hasBearer(r) && isAPI(r)) || isWebhook(r) {
+		return true
+	}
+	return r.Header.Get("Origin") != "" || r.Header.Get("Sec-Fetch-Site") == "same-origin"
+}
+
+// refuseToken refuses a bearer token outside the API: a token is for
+// scripts calling /api/v1, and must not open the web pages (admin pages
+// included), whose forms are not built for it and which the origin check
+// protects by the cookie alone.
+func refuseToken(r *http.Request) error {
+	if hasBearer(r) {
+		return httpError{http.StatusForbidden, "API tokens work only on the JSON API (/api/v1). This page needs a signed-in browser."}
+	}
+	return nil
+}
+
+// loopbackNames are the host names a server without sign-in answers to.
+var loopbackNames = []string{"localhost", "127.0.0.1", "::1"}
+
+// protectHost answers 421 Misdirected Request, on a server without sign-in,
+// to every request whose Host is not a loopback name with the server's
+// port. Such a server takes every request as its admin, so a web page that
+// rebinds its own host name to 127.0.0.1 (DNS rebinding) would otherwise
+// be same-origin with it, and pass the origin check. The health checks
+// also accept a request with no Host (HTTP/1.0 probes). The hosts of
+// PIZZA_ALLOWED_ORIGINS are accepted too: whoever set them chose to reach
+// the server under that name.
+func (h *Handler) protectHost(next http.Handler) http.Handler {
+	if !h.auth.loopbackOnly() {
+		return next
+	}
+	extra := map[string]bool{}
+	for _, o := range h.origins.env {
+		if u, err := url.Parse(o); err == nil && u.Host != "" {
+			extra[strings.ToLower(u.Host)] = true
+		}
+	}
+	misdirected := h.handle(func(http.ResponseWriter, *http.Request) error {
+		return httpError{http.StatusMisdirectedRequest, "This server answers only to localhost, 127.0.0.1 and [::1] with its own port: open it at http://localhost:PORT/."}
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !loopbackHost(r, extra) {
+			misdirected.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// loopbackHost reports whether the request's Host is a loopback name with
+// the port the connection came in on (any port when that is unknown), or
+// one of extra.
+func loopbackHost(r *http.Request, extra map[string]bool) bool {
+	host := strings.ToLower(r.Host)
+	if host == "" {
+		return r.URL.Path == "/healthz" || r.URL.Path == "/readyz"
+	}
+	if extra[host] {
+		return true
+	}
+	name, port, err := net.SplitHostPort(host)
+	if err != nil {
+		name, port = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]"), ""
+	} else if port == "" {
+		return false // "localhost:" is not a port
+	}
+	if !slices.Contains(loopbackNames, name) {
+		return false
+	}
+	local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+	tcp, isTCP := local.(*net.TCPAddr)
+	if !ok || !isTCP {
+		return true
+	}
+	if port == "" {
+		return tcp.Port == 80
+	}
+	return port == strconv.Itoa(tcp.Port)
 }
 
 // isWebhook reports a call to a skill's webhook, which its token in the

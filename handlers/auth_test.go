@@ -28,6 +28,7 @@ import (
 	"pizzabot/handlers"
 	"pizzabot/handlers/oidctest"
 	"pizzabot/jobs"
+	"pizzabot/live"
 	"pizzabot/skills"
 )
 
@@ -55,12 +56,20 @@ type authOptions struct {
 	allowedOrigins []string
 	secretKey      bool
 	env            map[string]string
+	// tokenTTL and tokenMaxTTL set the token lifetimes; recheck how often
+	// an event stream re-checks its session; live turns the event stream
+	// on.
+	tokenTTL, tokenMaxTTL, recheck time.Duration
+	live                           bool
 }
 
 var (
 	aliceIdP = oidctest.User{Subject: "alice-sub", Email: "alice@example.com", Name: "Alice"}
 	bobIdP   = oidctest.User{Subject: "bob-sub", Email: "bob@example.com", Name: "Bob"}
-	adminIdP = oidctest.User{Subject: "ada-sub", Email: "ada@example.com", Name: "Ada Admin"}
+	// adminIdP's provider says her email is verified: an admin email
+	// counts only then (TestAdminEmailNeedsVerification).
+	adminIdP = oidctest.User{Subject: "ada-sub", Email: "ada@example.com", Name: "Ada Admin", EmailVerified: &verified}
+	verified = true
 )
 
 func authSetup(t *testing.T, o authOptions) *authBundle {
@@ -88,12 +97,15 @@ func authSetup(t *testing.T, o authOptions) *authBundle {
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
 	b.auth, err = handlers.NewAuth(pool, log, handlers.AuthConfig{
-		OIDC:        handlers.OIDCConfig{Issuer: b.idp.Issuer, ClientID: "pizza-bot", ClientSecret: "client-secret"},
-		PublicURL:   b.srv.URL,
-		SessionKeys: [][]byte{key},
-		AdminEmails: o.adminEmails,
-		AdminGroup:  o.adminGroup,
-		HTTPClient:  b.idp.Client(),
+		OIDC:         handlers.OIDCConfig{Issuer: b.idp.Issuer, ClientID: "pizza-bot", ClientSecret: "client-secret"},
+		PublicURL:    b.srv.URL,
+		SessionKeys:  [][]byte{key},
+		AdminEmails:  o.adminEmails,
+		AdminGroup:   o.adminGroup,
+		HTTPClient:   b.idp.Client(),
+		TokenTTL:     o.tokenTTL,
+		TokenMaxTTL:  o.tokenMaxTTL,
+		RecheckEvery: o.recheck,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -119,10 +131,19 @@ func authSetup(t *testing.T, o authOptions) *authBundle {
 	if _, err := jobs.NewClient(b.runs, jobs.ClientConfig{}); err != nil {
 		t.Fatal(err)
 	}
+	var broker *live.Broker
+	if o.live {
+		broker = live.New(pool, live.Options{FlushEvery: 20 * time.Millisecond})
+		if err := broker.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(broker.Close)
+	}
 	h = handlers.New(handlers.Deps{
 		Pool: pool, Logger: log, Auth: b.auth, Runs: b.runs,
 		AllowedOrigins: o.allowedOrigins, DataRoot: b.root, Secrets: b.secret,
 		JobsUI: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "river ui at "+r.URL.Path) }),
+		Live:   broker,
 	})
 	return b
 }

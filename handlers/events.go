@@ -133,7 +133,7 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) error {
 	}
 	defer sub.Close()
 
-	s := &stream{h: h, w: w, rc: http.NewResponseController(w), user: user, view: view}
+	s := &stream{h: h, w: w, rc: http.NewResponseController(w), user: user, view: view, viewKey: view.key()}
 	hdr := w.Header()
 	hdr.Set("Content-Type", "text/event-stream")
 	hdr.Set("Cache-Control", "no-store")
@@ -152,10 +152,19 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) error {
 
 	heartbeat := time.NewTicker(heartbeatEvery)
 	defer heartbeat.Stop()
+	// The stream outlives the check that opened it: end it when its
+	// session ends (sign-out, an admin, a timeout) or its user is disabled.
+	recheck := time.NewTimer(h.recheckDelay(ctx))
+	defer recheck.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-recheck.C:
+			if !h.stillSignedIn(r) {
+				return nil
+			}
+			recheck.Reset(h.recheckDelay(ctx))
 		case u, ok := <-sub.Updates():
 			if !ok {
 				// Dropped for falling behind, or the server is stopping:
@@ -164,16 +173,49 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) error {
 			}
 			if u.Delta != nil {
 				s.delta(u.Delta)
-			} else if err := s.send(ctx, u.Events); err != nil {
+			} else if err := s.send(ctx, u.Events, u.Shared); err != nil {
 				return s.fail(err)
 			}
 		case <-heartbeat.C:
+			// Per-stream periodic work goes here (it runs every
+			// heartbeatEvery on the stream's own goroutine).
 			s.heartbeat(sub)
 		}
 		if err := s.flush(); err != nil {
 			return nil // the browser went away or stopped reading
 		}
 	}
+}
+
+// recheckDelay is how long an event stream waits before checking its
+// session again: the recheck interval, or less when the session reaches its
+// absolute timeout sooner.
+func (h *Handler) recheckDelay(ctx context.Context) time.Duration {
+	every := defaultRecheck
+	if h.auth != nil {
+		every = h.auth.recheck
+	}
+	if s := requestInfoFrom(ctx).session; s != nil {
+		if until := time.Until(s.ExpiresAt); until < every {
+			return max(until, 0) + 50*time.Millisecond // just past it
+		}
+	}
+	return every
+}
+
+// stillSignedIn judges an open stream's request again (Auth.Recheck): its
+// session still exists and its user is not disabled. An error of the
+// database ends the stream too: the browser reconnects and is judged anew.
+func (h *Handler) stillSignedIn(r *http.Request) bool {
+	check := h.authenticate
+	if h.auth != nil {
+		check = h.auth.Recheck
+	}
+	user, err := check(r)
+	if err != nil && !errors.Is(err, ErrUnauthenticated) && !errors.Is(err, context.Canceled) {
+		h.log.Warn("event stream: re-checking the session failed", "request_id", requestID(r.Context()), "error", err)
+	}
+	return err == nil && !user.Disabled && user.ID == userFrom(r.Context()).ID
 }
 
 // catchUp sends what the page missed since its position, or a fresh
@@ -191,7 +233,7 @@ func (s *stream) catchUp(ctx context.Context, r *http.Request) error {
 		return err
 	}
 	s.last = start
-	if err := s.send(ctx, evs); err != nil {
+	if err := s.send(ctx, evs, nil); err != nil {
 		return err
 	}
 	if s.last.Before(horizon) {
@@ -211,13 +253,19 @@ func onOwnStack(fn func() error) error {
 
 // stream is one open event stream.
 type stream struct {
-	h    *Handler
-	w    http.ResponseWriter
-	rc   *http.ResponseController
-	user db.User
-	view liveView
-	last db.Position // every change up to here is on the page
-	buf  bytes.Buffer
+	h       *Handler
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	user    db.User
+	view    liveView
+	viewKey string      // view.key(), made once
+	last    db.Position // every change up to here is on the page
+	// buf holds what this stream writes alone (pings, ids, streamed text);
+	// renders shared with other streams are written from their shared
+	// bytes, never copied here.
+	buf     bytes.Buffer
+	werr    error // a failed write: the stream ends at its next flush
+	pending bool  // shared bytes were written and wait for a flush
 	// The open thread's streamed text on the page: which model call's,
 	// and how much of it.
 	textStream string
@@ -234,9 +282,18 @@ func (s *stream) fail(err error) error {
 	return nil
 }
 
+// sharedKey names a render of a batch for a page: the streams of one user
+// showing the same page share it.
+type sharedKey struct {
+	view        string
+	first, last db.Position
+}
+
 // send writes a batch of changes the page has not seen, ending with the
-// batch's position as the event id.
-func (s *stream) send(ctx context.Context, evs []db.Event) error {
+// batch's position as the event id. Streams receiving the same update from
+// the broker share its render through shared (nil for a replay: then the
+// handler's cache shares it between tabs reconnecting together).
+func (s *stream) send(ctx context.Context, evs []db.Event, shared *live.Shared) error {
 	i := 0
 	for i < len(evs) && !s.last.Before(evs[i].Position()) {
 		i++ // already replayed
@@ -246,10 +303,9 @@ func (s *stream) send(ctx context.Context, evs []db.Event) error {
 		return nil
 	}
 	first, last := evs[0].Position(), evs[len(evs)-1].Position()
-	key := fmt.Sprintf("%d|%s|%s|%s", s.user.ID, s.view.key(), first, last)
 	// The streams sharing the render share its encoding too: with
-	// thousands of them, each only copies bytes.
-	out, err := s.h.liveCache.get(key, func() ([]byte, error) {
+	// thousands of them, each only writes the same bytes.
+	render := func() ([]byte, error) {
 		var out bytes.Buffer
 		err := onOwnStack(func() error {
 			msgs, err := s.h.renderChanges(ctx, s.user, s.view, evs)
@@ -257,12 +313,21 @@ func (s *stream) send(ctx context.Context, evs []db.Event) error {
 			return err
 		})
 		return out.Bytes(), err
-	})
+	}
+	var (
+		out []byte
+		err error
+	)
+	if shared != nil {
+		out, err = shared.Do(sharedKey{s.viewKey, first, last}, render)
+	} else {
+		out, err = s.h.liveCache.get(fmt.Sprintf("%d|%s|%s|%s", s.user.ID, s.viewKey, first, last), render)
+	}
 	if err != nil {
 		return err
 	}
 	s.last = last
-	s.buf.Write(out)
+	s.writeShared(out)
 	for _, e := range evs {
 		if e.ThreadID == s.view.thread && (e.Kind == db.EventMessage || e.Kind == db.EventStatus) {
 			// The page's streamed text was just cleared for the committed
@@ -352,21 +417,52 @@ func (s *stream) heartbeat(sub *live.Sub) {
 	s.buf.WriteString(": ping\n\n")
 }
 
+// writeShared writes bytes other streams write too, after what this stream
+// buffered: they are not copied into the stream's buffer, which stays
+// small. The next flush sends them.
+func (s *stream) writeShared(out []byte) {
+	if s.werr != nil {
+		return
+	}
+	_ = s.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	if s.buf.Len() > 0 {
+		_, s.werr = s.w.Write(s.buf.Bytes())
+		s.resetBuf()
+	}
+	if s.werr == nil {
+		_, s.werr = s.w.Write(out)
+	}
+	s.pending = true
+}
+
 // flush writes what is buffered, within writeTimeout.
 func (s *stream) flush() error {
-	if s.buf.Len() == 0 {
+	if s.werr != nil {
+		return s.werr
+	}
+	if s.buf.Len() == 0 && !s.pending {
 		return nil
 	}
 	_ = s.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-	_, err := s.w.Write(s.buf.Bytes())
-	s.buf.Reset()
-	if s.buf.Cap() > 16<<10 {
-		s.buf = bytes.Buffer{} // a resync's render: do not keep it for the stream's life
+	var err error
+	if s.buf.Len() > 0 {
+		_, err = s.w.Write(s.buf.Bytes())
+		s.resetBuf()
 	}
+	s.pending = false
 	if err == nil {
 		err = s.rc.Flush()
 	}
 	return err
+}
+
+// resetBuf empties the buffer, and lets a large one go (a resync's render,
+// a long piece of streamed text): idle streams keep a small one.
+func (s *stream) resetBuf() {
+	s.buf.Reset()
+	if s.buf.Cap() > 4<<10 {
+		s.buf = bytes.Buffer{}
+	}
 }
 
 // writeSSE writes messages, the last one carrying id; with no messages the

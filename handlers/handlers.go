@@ -66,6 +66,14 @@ type Deps struct {
 	// Admission bounds and rate-limits run starts (admission.go); the zero
 	// value admits everything.
 	Admission AdmissionConfig
+	// DatabaseDown, when set, says whether the database is known to be down
+	// (the private cluster restarting, or stopped for good): nil while it
+	// is up. While it is down, a request that fails is answered 503 with
+	// its message and Retry-After instead of a 500 (admission.go).
+	DatabaseDown func() *Unavailable
+	// DiskFloor refuses new runs and uploads when the data root's file
+	// system runs low (admission.go); the zero value never refuses.
+	DiskFloor DiskFloor
 }
 
 // ErrUnauthenticated is what Deps.Authenticate returns, wrapped, for a
@@ -92,7 +100,9 @@ type Handler struct {
 
 	ext *jobs.Extensions
 
-	admission *admission
+	admission    *admission
+	databaseDown func() *Unavailable
+	diskFloor    DiskFloor
 }
 
 // New returns the web interface as one http.Handler: the routes of
@@ -113,6 +123,8 @@ func New(d Deps) http.Handler {
 		live:         d.Live,
 		ext:          d.Extensions,
 		admission:    newAdmission(d.Admission),
+		databaseDown: d.DatabaseDown,
+		diskFloor:    d.DiskFloor,
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
@@ -146,6 +158,7 @@ func New(d Deps) http.Handler {
 	h.origins = &originCheck{cop: cop, pool: h.pool, log: h.log, env: d.AllowedOrigins}
 
 	var handler http.Handler = h.protectOrigin(mux)
+	handler = h.protectHost(handler) // DNS rebinding of a server without sign-in (auth.go)
 	handler = securityHeaders(handler)
 	handler = h.recoverPanics(handler)
 	handler = h.logRequests(handler)
@@ -182,6 +195,9 @@ func (h *Handler) handle(fn handlerFunc) http.Handler {
 // the request and records the user for userFrom.
 func (h *Handler) page(fn handlerFunc) http.Handler {
 	return h.handle(func(w http.ResponseWriter, r *http.Request) error {
+		if err := refuseToken(r); err != nil {
+			return err // tokens open the API only (auth.go)
+		}
 		user, err := h.authenticate(r)
 		if errors.Is(err, ErrUnauthenticated) {
 			return h.unauthenticated(w, r)
@@ -219,12 +235,9 @@ func (h *Handler) renderError(w http.ResponseWriter, r *http.Request, err error)
 	var he httpError
 	var tooLarge *http.MaxBytesError
 	var ue *jobs.UserError
-	var busy *busyError
-	if isPoolTimeout(ctx, err) {
-		busy = errBusy
-	}
+	busy := h.unavailable(ctx, err)
 	switch {
-	case busy != nil || errors.As(err, &busy):
+	case busy != nil:
 		w.Header().Set("Retry-After", busy.retryAfterSeconds())
 		he = httpError{busy.status, busy.msg}
 	case errors.As(err, &he):

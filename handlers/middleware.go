@@ -21,6 +21,10 @@ import (
 type requestInfo struct {
 	id   string
 	user db.User
+	// session is the session the request was authenticated by, token the
+	// API token; nil for other credentials.
+	session *db.Session
+	token   *db.APIToken
 }
 
 type requestInfoKey struct{}

@@ -259,7 +259,11 @@ func (h *Handler) finishSignIn(w http.ResponseWriter, r *http.Request) error {
 	if name == "" {
 		name = c.PreferredUsername
 	}
-	user, err := db.SignInUser(ctx, h.pool, idt.Issuer, c.Subject, trimTo(c.Email, 320), trimTo(name, 200), a.isAdminIdentity(c))
+	verified, group := a.signInFacts(c)
+	user, err := db.SignInUser(ctx, h.pool, db.SignIn{
+		Issuer: idt.Issuer, Subject: c.Subject, Email: trimTo(c.Email, 320), Name: trimTo(name, 200),
+		EmailVerified: verified, AdminGroup: group,
+	}, a.adminEmails, a.adminGroup)
 	if err != nil {
 		return err
 	}

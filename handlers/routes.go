@@ -76,6 +76,11 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	mux.Handle("POST /api/v1/threads/{id}/retry", h.api(h.apiRetry))
 	mux.Handle("POST /api/v1/threads/{id}/read", h.api(h.apiMarkRead))
 	mux.Handle("POST /api/v1/threads/{id}/unread", h.api(h.apiMarkUnread))
+	mux.Handle("POST /api/v1/threads/{id}/archive", h.api(h.apiArchive))
+	mux.Handle("POST /api/v1/threads/{id}/unarchive", h.api(h.apiUnarchive))
+	// The API's event stream (api_events.go): JSON about the user's
+	// threads, resuming at Last-Event-ID like GET /events.
+	mux.Handle("GET /api/v1/events", h.api(h.apiEvents))
 	mux.Handle("/api/v1/", h.apiNotFound(mux))
 
 	// Sign-in (oidc.go): open to anyone, mounted when SSO is configured.
@@ -98,6 +103,7 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	mux.Handle("POST /settings/providers/{name}", h.admin(h.saveProvider))
 	mux.Handle("POST /settings/providers/{name}/reset", h.admin(h.resetProvider))
 	mux.Handle("POST /settings/model", h.admin(h.saveDefaultModel))
+	mux.Handle("POST /settings/tool-policy", h.admin(h.saveToolPolicy))
 	mux.Handle("POST /settings/origins", h.admin(h.addOrigin))
 	mux.Handle("POST /settings/origins/delete", h.admin(h.deleteOrigin))
 	mux.Handle("POST /settings/users/{id}/admin", h.admin(h.setUserAdmin))

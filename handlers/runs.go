@@ -118,6 +118,13 @@ func (h *Handler) decideOn(w http.ResponseWriter, r *http.Request, user db.User,
 			return refuse(notAllowed(c, decision), nil)
 		}
 		in := jobs.DecisionInput{CallID: c.ID, Type: decision}
+		if v := r.PostForm.Get("inner_" + strconv.FormatInt(c.ID, 10)); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return refuse("The form is damaged: reload the page.", nil)
+			}
+			in.InnerSeq = &n
+		}
 		switch decision {
 		case db.DecisionReject:
 			in.Message = strings.TrimSpace(r.PostForm.Get("message"))

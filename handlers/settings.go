@@ -49,6 +49,7 @@ var settingsNotices = map[string]string{
 	"provider":       "Provider settings saved.",
 	"provider-reset": "The provider is configured by the environment again.",
 	"model":          "Default model saved.",
+	"tool-policy":    "Tool policy saved: it applies to every call decided from now on.",
 	"origin":         "Origin allowed.",
 	"origin-removed": "Origin removed.",
 	"user":           "User updated.",
@@ -81,6 +82,14 @@ func (h *Handler) loadSettings(r *http.Request) (views.Settings, error) {
 		return views.Settings{}, err
 	}
 	p := views.Settings{Nav: nav, Now: h.now(), Me: user.ID, CanStoreKeys: h.secrets != nil, JobsUI: h.jobsUI != nil}
+	if h.diskFloor.Path != "" {
+		if d, err := h.diskFloor.Space(); err == nil {
+			p.Disk = &views.DiskLine{Path: h.diskFloor.Path, Free: FormatBytes(d.Free), Total: FormatBytes(d.Total), Below: d.Below()}
+			if d.Floor > 0 {
+				p.Disk.Floor = FormatBytes(d.Floor)
+			}
+		}
+	}
 
 	stored, err := db.ListProviderSettings(ctx, h.pool)
 	if err != nil {
@@ -112,6 +121,9 @@ func (h *Handler) loadSettings(r *http.Request) (views.Settings, error) {
 	}
 	if h.runs != nil {
 		p.EnvModel = h.runs.DefaultModel
+	}
+	if p.ToolPolicy.Value, err = db.GetServerSetting(ctx, h.pool, db.SettingToolPolicy); err != nil {
+		return p, err
 	}
 	if p.Users, err = db.ListUserAccounts(ctx, h.pool); err != nil {
 		return p, err
@@ -301,6 +313,36 @@ func (h *Handler) saveDefaultModel(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	return settingsDone(w, r, "model", "model")
+}
+
+// saveToolPolicy stores the server's tool policy (jobs/gate.go) after
+// checking it: a policy the runtime cannot read is refused here, with what
+// is wrong, rather than stored. Empty removes it.
+func (h *Handler) saveToolPolicy(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	if err := parseForm(w, r); err != nil {
+		return err
+	}
+	raw := strings.TrimSpace(r.PostForm.Get("policy"))
+	policy, err := agent.ParseToolPolicy([]byte(raw))
+	if err != nil {
+		p, lerr := h.loadSettings(r)
+		if lerr != nil {
+			return lerr
+		}
+		p.ToolPolicy = views.Field{Value: raw, Error: err.Error()}
+		return h.render(w, r, http.StatusUnprocessableEntity, views.SettingsPage(p))
+	}
+	detail := "none"
+	if !policy.IsZero() {
+		detail = fmt.Sprintf("allow %s; ask %s; deny %s", strings.Join(policy.Allow, " "), strings.Join(policy.Ask, " "), strings.Join(policy.Deny, " "))
+	}
+	if err := h.audited(ctx, "tool policy set", detail, func(tx pgx.Tx) error {
+		return db.SetServerSetting(ctx, tx, db.SettingToolPolicy, raw)
+	}); err != nil {
+		return err
+	}
+	return settingsDone(w, r, "tool-policy", "tool-policy")
 }
 
 // NormalizeOrigin returns raw as an origin (scheme://host[:port], lower

@@ -79,8 +79,10 @@ func TestPersonalAccessTokens(t *testing.T) {
 	if resp.StatusCode == http.StatusForbidden || resp.StatusCode == http.StatusUnauthorized {
 		t.Errorf("a cross-site API POST with a token = %d, want it past the origin check", resp.StatusCode)
 	}
-	if resp, _ := b.do(anon, "POST", "/folders", url.Values{"name": {"From a script"}}, bearer(token, crossSite)); resp.StatusCode != http.StatusSeeOther {
-		t.Errorf("a form post with a token = %d, want 303", resp.StatusCode)
+	// Pages refuse it, from any origin: a token opens the API only
+	// (TestTokensOpenOnlyTheAPI tries every page).
+	if resp, _ := b.do(anon, "POST", "/folders", url.Values{"name": {"From a script"}}, bearer(token, crossSite)); resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a form post with a token = %d, want 403", resp.StatusCode)
 	}
 	// A cookie never passes the origin check from another site.
 	if resp, _ := b.do(alice, "POST", "/folders", url.Values{"name": {"Forged"}}, crossSite); resp.StatusCode != http.StatusForbidden {
@@ -239,6 +241,7 @@ func TestSettingsAreForAdmins(t *testing.T) {
 		{"POST", "/settings/providers/openai"},
 		{"POST", "/settings/providers/openai/reset"},
 		{"POST", "/settings/model"},
+		{"POST", "/settings/tool-policy"},
 		{"POST", "/settings/origins"},
 		{"POST", "/settings/origins/delete"},
 		{"POST", "/settings/users/" + itoa(aliceID) + "/admin"},
@@ -473,6 +476,41 @@ func TestSettingsDefaultModel(t *testing.T) {
 	}
 	if got := start(); got != "openai:gpt-4.1-mini" {
 		t.Errorf("model = %q, want PIZZA_MODEL's again", got)
+	}
+}
+
+// The tool policy is checked before it is stored: a refused policy is shown
+// back with what is wrong, and the stored one is left as it was.
+func TestSettingsToolPolicy(t *testing.T) {
+	t.Parallel()
+	b := authSetup(t, authOptions{adminEmails: []string{"ada@example.com"}})
+	admin := b.signIn(adminIdP)
+	good := `{"permissions": {"ask": ["mcp__github__*"], "deny": ["write_host_file"]}}`
+	if resp, body := b.post(admin, "/settings/tool-policy", url.Values{"policy": {good}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("save = %d: %s", resp.StatusCode, body)
+	}
+	for _, c := range []struct{ policy, want string }{
+		{`{"permissions": {"ask": [}}`, "not valid JSON"},
+		{`{"permissions": {"allow": []}, "defaultMode": "x"}`, "unknown key &#34;defaultMode&#34;"},
+		{`{"permissions": {"deny": ["Bash(rm:*)"]}}`, "argument rules"},
+	} {
+		resp, body := b.post(admin, "/settings/tool-policy", url.Values{"policy": {c.policy}})
+		if resp.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(body, c.want) {
+			t.Errorf("policy %s = %d, want 422 saying %q; body has field-error: %v", c.policy, resp.StatusCode, c.want, strings.Contains(body, "field-error"))
+		}
+	}
+	stored, err := db.GetServerSetting(b.ctx, b.pool, db.SettingToolPolicy)
+	if err != nil || stored != good {
+		t.Errorf("stored = %q, %v; want the last good policy", stored, err)
+	}
+	if _, body := b.do(admin, "GET", "/settings", nil, nil); !strings.Contains(body, "mcp__github__*") {
+		t.Error("the settings page does not show the stored policy")
+	}
+	if resp, _ := b.post(admin, "/settings/tool-policy", url.Values{"policy": {""}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatal("clear the policy")
+	}
+	if stored, _ := db.GetServerSetting(b.ctx, b.pool, db.SettingToolPolicy); stored != "" {
+		t.Errorf("after clearing: %q", stored)
 	}
 }
 

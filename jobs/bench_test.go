@@ -2,8 +2,10 @@ package jobs_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,7 +13,9 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"pizzabot/agent"
 	"pizzabot/agent/scriptmodel"
+	"pizzabot/db"
 	"pizzabot/db/dbtest"
 	"pizzabot/jobs"
 )
@@ -28,6 +32,7 @@ func BenchmarkStep(b *testing.B) {
 	ctx := context.Background()
 	ids := make([]int64, b.N)
 	b.ResetTimer()
+	started := time.Now()
 	for i := range ids {
 		th, err := tb.rt.Start(ctx, tb.user, jobs.StartRequest{Prompt: "hi"})
 		if err != nil {
@@ -35,6 +40,9 @@ func BenchmarkStep(b *testing.B) {
 		}
 		ids[i] = th.ID
 	}
+	// How much of the time went to starting the runs, one after another
+	// as the loop does: the rest is the steps finishing behind it.
+	b.ReportMetric(float64(time.Since(started).Microseconds())/1000/float64(b.N), "start-ms/op")
 	for {
 		var running int
 		if err := tb.pool.QueryRow(ctx, `SELECT count(*) FROM threads WHERE status = 'running'`).Scan(&running); err != nil {
@@ -90,3 +98,119 @@ func BenchmarkRiverNoop(b *testing.B) {
 type noopArgs struct{}
 
 func (noopArgs) Kind() string { return "noop" }
+
+// throughputWorkers are the worker counts BenchmarkThroughput measures.
+var throughputWorkers = []int{1, 10, 100}
+
+// BenchmarkThroughput measures steps per second at saturation: b.N
+// single-step runs are started with the workers stopped, then the workers
+// start and the clock runs until the last run is done, so nothing but the
+// steps themselves (and River's fetching) limits the rate. The River no-op
+// jobs of the same count on the same database and workers are the floor.
+// Metrics: steps/s and noop/s; ns/op is per step.
+func BenchmarkThroughput(b *testing.B) {
+	for _, w := range throughputWorkers {
+		b.Run(fmt.Sprintf("step/workers=%d", w), func(b *testing.B) { benchStepThroughput(b, w) })
+		b.Run(fmt.Sprintf("noop/workers=%d", w), func(b *testing.B) { benchNoopThroughput(b, w) })
+	}
+}
+
+func benchStepThroughput(b *testing.B, workers int) {
+	ctx := context.Background()
+	pool := dbtest.New(b)
+	model := scriptmodel.New(scriptmodel.Script{Default: &scriptmodel.Reply{Content: "ok", Chunks: 1}})
+	srv := httptest.NewServer(model.Handler())
+	b.Cleanup(srv.Close)
+	tools, err := jobs.NewToolbox()
+	if err != nil {
+		b.Fatal(err)
+	}
+	rt := &jobs.Runtime{
+		Pool:         pool,
+		Logger:       slog.New(slog.DiscardHandler),
+		Tools:        tools,
+		Skills:       func() agent.SkillSet { return agent.SkillSet{} },
+		DefaultModel: "compatible:scripted",
+		Getenv: func(k string) string {
+			if k == "COMPATIBLE_BASE_URL" {
+				return srv.URL + "/v1"
+			}
+			return ""
+		},
+	}
+	client, err := jobs.NewClient(rt, jobs.ClientConfig{MaxWorkers: workers})
+	if err != nil {
+		b.Fatal(err)
+	}
+	user, err := db.UpsertUser(ctx, pool, "test", "alice", "alice@example.com", "Alice", false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < b.N; i++ {
+		if _, err := rt.Start(ctx, user, jobs.StartRequest{Prompt: "hi"}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	start := time.Now()
+	if err := client.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_ = jobs.Stop(sctx, client)
+	}()
+	for {
+		var running int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM threads WHERE status = 'running'`).Scan(&running); err != nil {
+			b.Fatal(err)
+		}
+		if running == 0 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "steps/s")
+}
+
+func benchNoopThroughput(b *testing.B, workers int) {
+	ctx := context.Background()
+	pool := dbtest.New(b)
+	var done atomic.Int64
+	ws := river.NewWorkers()
+	river.AddWorker(ws, river.WorkFunc(func(ctx context.Context, j *river.Job[noopArgs]) error {
+		done.Add(1)
+		return nil
+	}))
+	// The same fetching as jobs.NewClient, so both wait alike for work.
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
+		Logger:            slog.New(slog.DiscardHandler),
+		Workers:           ws,
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: workers}},
+		FetchCooldown:     50 * time.Millisecond,
+		FetchPollInterval: 500 * time.Millisecond,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	params := make([]river.InsertManyParams, b.N)
+	for i := range params {
+		params[i] = river.InsertManyParams{Args: noopArgs{}}
+	}
+	if _, err := client.InsertMany(ctx, params); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	start := time.Now()
+	if err := client.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer client.Stop(ctx)
+	for done.Load() < int64(b.N) {
+		time.Sleep(time.Millisecond)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "noop/s")
+}

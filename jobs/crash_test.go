@@ -130,6 +130,9 @@ func crashSetup(t *testing.T, script scriptmodel.Script) *crashBundle {
 	if b.user, err = db.UpsertUser(context.Background(), b.rt.Pool, "test", "carol", "", "Carol", false); err != nil {
 		t.Fatal(err)
 	}
+	// charge_card acts outside the database, so it asks by default: these
+	// tests are about crashes during a call that runs unasked.
+	allowTools(t, b.rt.Pool, "charge_card")
 	return b
 }
 

@@ -102,6 +102,7 @@ func TestMCPToolsInARun(t *testing.T) {
 		}}}},
 	}}
 	b := setupMCP(t, script, `{"mcpServers": {"go": {"command": "${MCP_BIN}", "env": {"GREETING": "${GREETING:-hello}"}}}}`)
+	allowTools(t, b.pool, "mcp__*") // MCP tools ask by default
 
 	// A second server, added on the settings page: streamable HTTP.
 	ctx := context.Background()
@@ -162,6 +163,7 @@ func TestMCPServerKilledMidRun(t *testing.T) {
 			{Name: "mcp__go__slow", Arguments: `{"ms":30000}`}}}}},
 	}}
 	b := setupMCP(t, script, `{"mcpServers": {"go": {"command": "${MCP_BIN}"}}}`)
+	allowTools(t, b.pool, "mcp__go__*") // MCP tools ask by default
 	pid := b.connected(t, "go").PID
 
 	th := b.start(t, "Please take your time.", "")
@@ -345,6 +347,7 @@ func TestPluginInstallEnableDisable(t *testing.T) {
 		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Greeted."}}},
 	}}
 	b := setupMCP(t, script, "")
+	allowTools(t, b.pool, "mcp__plugin_greet_*") // MCP tools ask by default
 	b.rt.Skills = b.ext.Skills
 	ctx := context.Background()
 

@@ -293,6 +293,11 @@ type DecisionInput struct {
 	Type      string // approve, edit, reject, respond, retry, skip
 	Arguments string // edit: the new arguments, a JSON object
 	Message   string // reject: reason for the model; respond: the answer
+	// InnerSeq is, for a run_js call parked on a call of its script, the
+	// position of the script's call the person was shown (InnerCall.Seq).
+	// It is required on such a call and must match: the script may have
+	// stopped at another call since the page or client read it.
+	InnerSeq *int
 }
 
 // Decide applies a person's decisions to the waiting calls of a thread. Calls
@@ -342,6 +347,16 @@ func (rt *Runtime) Decide(ctx context.Context, user db.User, threadID int64, dec
 }
 
 func (rt *Runtime) decide(ctx context.Context, tx pgx.Tx, user db.User, c db.ToolCallRow, d DecisionInput) error {
+	if c.InnerCall != nil && (d.InnerSeq != nil || d.Type == db.DecisionApprove || d.Type == db.DecisionEdit) {
+		// An approval names the call it approves; a rejection need not
+		// (it runs nothing), but one that names another is stale too.
+		switch {
+		case d.InnerSeq == nil:
+			return userErr(400, "call %d is a script waiting at its call number %d (%s): say which call you decide on (inner_seq %d) after reading its arguments", c.ID, c.InnerCall.Seq+1, c.InnerCall.Tool, c.InnerCall.Seq)
+		case *d.InnerSeq != c.InnerCall.Seq:
+			return userErr(409, "the script has stopped at another call since you looked (now %s, its call number %d): read it and decide again", c.InnerCall.Tool, c.InnerCall.Seq+1)
+		}
+	}
 	allowed := false
 	for _, a := range c.AllowedDecisions {
 		allowed = allowed || a == d.Type

@@ -96,6 +96,15 @@ func publishTool(log *publishLog) jobs.Tool {
 // with a scripted model.
 func setup(t testing.TB, script scriptmodel.Script, extra ...jobs.Tool) *bundle {
 	t.Helper()
+	return setupWith(t, script, fstest.MapFS{
+		"researcher/SKILL.md": {Data: []byte(testSkills)},
+		"strict/SKILL.md":     {Data: []byte(strictSkill)},
+	}, extra...)
+}
+
+// setupWith is setup with other skills.
+func setupWith(t testing.TB, script scriptmodel.Script, skillFiles fstest.MapFS, extra ...jobs.Tool) *bundle {
+	t.Helper()
 	ctx := context.Background()
 	b := &bundle{pool: dbtest.New(t), publish: &publishLog{}}
 	b.model = scriptmodel.New(script)
@@ -106,10 +115,7 @@ func setup(t testing.TB, script scriptmodel.Script, extra ...jobs.Tool) *bundle 
 	if err != nil {
 		t.Fatal(err)
 	}
-	skills := agent.LoadSkills(fstest.MapFS{
-		"researcher/SKILL.md": {Data: []byte(testSkills)},
-		"strict/SKILL.md":     {Data: []byte(strictSkill)},
-	}, "")
+	skills := agent.LoadSkills(skillFiles, "")
 	if len(skills.Errors) > 0 {
 		t.Fatalf("skills: %v", skills.Errors)
 	}

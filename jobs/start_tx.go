@@ -54,10 +54,25 @@ func (rt *Runtime) StartTx(ctx context.Context, tx pgx.Tx, user db.User, req Sta
 			return db.Thread{}, err
 		}
 	}
-	t, err := db.CreateThread(ctx, tx, db.NewThread{
+	nt := db.NewThread{
 		UserID: user.ID, FolderID: req.FolderID, Title: req.Title, Skill: req.Skill,
-		Model: rt.defaultModel(ctx, tx), TriggerKind: req.TriggerKind, TriggerAt: req.TriggerAt, TriggerRef: req.TriggerRef,
-	})
+		TriggerKind: req.TriggerKind, TriggerAt: req.TriggerAt, TriggerRef: req.TriggerRef,
+	}
+	if len(req.Files) == 0 {
+		// Without files the prompt is known: the thread (with the default
+		// model of the settings), its message and its run's generation
+		// are one statement (every run pays for its start).
+		t, gen, err := db.StartThread(ctx, tx, nt, req.Prompt, rt.DefaultModel)
+		if err != nil {
+			return db.Thread{}, err
+		}
+		if _, err := rt.client.InsertTx(ctx, tx, StepArgs{ThreadID: t.ID, Gen: gen}, nil); err != nil {
+			return db.Thread{}, fmt.Errorf("queue step of thread %d: %w", t.ID, err)
+		}
+		return t, nil
+	}
+	nt.Model = rt.defaultModel(ctx, tx)
+	t, err := db.CreateThread(ctx, tx, nt)
 	if err != nil {
 		return db.Thread{}, err
 	}

@@ -45,12 +45,7 @@ var errLeaseLost = errors.New("lease lost")
 func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
 	rt := w.rt
 	a := job.Args
-	var outcome db.LeaseOutcome
-	err := db.InTx(ctx, rt.Pool, func(ctx context.Context, tx pgx.Tx) error {
-		var err error
-		outcome, err = db.TakeLease(ctx, tx, a.ThreadID, a.Gen, job.ID, rt.staleAfter())
-		return err
-	})
+	outcome, err := db.TakeLease(ctx, rt.Pool, a.ThreadID, a.Gen, job.ID, rt.staleAfter())
 	if err != nil {
 		return err
 	}
@@ -144,16 +139,41 @@ func (rt *Runtime) commit(ctx context.Context, jobID int64, a StepArgs, fn func(
 	})
 }
 
+// commitBatch is commit whose first statements, queued by first, go to the
+// server in one round trip with the lease check; fn then runs as in commit.
+// When the lease is lost the batch's writes are rolled back with the rest.
+func (rt *Runtime) commitBatch(ctx context.Context, jobID int64, a StepArgs, first func(b *pgx.Batch) error, fn func(tx pgx.Tx) error) error {
+	return db.InTx(ctx, rt.Pool, func(ctx context.Context, tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		var checked db.LeaseCheck
+		db.QueueHoldsLease(b, a.ThreadID, a.Gen, jobID, &checked)
+		if err := first(b); err != nil {
+			return err
+		}
+		err := tx.SendBatch(ctx, b).Close()
+		if checked.Done && !checked.Held {
+			// Before any error: a write failing because the run moved
+			// on (its thread deleted) is the lost lease.
+			return errLeaseLost
+		}
+		if err != nil {
+			return err
+		}
+		return fn(tx)
+	})
+}
+
 // step decides what the run needs next: its open tool calls, or the model.
+// What it needs to know of the run is read at once (db.ReadRun).
 func (rt *Runtime) step(ctx context.Context, jobID int64, a StepArgs) error {
-	open, err := db.OpenToolCalls(ctx, rt.Pool, a.ThreadID)
+	v, err := db.ReadRun(ctx, rt.Pool, a.ThreadID, imageTypes, maxImageSize)
 	if err != nil {
 		return err
 	}
-	if len(open) > 0 {
-		return rt.toolStep(ctx, jobID, a, open)
+	if len(v.Open) > 0 {
+		return rt.toolStep(ctx, jobID, a, v.Thread.UserID, v.Open)
 	}
-	return rt.modelStep(ctx, jobID, a)
+	return rt.modelStep(ctx, jobID, a, v)
 }
 
 // fail ends the run as failed with a message the user sees in the thread.
@@ -168,12 +188,9 @@ func (rt *Runtime) fail(ctx context.Context, jobID int64, a StepArgs, started ti
 
 const baseSystemPrompt = `You are Pizza Bot, a background agent. The user handed you a task and left; they will read your final answer later in their inbox. Work autonomously with the tools you have, and finish with a clear, self-contained answer in Markdown. Ask the user (ask_user, when offered) only when you cannot proceed well without them.`
 
-func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs) error {
+func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.RunView) error {
 	started := time.Now()
-	t, err := db.GetRunThread(ctx, rt.Pool, a.ThreadID)
-	if err != nil {
-		return err
-	}
+	t := v.Thread
 	system := baseSystemPrompt
 	if t.ParentThreadID != nil {
 		system = subagentSystemPrompt // see task.go
@@ -194,14 +211,16 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs) error
 	if err != nil {
 		return rt.fail(ctx, jobID, a, started, t.Model, err.Error())
 	}
-	msgs, err := db.ListMessages(ctx, rt.Pool, t.UserID, t.ID)
+	rules, err := rt.gateRules(ctx, rt.Pool, t) // no transaction is held here
 	if err != nil {
 		return err
 	}
-	tools := rt.offerTask(t, rt.Tools.Offer(skill))
-	in := agent.StepInput{Model: model, System: system, Messages: toAgent(msgs), Tools: tools}
-	if err := rt.attachImages(ctx, t, in.Messages); err != nil { // see images.go
-		return err
+	tools := rules.offered(rt.offerTask(t, rt.Tools.Offer(skill)))
+	in := agent.StepInput{Model: model, System: system, Messages: toAgent(v.Messages), Tools: tools}
+	if v.Images > 0 {
+		if err := rt.attachImages(ctx, t, in.Messages); err != nil { // see images.go
+			return err
+		}
 	}
 	if rt.OnDelta != nil {
 		// Every model call starts its stream with a reset: receivers tell
@@ -217,50 +236,65 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs) error
 		}
 		var pe *agent.ProviderError
 		if errors.As(err, &pe) {
+			if pe.Cause != nil { // the details users are not shown (URLs, addresses)
+				rt.Logger.WarnContext(ctx, "model provider failed", "thread_id", t.ID, "provider", pe.Provider, "err", pe.Cause)
+			}
 			return rt.fail(ctx, jobID, a, started, t.Model, "The model provider failed: "+pe.Error())
 		}
 		return rt.fail(ctx, jobID, a, started, t.Model, err.Error())
 	}
 
-	return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
+	// The answer and the step's record go with the lease check, in one
+	// round trip; the rest depends on the message's id.
+	var m db.Message
+	first := func(b *pgx.Batch) error {
 		calls := make([]db.ToolCall, len(out.Assistant.ToolCalls))
 		for i, c := range out.Assistant.ToolCalls {
 			calls[i] = db.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments}
 		}
-		m, err := db.AddMessage(ctx, tx, db.Message{ThreadID: t.ID, Role: db.RoleAssistant, Content: out.Assistant.Content, ToolCalls: calls})
-		if err != nil {
+		if err := db.QueueAddMessage(b, db.Message{ThreadID: t.ID, Role: db.RoleAssistant, Content: out.Assistant.Content, ToolCalls: calls}, &m); err != nil {
 			return err
 		}
-		if err := db.InsertStep(ctx, tx, db.Step{ThreadID: t.ID, Kind: "model", Model: t.Model,
-			PromptTokens: out.Usage.PromptTokens, CompletionTokens: out.Usage.CompletionTokens, StartedAt: started}); err != nil {
-			return err
-		}
+		db.QueueInsertStep(b, db.Step{ThreadID: t.ID, Kind: "model", Model: t.Model,
+			PromptTokens: out.Usage.PromptTokens, CompletionTokens: out.Usage.CompletionTokens, StartedAt: started})
+		return nil
+	}
+	return rt.commitBatch(ctx, jobID, a, first, func(tx pgx.Tx) error {
 		if out.Done() {
 			return rt.endRun(ctx, tx, t.ID, db.StatusDone, "")
+		}
+		// The gates are read again, through this transaction: the policy
+		// may have changed during the model call.
+		rules, err := rt.gateRules(ctx, tx, t)
+		if err != nil {
+			return err
 		}
 		waiting := false
 		for _, p := range out.Calls {
 			nc := db.NewToolCall{ThreadID: t.ID, MessageID: m.ID, CallID: p.Call.ID, Name: p.Call.Name, Arguments: p.Call.Arguments, State: db.CallReady}
-			tool, _ := rt.Tools.Get(p.Call.Name)
+			tool, known := rt.Tools.Get(p.Call.Name)
+			g := rules.decide(p.Call.Name, tool, known) // gate.go
+			refusal := ""
 			switch {
 			case p.Invalid != nil:
-				nc.State = db.CallDone
+				nc.State, refusal = db.CallDone, p.Invalid.Error()
+			case g.Deny:
+				nc.State, refusal = db.CallDone, g.Refusal(p.Call.Name)
 			case tool.Ask:
 				nc.State, nc.WaitKind = db.CallPending, db.WaitQuestion
 				nc.AllowedDecisions = []string{db.DecisionRespond}
 				nc.Description, _ = p.Args["question"].(string)
-			case skill != nil && interrupts(skill, p.Call.Name):
-				in, _ := skill.InterruptFor(p.Call.Name)
+			case g.Ask:
 				nc.State, nc.WaitKind = db.CallPending, db.WaitApproval
-				nc.AllowedDecisions, nc.Description = in.AllowedDecisions, in.Description
+				nc.AllowedDecisions, nc.Description, nc.GateReason = g.AllowedDecisions, g.Description, g.Reason
 			}
 			id, err := db.InsertToolCall(ctx, tx, nc)
 			if err != nil {
 				return err
 			}
-			if p.Invalid != nil {
+			if refusal != "" {
 				row := db.ToolCallRow{ID: id, ThreadID: t.ID, CallID: p.Call.ID, Name: p.Call.Name}
-				if err := db.CompleteToolCall(ctx, tx, row, p.Invalid.Error(), true); err != nil {
+				if err := db.CompleteToolCall(ctx, tx, row, refusal, true); err != nil {
 					return err
 				}
 			}
@@ -276,12 +310,8 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs) error
 // unknownOutcome is what a person reads on a call cut off by a crash.
 const unknownOutcome = "The server stopped while this call was running: it may or may not have taken effect. Retry runs it again; skip tells the model it did not complete."
 
-func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, open []db.ToolCallRow) error {
+func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, userID int64, open []db.ToolCallRow) error {
 	started := time.Now()
-	var userID int64
-	if err := rt.Pool.QueryRow(ctx, `SELECT user_id FROM threads WHERE id = $1`, a.ThreadID).Scan(&userID); err != nil {
-		return err
-	}
 	run := Run{ThreadID: a.ThreadID, UserID: userID}
 	// Sub-agents first, so that they work while the other calls run.
 	if err := rt.delegate(ctx, jobID, a, open); err != nil {
@@ -327,6 +357,15 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run Run
 	if !known || (tool.Tx == nil && tool.Call == nil) {
 		return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
 			return db.CompleteToolCall(ctx, tx, c, fmt.Sprintf("tool %q is not available", c.Name), true)
+		})
+	}
+	// A policy that denies the tool now wins over an approval given
+	// before it changed. No transaction is held here.
+	if g, err := rt.gate(ctx, rt.Pool, a.ThreadID, c.Name); err != nil {
+		return err
+	} else if g.Deny {
+		return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
+			return db.CompleteToolCall(ctx, tx, c, g.Refusal(c.Name), true)
 		})
 	}
 	args, err := tool.Spec.ValidateArguments(c.EffectiveArguments())
@@ -391,9 +430,4 @@ func toAgent(ms []db.Message) []agent.Message {
 		out = append(out, am)
 	}
 	return out
-}
-
-func interrupts(s *agent.Skill, tool string) bool {
-	_, ok := s.InterruptFor(tool)
-	return ok
 }

@@ -17,6 +17,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -326,11 +327,45 @@ func (gt *grantTools_) openPath(ctx context.Context, path any) (target, *os.File
 		return target{}, nil, err
 	}
 	defer root.Close() // an opened file outlives its root
-	f, err := root.Open(t.rel)
+	f, err := openNonBlocking(root, t.name, t.rel)
 	if err != nil {
-		return target{}, nil, fmt.Errorf("%s cannot be opened: %v", t.name, sysErr(err))
+		return target{}, nil, err
 	}
 	return t, f, nil
+}
+
+// openNonBlocking opens a regular file or a directory through root for
+// reading, and refuses anything else (a FIFO, a socket, a device) before
+// opening it: opening a FIFO for reading blocks until a writer comes, which
+// would hold the tool, and its run, forever. O_NONBLOCK covers a FIFO
+// swapped in between the check and the open; it changes nothing for
+// regular files and directories.
+func openNonBlocking(root *os.Root, display, rel string) (*os.File, error) {
+	fi, err := root.Stat(rel)
+	if err != nil {
+		return nil, fmt.Errorf("%s cannot be opened: %v", display, sysErr(err))
+	}
+	if !fi.Mode().IsRegular() && !fi.IsDir() {
+		return nil, fmt.Errorf("%s is not a regular file or a directory (%s): refusing to open it", display, fileKind(fi.Mode()))
+	}
+	f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s cannot be opened: %v", display, sysErr(err))
+	}
+	return f, nil
+}
+
+// fileKind names a file mode's type for an error message.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a device"
+	}
+	return "a special file"
 }
 
 func (gt *grantTools_) listDir(ctx context.Context, _ Run, args map[string]any) (string, error) {
@@ -495,7 +530,7 @@ func (gt *grantTools_) search(ctx context.Context, _ Run, args map[string]any) (
 			truncated = fmt.Sprintf("stopped after %d files", maxSearchFiles)
 			return errStop
 		}
-		matches, err := searchFile(fsys, p, re, maxResults-len(out))
+		matches, err := searchFile(root, p, re, maxResults-len(out))
 		if err != nil {
 			return nil
 		}
@@ -523,8 +558,8 @@ func (gt *grantTools_) search(ctx context.Context, _ Run, args map[string]any) (
 }
 
 // searchFile returns "line: text" for the lines of a text file that match.
-func searchFile(fsys fs.FS, name string, re *regexp.Regexp, limit int) ([]string, error) {
-	f, err := fsys.Open(name)
+func searchFile(root *os.Root, name string, re *regexp.Regexp, limit int) ([]string, error) {
+	f, err := openNonBlocking(root, name, filepath.FromSlash(name))
 	if err != nil {
 		return nil, err
 	}

@@ -5,7 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -249,5 +251,45 @@ func TestParseGrants(t *testing.T) {
 	os.WriteFile(file, []byte(`{"grant": []}`), 0o600)
 	if _, err := ReadGrantsFile(file); err == nil {
 		t.Error("a misspelt grants file was accepted")
+	}
+}
+
+// A FIFO in a granted folder is refused at once: opening it for reading
+// would wait for a writer forever, holding the call and its run.
+func TestGrantToolsRefuseFIFO(t *testing.T) {
+	t.Parallel()
+	f := newGrantFixture(t)
+	fifo := filepath.Join(f.docs, "pipe")
+	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+		t.Skipf("mkfifo: %v", err)
+	}
+	for _, c := range []struct {
+		tool string
+		args map[string]any
+		want string
+	}{
+		{"read_host_file", map[string]any{"path": fifo}, "not a regular file or a directory (a named pipe)"},
+		{"list_dir", map[string]any{"path": fifo}, "not a regular file or a directory"},
+		{"search_files", map[string]any{"path": fifo, "pattern": "x"}, "No line matches"},
+	} {
+		done := make(chan struct{})
+		var got string
+		var err error
+		go func() {
+			defer close(done)
+			got, err = f.call(t, c.tool, c.args)
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s on a FIFO still blocks after 10 s", c.tool)
+		}
+		msg := got
+		if err != nil {
+			msg = err.Error()
+		}
+		if !strings.Contains(msg, c.want) {
+			t.Errorf("%s: %q, %v; want %q", c.tool, got, err, c.want)
+		}
 	}
 }

@@ -22,14 +22,19 @@ import (
 //
 //   - Every call the script makes is journaled (sandbox_calls) under the
 //     run_js call, with its result.
-//   - A call to a tool the run's skill lists under interruptOn stops the
-//     script (uncatchably), journals the call as pending and parks the run_js
-//     call itself for approval (NeedsApproval), showing the inner call.
+//   - A call to a gated tool (see gate) stops the script, which is then
+//     killed before it can make another call, and parks the run_js call
+//     itself for approval (NeedsApproval), showing the inner call whole
+//     (tool_calls.inner_call). The inner call is journaled as pending in the
+//     transaction that parks the run_js call: a crash cannot leave a
+//     journaled call that nobody was shown.
 //   - Once approved, run_js runs the script again from the start. The calls
 //     it makes are checked against the journal one by one: those already done
-//     are answered from it without running again, the approved one runs, and
-//     the script goes on from there. A rejection answers the run_js call
-//     without running anything more.
+//     are answered from it without running again, and the script goes on. A
+//     gated call runs only when it is exactly the approved one: the same
+//     place in the script's calls, the same tool and the same canonical
+//     arguments, approved after it was parked. Anything else parks again. A
+//     rejection answers the run_js call without running anything more.
 //
 // So a script that calls tools must make the same calls, in the same order,
 // up to the approved one, every time it runs: a script that differs is
@@ -188,7 +193,6 @@ func (b *scriptBridge) call(ctx context.Context, name, argJSON string) (string, 
 	canon := canonicalJSON(argJSON)
 	seq := b.seq
 	b.seq++
-	approved := false
 	if seq < len(b.journal) {
 		j := b.journal[seq]
 		if j.Name != name || canonicalJSON(j.Arguments) != canon {
@@ -207,20 +211,34 @@ func (b *scriptBridge) call(ctx context.Context, name, argJSON string) (string, 
 			}
 			return j.Result, nil
 		}
-		// A pending entry the run_js call runs again with: a person approved
-		// it (a rejection would have answered the run_js call instead).
-		approved = true
+		// A pending entry: the call the script was stopped at. It runs only
+		// when it is the approved one, below; a pending entry alone (left by
+		// an old crash, or never shown) approves nothing.
 	}
-	if !approved && b.skill != nil {
-		if in, ok := b.skill.InterruptFor(name); ok {
-			return "", agent.Halt(b.park(ctx, seq, name, canon, argJSON, in))
-		}
+	approved := b.approved(seq, name, canon)
+	// The one gate (gate.go) decides, as for the model's own calls; no
+	// transaction is held here. A deny wins even over an approval given
+	// before the policy changed.
+	g, err := b.env.rt.gate(ctx, b.env.rt.Pool, b.run.ThreadID, name)
+	if err != nil {
+		return "", agent.Halt(err)
 	}
-	result, terr := b.execute(ctx, seq, name, canon, tool, args)
+	if g.Deny {
+		return "", errors.New(g.Refusal(name))
+	}
+	if !approved && g.Ask {
+		return "", agent.Halt(b.park(seq, name, canon, g.Interrupt(), g.Reason))
+	}
+	result, terr := b.execute(ctx, seq, name, canon, tool, args, approved)
 	var na *NeedsApproval
 	if errors.As(terr, &na) {
+		if approved {
+			// The approved call asks for a decision of its own: the
+			// person approved the call, not whatever it asks next.
+			return "", agent.Halt(fmt.Errorf("%s asked for another decision after it was approved: %s", name, na.Description))
+		}
 		// The inner tool itself asks for a decision: park run_js on it.
-		return "", agent.Halt(b.park(ctx, seq, name, canon, argJSON, agent.Interrupt{AllowedDecisions: na.AllowedDecisions, Description: na.Description}))
+		return "", agent.Halt(b.park(seq, name, canon, agent.Interrupt{AllowedDecisions: na.AllowedDecisions, Description: na.Description}, na.Reason))
 	}
 	if terr != nil {
 		b.note(name, argJSON, "error: "+clipText(terr.Error(), 200))
@@ -230,15 +248,21 @@ func (b *scriptBridge) call(ctx context.Context, name, argJSON string) (string, 
 	return result, nil
 }
 
-// park journals the call as pending and returns the NeedsApproval that
-// stops the script and parks the run_js call.
-func (b *scriptBridge) park(ctx context.Context, seq int, name, canon, argJSON string, in agent.Interrupt) error {
-	err := b.env.commit(ctx, func(tx pgx.Tx) error {
-		return db.PutSandboxCall(ctx, tx, db.SandboxCall{ToolCallID: b.env.call.ID, Seq: seq, Name: name, Arguments: canon, State: db.SandboxPending})
-	})
-	if err != nil {
-		return err
-	}
+// approved reports whether a person approved exactly this call: the run_js
+// call shows it as its inner call (the same place in the script, tool and
+// canonical arguments) and its last decision, an approval, was taken after
+// it was parked showing it.
+func (b *scriptBridge) approved(seq int, name, canon string) bool {
+	c := b.env.call
+	in := c.InnerCall
+	return in != nil && c.Decision == db.DecisionApprove && c.DecidedAt != nil && c.DecidedAt.After(in.ParkedAt) &&
+		in.Seq == seq && in.Tool == name && in.Arguments == canon
+}
+
+// park returns the NeedsApproval that parks the run_js call on the inner
+// call; the runtime journals the inner call and shows it when it parks the
+// run_js call (failCall), in one transaction.
+func (b *scriptBridge) park(seq int, name, canon string, in agent.Interrupt, reason string) error {
 	// The script is approved as a whole call, never edited: an edit would
 	// change the script, not the inner call the person is looking at.
 	var allowed []string
@@ -250,18 +274,25 @@ func (b *scriptBridge) park(ctx context.Context, seq int, name, canon, argJSON s
 	if len(allowed) == 0 {
 		allowed = []string{db.DecisionReject}
 	}
-	desc := fmt.Sprintf("The run_js script wants to call %s with %s. Approving runs this one call: the script then starts again, "+
-		"its earlier tool calls answered from their recorded results (not run again). Rejecting ends the script.", name, clipText(argJSON, 2000))
+	// The arguments are not in the description: they are shown whole from
+	// the inner call, which is what an approval applies to.
+	desc := fmt.Sprintf("The run_js script wants to call %s (its tool call number %d) with the arguments shown. Approving runs exactly this call: "+
+		"the script then starts again, its earlier tool calls answered from their recorded results (not run again), and any other call that needs approval stops it again. "+
+		"Rejecting ends the script.", name, seq+1)
 	if in.Description != "" {
 		desc = in.Description + "\n\n" + desc
 	}
-	return &NeedsApproval{AllowedDecisions: allowed, Description: desc}
+	return &NeedsApproval{AllowedDecisions: allowed, Description: desc, Reason: reason, Inner: &db.InnerCall{Seq: seq, Tool: name, Arguments: canon}}
 }
 
-// execute runs an inner call and journals its result. A database tool's
+// execute runs an inner call and journals its result, with the approval
+// that let it run, if any. A database tool's
 // effect and its journal entry commit together.
-func (b *scriptBridge) execute(ctx context.Context, seq int, name, canon string, tool Tool, args map[string]any) (string, error) {
+func (b *scriptBridge) execute(ctx context.Context, seq int, name, canon string, tool Tool, args map[string]any, approved bool) (string, error) {
 	entry := db.SandboxCall{ToolCallID: b.env.call.ID, Seq: seq, Name: name, Arguments: canon, State: db.SandboxDone}
+	if approved {
+		entry.ApprovedBy, entry.ApprovedAt = b.env.call.DecidedBy, b.env.call.DecidedAt
+	}
 	var result string
 	var terr error
 	if tool.Tx != nil {

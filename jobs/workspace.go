@@ -40,6 +40,11 @@ func WorkspaceTools(w Workspace) []Tool {
 type NeedsApproval struct {
 	AllowedDecisions []string
 	Description      string
+	// Inner is, for run_js, the script's call it stopped at: journaled and
+	// shown whole on the parked call, in the transaction that parks it.
+	Inner *db.InnerCall
+	// Reason says which rules asked (Gate.Reason), shown to the person.
+	Reason string
 }
 
 func (e *NeedsApproval) Error() string { return "waiting for approval: " + e.Description }
@@ -53,7 +58,15 @@ func failCall(ctx context.Context, tx pgx.Tx, c db.ToolCallRow, terr error) erro
 		if len(allowed) == 0 {
 			allowed = []string{db.DecisionApprove, db.DecisionReject}
 		}
-		return db.SetToolCallWait(ctx, tx, c.ID, db.CallPending, db.WaitApproval, allowed, na.Description)
+		if na.Inner != nil {
+			if err := db.ParkSandboxCall(ctx, tx, c.ID, na.Inner.Seq, na.Inner.Tool, na.Inner.Arguments); err != nil {
+				return err
+			}
+		}
+		if err := db.SetToolCallWait(ctx, tx, c.ID, db.CallPending, db.WaitApproval, allowed, na.Description); err != nil {
+			return err
+		}
+		return db.SetToolCallGateReason(ctx, tx, c.ID, na.Reason)
 	}
 	return db.CompleteToolCall(ctx, tx, c, terr.Error(), true)
 }

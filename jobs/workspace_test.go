@@ -70,6 +70,9 @@ func wsSetup(t *testing.T, ws jobs.Workspace, script func(b *wsBundle) scriptmod
 	if b.other, err = db.UpsertUser(ctx, b.pool, "test", "bob", "bob@example.com", "Bob", false); err != nil {
 		t.Fatal(err)
 	}
+	// notify is the tests' tool "with no approval": it has effects
+	// outside the database, so only the policy lets it run unasked.
+	allowTools(t, b.pool, "notify")
 	b.model = scriptmodel.New(script(b))
 	srv := httptest.NewServer(b.model.Handler())
 	t.Cleanup(srv.Close)
@@ -78,7 +81,10 @@ func wsSetup(t *testing.T, ws jobs.Workspace, script func(b *wsBundle) scriptmod
 	if err != nil {
 		t.Fatal(err)
 	}
-	skills := agent.LoadSkills(fstest.MapFS{"scripter/SKILL.md": {Data: []byte(scripterSkill)}}, "")
+	skills := agent.LoadSkills(fstest.MapFS{
+		"scripter/SKILL.md": {Data: []byte(scripterSkill)},
+		"guarded/SKILL.md":  {Data: []byte(guardedSkill)},
+	}, "")
 	if len(skills.Errors) > 0 {
 		t.Fatalf("skills: %v", skills.Errors)
 	}
@@ -146,7 +152,12 @@ func (b *bundle) decide(t *testing.T, id int64, typ string) db.ToolCallRow {
 	if len(calls) != 1 || calls[0].State != db.CallPending {
 		t.Fatalf("pending calls = %+v", calls)
 	}
-	if err := b.rt.Decide(context.Background(), b.user, id, []jobs.DecisionInput{{CallID: calls[0].ID, Type: typ}}); err != nil {
+	in := jobs.DecisionInput{CallID: calls[0].ID, Type: typ}
+	if c := calls[0].InnerCall; c != nil {
+		// The person decides on the script's call they were shown.
+		in.InnerSeq = &c.Seq
+	}
+	if err := b.rt.Decide(context.Background(), b.user, id, []jobs.DecisionInput{in}); err != nil {
 		t.Fatal(err)
 	}
 	return calls[0]
@@ -221,8 +232,8 @@ func TestRunJSInterruptOnNeedsApproval(t *testing.T) {
 		t.Fatalf("pending = %+v", calls)
 	}
 	c := calls[0]
-	if !strings.Contains(c.Description, `publish_brief with {"title":"Brief A"}`) || !strings.Contains(c.Description, "Publishing is visible to the whole company") {
-		t.Errorf("description = %q", c.Description)
+	if in := c.InnerCall; in == nil || in.Tool != "publish_brief" || in.Arguments != `{"title":"Brief A"}` || !strings.Contains(c.Description, "Publishing is visible to the whole company") {
+		t.Errorf("inner call %+v, description = %q", in, c.Description)
 	}
 	if strings.Join(c.AllowedDecisions, ",") != "approve,reject" {
 		t.Errorf("allowed = %v, want approve and reject (an edit would change the script)", c.AllowedDecisions)
@@ -237,8 +248,8 @@ func TestRunJSInterruptOnNeedsApproval(t *testing.T) {
 	b.decide(t, th.ID, "approve")
 	b.wait(t, th.ID, db.StatusWaiting)
 	c = b.pending(t, th.ID)[0]
-	if !strings.Contains(c.Description, `{"title":"Brief B"}`) {
-		t.Errorf("second description = %q", c.Description)
+	if in := c.InnerCall; in == nil || in.Arguments != `{"title":"Brief B"}` {
+		t.Errorf("second inner call = %+v", in)
 	}
 	if got := b.publish.got(); strings.Join(got, ",") != "Brief A" {
 		t.Fatalf("published after the first approval: %v", got)

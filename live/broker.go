@@ -52,6 +52,47 @@ type Update struct {
 	Events []db.Event
 	// Delta is streamed model text of one of the subscriber's threads.
 	Delta *Delta
+	// Shared is the same for every subscriber of the user that receives
+	// these Events: what one of them makes of them (a render of a page's
+	// changes), the others reuse. Nil for deltas.
+	Shared *Shared
+}
+
+// Shared holds work done once for an update on behalf of every subscriber
+// that receives it. It lives as long as the update: no expiry, no sweeping,
+// and no lock shared with other updates.
+type Shared struct {
+	m sync.Map // key -> *sharedEntry
+}
+
+type sharedEntry struct {
+	done chan struct{}
+	out  []byte
+	err  error
+}
+
+// Do returns what fn makes for key, calling it once for all the callers
+// that ask for the same key; they wait for the first. When the first one's
+// call fails (its request was cancelled), a caller makes its own.
+func (s *Shared) Do(key any, fn func() ([]byte, error)) ([]byte, error) {
+	v, ok := s.m.Load(key)
+	if !ok {
+		e := &sharedEntry{done: make(chan struct{})}
+		if v, ok = s.m.LoadOrStore(key, e); !ok {
+			e.out, e.err = fn()
+			close(e.done)
+			if e.err != nil {
+				s.m.CompareAndDelete(key, e)
+			}
+			return e.out, e.err
+		}
+	}
+	e := v.(*sharedEntry)
+	<-e.done
+	if e.err != nil {
+		return fn()
+	}
+	return e.out, nil
 }
 
 // Delta is a piece of model text streamed by a run that has not committed
@@ -407,7 +448,7 @@ func (b *Broker) deliver(evs []db.Event, horizon db.Position, complete bool) {
 	}
 	for _, u := range order {
 		if len(b.subs[u]) > 0 {
-			b.send(u, Update{Events: byUser[u]})
+			b.send(u, Update{Events: byUser[u], Shared: &Shared{}})
 		}
 	}
 	if len(evs) > 0 {

@@ -262,24 +262,32 @@ func (m *Manager) Status() []Status {
 	m.mu.Unlock()
 	out := make([]Status, 0, len(servers))
 	for _, sv := range servers {
-		out = append(out, sv.status())
+		st := sv.status()
+		// Tools whose names another server's tools share are not offered.
+		st.Tools = slices.DeleteFunc(st.Tools, func(t Tool) bool {
+			owners := m.serversOf(t.Spec.Name)
+			if len(owners) < 2 {
+				return false
+			}
+			st.Skipped = append(st.Skipped, fmt.Sprintf("%s: its name becomes %s, like a tool of %s; neither is offered (rename one of the servers)",
+				t.Name, t.Spec.Name, strings.Join(slices.DeleteFunc(owners, func(o string) bool { return o == st.Name }), ", ")))
+			return true
+		})
+		out = append(out, st)
 	}
 	slices.SortFunc(out, func(a, b Status) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
 // Tools returns the tools offered now, sorted by name: those of connected
-// servers, and of servers down for less than the grace period.
+// servers, and of servers down for less than the grace period. A name two
+// servers' tools share (mcp__a___x is both a's "_x" and a_'s "x") is not
+// offered at all: a call to it could reach a server other than the one a
+// person approved. Status lists it under Skipped.
 func (m *Manager) Tools() []Tool {
-	m.mu.Lock()
-	servers := make([]*server, 0, len(m.servers))
-	for _, sv := range m.servers {
-		servers = append(servers, sv)
-	}
-	m.mu.Unlock()
 	var out []Tool
 	now := time.Now()
-	for _, sv := range servers {
+	for _, sv := range m.serverList() {
 		sv.mu.Lock()
 		if sv.offered(now) {
 			out = append(out, sv.tools...)
@@ -287,6 +295,31 @@ func (m *Manager) Tools() []Tool {
 		sv.mu.Unlock()
 	}
 	slices.SortFunc(out, func(a, b Tool) int { return strings.Compare(a.Spec.Name, b.Spec.Name) })
+	return slices.DeleteFunc(out, func(t Tool) bool { return len(m.serversOf(t.Spec.Name)) > 1 })
+}
+
+func (m *Manager) serverList() []*server {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	servers := make([]*server, 0, len(m.servers))
+	for _, sv := range m.servers {
+		servers = append(servers, sv)
+	}
+	return servers
+}
+
+// serversOf returns the servers that have a tool named name (mcp__...),
+// sorted by name.
+func (m *Manager) serversOf(name string) []string {
+	var out []string
+	for _, sv := range m.serverList() {
+		sv.mu.Lock()
+		if _, ok := sv.byName[name]; ok {
+			out = append(out, sv.spec.Name)
+		}
+		sv.mu.Unlock()
+	}
+	slices.Sort(out)
 	return out
 }
 
@@ -306,19 +339,23 @@ func (e *CallError) Error() string { return e.Msg }
 // an error; a server that is down or does not answer in time is a
 // *CallError.
 func (m *Manager) Call(ctx context.Context, name string, args map[string]any) (*mcp.CallToolResult, error) {
-	m.mu.Lock()
 	var sv *server
 	var tool Tool
-	for _, s := range m.servers {
+	var owners []string
+	for _, s := range m.serverList() {
 		s.mu.Lock()
 		t, ok := s.byName[name]
 		s.mu.Unlock()
 		if ok {
 			sv, tool = s, t
-			break
+			owners = append(owners, s.spec.Name)
 		}
 	}
-	m.mu.Unlock()
+	if len(owners) > 1 {
+		// Never guess: the call was shown (and maybe approved) by name only.
+		slices.Sort(owners)
+		return nil, &CallError{Tool: name, Msg: fmt.Sprintf("tool %s is not available: servers %s both offer a tool of that name; an admin must rename one server", name, strings.Join(owners, " and "))}
+	}
 	if sv == nil {
 		return nil, &CallError{Tool: name, Msg: fmt.Sprintf("tool %s is not available: its MCP server is not configured any more", name)}
 	}

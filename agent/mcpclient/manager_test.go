@@ -334,3 +334,45 @@ func installEverything(t *testing.T) string {
 	}
 	return entry
 }
+
+// Two servers whose tools get the same offered name (a's "_x" and a_'s "x"
+// are both mcp__a___x): neither is offered, a call by that name is refused
+// rather than sent to either server, and the status says why.
+func TestCollidingToolNamesAreRefused(t *testing.T) {
+	t.Parallel()
+	m := mcpclient.New(fast)
+	t.Cleanup(m.Close)
+	m.Apply([]mcpclient.Spec{
+		{Name: "a", Config: agent.MCPServerConfig{Type: agent.MCPHTTP, URL: mcptest.NewHTTPWithTool(t, "_x", "from a")}},
+		{Name: "a_", Config: agent.MCPServerConfig{Type: agent.MCPHTTP, URL: mcptest.NewHTTPWithTool(t, "x", "from a_")}},
+	})
+	waitFor(t, m, "a", "connected", connected)
+	st := waitFor(t, m, "a_", "connected", connected)
+
+	if names := toolNames(m.Tools()); slices.Contains(names, "mcp__a___x") || !slices.Contains(names, "mcp__a__echo") {
+		t.Errorf("offered %v: want the colliding name left out and the others offered", names)
+	}
+	if slices.Contains(toolNames(st.Tools), "mcp__a___x") || !slices.ContainsFunc(st.Skipped, func(s string) bool {
+		return strings.Contains(s, "mcp__a___x") && strings.Contains(s, "like a tool of a;")
+	}) {
+		t.Errorf("status of a_: tools %v, skipped %q", toolNames(st.Tools), st.Skipped)
+	}
+	res, err := m.Call(context.Background(), "mcp__a___x", map[string]any{})
+	var ce *mcpclient.CallError
+	if !errors.As(err, &ce) || !strings.Contains(ce.Msg, "servers a and a_ both offer") {
+		t.Fatalf("call = %+v, %v; want a refusal naming both servers", res, err)
+	}
+	if got, _ := callText(t, m, "mcp__a__echo", map[string]any{"text": "still works"}); got != "echo: still works" {
+		t.Errorf("echo = %q", got)
+	}
+}
+
+func TestServerNameEndingInUnderscoreIsRefused(t *testing.T) {
+	t.Parallel()
+	if err := agent.ValidMCPServerName("a_"); err == nil || !strings.Contains(err.Error(), "must not end with an underscore") {
+		t.Errorf("a_: %v", err)
+	}
+	if err := agent.ValidMCPServerName("a_b"); err != nil {
+		t.Errorf("a_b: %v", err)
+	}
+}

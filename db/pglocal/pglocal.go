@@ -121,6 +121,17 @@ type Options struct {
 	// exclusive Start fails while shared users are present, and a shared
 	// Start waits (bounded) while an exclusive owner runs, then fails.
 	Shared bool
+	// Supervise restarts the postmaster when it exits while nobody asked
+	// it to (a crash, an out-of-memory kill, a stray kill), in exclusive
+	// mode only; see supervise.go. Err reports the state meanwhile.
+	Supervise bool
+	// OnRestart, when set, is called after the supervisor restarted the
+	// postmaster, e.g. to drop the connections of a pool at once rather
+	// than one failed query at a time.
+	OnRestart func()
+	// MaxRestartFailures is how many restarts in a row may fail (or crash
+	// again within a minute) before the supervisor gives up; 0 means 5.
+	MaxRestartFailures int
 }
 
 // Server is a running private cluster. Its methods are safe for concurrent
@@ -136,9 +147,19 @@ type Server struct {
 
 	// proc is the postmaster. done is closed once it has been reaped, and
 	// is nil when this Server joined a shared postmaster started by another
-	// process (which then cannot be waited for, only polled).
-	proc *os.Process
-	done chan struct{}
+	// process (which then cannot be waited for, only polled). The
+	// supervisor replaces both on a restart, under procMu; exitErr is how
+	// the last postmaster ended, set before done is closed.
+	procMu    sync.Mutex
+	proc      *os.Process
+	done      chan struct{}
+	exitErr   error
+	startedAt time.Time
+	logOffset int64 // the log's size once the postmaster was ready
+	settings  map[string]string
+
+	// The supervisor (supervise.go): sup is nil when not supervising.
+	sup *supervisor
 	// initialized records that this Start ran initdb; tests look at it.
 	initialized bool
 
@@ -164,7 +185,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	}
 	binDir := opts.BinDir
 	if binDir == "" {
-		if binDir, err = FindBinDir(); err != nil {
+		if binDir, err = binDirFor(dir); err != nil {
 			return nil, err
 		}
 	}
@@ -198,6 +219,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		user:      cu,
 		logger:    logger.With("component", "pglocal", "data_dir", dir),
 	}
+	s.settings = opts.Settings
 	if opts.Shared {
 		err = s.startShared(ctx, opts.Settings)
 	} else {
@@ -207,6 +229,10 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		s.lock.close()
 		s.users.close()
 		return nil, err
+	}
+	if opts.Supervise && !opts.Shared {
+		s.sup = newSupervisor(s, opts)
+		go s.sup.run()
 	}
 	return s, nil
 }
@@ -344,7 +370,7 @@ func (s *Server) clearLeftovers(ctx context.Context) error {
 
 func (s *Server) initdbIfNeeded(ctx context.Context) error {
 	if fileExists(filepath.Join(s.dir, "PG_VERSION")) {
-		return nil
+		return checkVersion(s.dir, s.binDir)
 	}
 	s.logger.Info("creating cluster with initdb")
 	base := []string{
@@ -441,6 +467,9 @@ func (s *Server) launch(ctx context.Context, settings map[string]string, tieToOw
 
 	started := make(chan error, 1)
 	done := make(chan struct{})
+	// quiet marks a postmaster we end ourselves because it failed to
+	// start: its exit is expected, not worth an error line.
+	var quiet atomic.Bool
 	go func() {
 		// The parent-death signal fires when the *thread* that forked the
 		// child exits, not when the process does. The Go runtime may retire
@@ -457,23 +486,32 @@ func (s *Server) launch(ctx context.Context, settings map[string]string, tieToOw
 		}
 		started <- nil
 		err := cmd.Wait()
-		if !s.stopping.Load() {
+		if !s.stopping.Load() && !quiet.Load() {
 			s.logger.Error("postgres exited unexpectedly", "err", err, "log", s.logPath)
 		}
+		s.procMu.Lock()
+		s.exitErr = err
+		s.procMu.Unlock()
 		close(done)
 	}()
 	if err := <-started; err != nil {
 		return fmt.Errorf("pglocal: starting postgres: %w", err)
 	}
-	s.proc, s.done = cmd.Process, done
+	s.procMu.Lock()
+	s.proc, s.done, s.exitErr = cmd.Process, done, nil
+	s.procMu.Unlock()
 
 	if err := s.waitReady(ctx, cmd.Process, done, logStart); err != nil {
-		s.stopping.Store(true)
+		quiet.Store(true)
 		if terr := terminate(context.Background(), cmd.Process, done); terr != nil {
 			err = errors.Join(err, terr)
 		}
 		return err
 	}
+	readyAt, _ := logf.Seek(0, io.SeekEnd)
+	s.procMu.Lock()
+	s.startedAt, s.logOffset = time.Now(), readyAt
+	s.procMu.Unlock()
 	s.logger.Info("postgres started", "pid", cmd.Process.Pid, "socket_dir", s.socketDir)
 	return nil
 }
@@ -554,10 +592,18 @@ func (s *Server) Stop(ctx context.Context) error {
 	}
 	s.stopped = true
 	s.stopping.Store(true)
+	if s.sup != nil {
+		// A restart under way is abandoned (its postmaster terminated)
+		// before the current postmaster is looked up.
+		s.sup.stop()
+	}
 	if s.shared {
 		s.stopErr = s.stopShared(ctx)
 	} else {
-		s.stopErr = s.stopProcess(ctx, s.proc, s.done)
+		s.procMu.Lock()
+		p, done := s.proc, s.done
+		s.procMu.Unlock()
+		s.stopErr = s.stopProcess(ctx, p, done)
 		s.lock.close()
 		s.users.close()
 	}
@@ -622,3 +668,29 @@ func (s *Server) stopProcess(ctx context.Context, p *os.Process, done <-chan str
 	}
 	return nil
 }
+
+// URLFor returns the connection string of database in the cluster whose
+// data directory is dir, as Server.URL does, without starting or locking
+// anything: for a second program (pizza-bot backup) reaching a cluster
+// that a running server owns.
+func URLFor(dir, database string) (string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("pglocal: %w", err)
+	}
+	return (&Server{socketDir: socketDirFor(dir)}).URL(database), nil
+}
+
+// BinDirFor returns the directory of the server programs (and pg_dump,
+// pg_restore) for the cluster in dir: those of its own major version when
+// they are installed, else FindBinDir's.
+func BinDirFor(dir string) (string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("pglocal: %w", err)
+	}
+	return binDirFor(dir)
+}
+
+// Exists reports whether dir holds a cluster (a PG_VERSION file).
+func Exists(dir string) bool { return dataVersion(dir) != "" }

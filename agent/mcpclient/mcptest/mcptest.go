@@ -104,6 +104,19 @@ func NewHTTP(t testing.TB) string {
 	return srv.URL + "/mcp"
 }
 
+// NewHTTPWithTool is NewHTTP with one more tool, name, that answers
+// answer: two servers can offer tools whose names collide.
+func NewHTTPWithTool(t testing.TB, name, answer string) string {
+	s := NewServer(false)
+	s.AddTool(mcp.NewTool(name, mcp.WithDescription("Say which server this is.")),
+		func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return mcp.NewToolResultText(answer), nil
+		})
+	srv := httptest.NewServer(server.NewStreamableHTTPServer(s))
+	t.Cleanup(func() { closeServer(srv) })
+	return srv.URL + "/mcp"
+}
+
 // NewSSE serves the test server over the legacy SSE transport; it returns
 // the URL of the event stream.
 func NewSSE(t testing.TB) string {

@@ -1,0 +1,192 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+)
+
+// ToolPolicy is the server-wide tool policy an admin sets on the settings
+// page, in the shape of Claude Code's settings:
+//
+//	{"permissions": {
+//	  "allow": ["mcp__github__get_issue"],
+//	  "ask":   ["mcp__github__*"],
+//	  "deny":  ["write_host_file"]}}
+//
+// Each entry is a tool name, or a pattern where "*" stands for any run of
+// characters ("mcp__github__*", "*"). Claude Code's argument rules such as
+// "Bash(npm test:*)" are not supported: an entry names tools, nothing more.
+//
+// Precedence: deny beats ask, which beats allow, whatever the order of the
+// lists or how specific the patterns are. A tool no entry matches gets the
+// runtime's default (see PolicyVerdict and the runtime's gate).
+type ToolPolicy struct {
+	Allow []string `json:"allow,omitempty"`
+	Ask   []string `json:"ask,omitempty"`
+	Deny  []string `json:"deny,omitempty"`
+}
+
+// PolicyVerdict is what a policy says about a tool.
+type PolicyVerdict int
+
+// The verdicts, weakest first.
+const (
+	// PolicyUnset: no entry matches the tool; the default applies.
+	PolicyUnset PolicyVerdict = iota
+	// PolicyAllow: calls run without asking (a skill may still gate them).
+	PolicyAllow
+	// PolicyAsk: every call stops for a person's decision.
+	PolicyAsk
+	// PolicyDeny: the tool is not offered and a call is refused.
+	PolicyDeny
+)
+
+// String returns "allow", "ask", "deny" or "default".
+func (v PolicyVerdict) String() string {
+	switch v {
+	case PolicyAllow:
+		return "allow"
+	case PolicyAsk:
+		return "ask"
+	case PolicyDeny:
+		return "deny"
+	}
+	return "default"
+}
+
+// MaxPolicyEntries bounds the entries of one list.
+const MaxPolicyEntries = 500
+
+// policyEntry is what an entry may be: tool-name characters and "*".
+var policyEntry = regexp.MustCompile(`^[A-Za-z0-9_*-]{1,200}$`)
+
+// ParseToolPolicy reads a policy document, {"permissions": {...}}. It
+// refuses what it does not understand, with a message for the admin: bad
+// JSON (with its position), unknown keys, entries that are not tool names
+// or "*" patterns. Empty or blank text is the empty policy.
+func ParseToolPolicy(data []byte) (ToolPolicy, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return ToolPolicy{}, nil
+	}
+	var doc struct {
+		Permissions *ToolPolicy `json:"permissions"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&doc); err != nil {
+		return ToolPolicy{}, policyJSONError(data, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return ToolPolicy{}, errors.New("the policy must be one JSON object: there is more text after it")
+	}
+	if doc.Permissions == nil {
+		return ToolPolicy{}, errors.New(`the policy must be {"permissions": {"allow": [...], "ask": [...], "deny": [...]}}`)
+	}
+	p := *doc.Permissions
+	var errs []error
+	for _, l := range []struct {
+		name    string
+		entries []string
+	}{{"allow", p.Allow}, {"ask", p.Ask}, {"deny", p.Deny}} {
+		if len(l.entries) > MaxPolicyEntries {
+			errs = append(errs, fmt.Errorf("permissions.%s has %d entries; at most %d", l.name, len(l.entries), MaxPolicyEntries))
+		}
+		for i, e := range l.entries {
+			if err := checkPolicyEntry(e); err != nil {
+				errs = append(errs, fmt.Errorf("permissions.%s[%d]: %w", l.name, i, err))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return ToolPolicy{}, err
+	}
+	return p, nil
+}
+
+func checkPolicyEntry(e string) error {
+	switch {
+	case e == "":
+		return errors.New("empty entry: write a tool name or a pattern such as mcp__github__*")
+	case strings.ContainsAny(e, "()"):
+		return fmt.Errorf("%q: argument rules like Bash(...) are not supported; write a tool name or a pattern such as mcp__github__*", e)
+	case !policyEntry.MatchString(e):
+		return fmt.Errorf("%q is not a tool name or pattern: use letters, digits, _, - and * (any run of characters), e.g. mcp__github__*", e)
+	}
+	return nil
+}
+
+// policyJSONError says where the JSON went wrong, and names an unknown key.
+func policyJSONError(data []byte, err error) error {
+	var syn *json.SyntaxError
+	if errors.As(err, &syn) {
+		line := 1 + bytes.Count(data[:min(int(syn.Offset), len(data))], []byte("\n"))
+		return fmt.Errorf("the policy is not valid JSON (line %d): %v", line, syn)
+	}
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &typ) {
+		return fmt.Errorf("the policy has a %s where %s wants %s", typ.Value, typ.Field, typeWord(typ.Type.Kind().String()))
+	}
+	if msg, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return fmt.Errorf("unknown key %s: the policy knows permissions and, inside it, allow, ask and deny", msg)
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return errors.New("the policy is not valid JSON: it ends too early")
+	}
+	return fmt.Errorf("the policy is not valid JSON: %v", err)
+}
+
+func typeWord(kind string) string {
+	switch kind {
+	case "slice":
+		return "a list of strings"
+	case "struct", "ptr":
+		return "an object"
+	}
+	return "a " + kind
+}
+
+// Verdict returns what the policy says about tool, and the entry that
+// decided it ("" when none matches). Deny beats ask beats allow.
+func (p ToolPolicy) Verdict(tool string) (PolicyVerdict, string) {
+	for _, l := range []struct {
+		v       PolicyVerdict
+		entries []string
+	}{{PolicyDeny, p.Deny}, {PolicyAsk, p.Ask}, {PolicyAllow, p.Allow}} {
+		for _, e := range l.entries {
+			if MatchToolPattern(e, tool) {
+				return l.v, e
+			}
+		}
+	}
+	return PolicyUnset, ""
+}
+
+// IsZero reports whether the policy has no entry.
+func (p ToolPolicy) IsZero() bool { return len(p.Allow)+len(p.Ask)+len(p.Deny) == 0 }
+
+// MatchToolPattern reports whether a tool name matches a policy entry: the
+// same name, or a pattern whose "*" stand for any run of characters.
+func MatchToolPattern(pattern, name string) bool {
+	parts := strings.Split(pattern, "*")
+	if len(parts) == 1 {
+		return pattern == name
+	}
+	rest, ok := strings.CutPrefix(name, parts[0])
+	if !ok {
+		return false
+	}
+	last := parts[len(parts)-1]
+	for _, mid := range parts[1 : len(parts)-1] {
+		i := strings.Index(rest, mid)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(mid):]
+	}
+	return len(rest) >= len(last) && strings.HasSuffix(rest, last)
+}

@@ -1,0 +1,212 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"pizzabot/agent"
+	"pizzabot/db"
+)
+
+// Gates: whether a tool call runs, waits for a person, or is refused.
+//
+// Every call a run makes is decided here, and only here: the model's calls
+// (modelStep), a sub-agent's calls (the same, with its ancestors' rules),
+// and the calls a run_js script makes (scriptBridge). The rules, strongest
+// first:
+//
+//  1. The server's tool policy (settings, db.SettingToolPolicy):
+//     "deny" hides the tool and refuses a call; "ask" makes every call wait.
+//     Deny beats ask beats allow (agent.ToolPolicy.Verdict).
+//  2. The default, for a tool the policy says nothing about: a tool with
+//     effects outside the database (host file writes, MCP tools: Call
+//     tools that are not Idempotent) asks; the others run.
+//  3. The run's skill's interruptOn, and the interruptOn of the skill of
+//     every run above it (a sub-agent is gated by its parent's rules too):
+//     each can add a gate, none can remove one. The decisions allowed are
+//     those every gating rule allows (the strictest).
+//
+// A policy "allow" only lifts the default: it never lifts a skill's gate.
+// The rules are read at each decision, through the caller's Querier: inside
+// a transaction, through the transaction.
+
+// Gate is the decision about one call of a tool in one run.
+type Gate struct {
+	// Deny: the tool is not offered and a call is refused.
+	Deny bool
+	// Ask: a call waits for a person's decision.
+	Ask bool
+	// AllowedDecisions are the decisions offered when Ask.
+	AllowedDecisions []string
+	// Description is what the skills say is at stake.
+	Description string
+	// Reason names the rules that decided, for the person deciding, e.g.
+	// "server policy: ask mcp__github__*; skill researcher: interruptOn".
+	Reason string
+}
+
+// Interrupt returns an asking gate as a skill's interrupt.
+func (g Gate) Interrupt() agent.Interrupt {
+	return agent.Interrupt{AllowedDecisions: slices.Clone(g.AllowedDecisions), Description: g.Description}
+}
+
+// Refusal is the result a denied call gets.
+func (g Gate) Refusal(tool string) string {
+	return fmt.Sprintf("Tool %s is not allowed on this server (%s). Do the task without it, or tell the user an admin must allow it.", tool, g.Reason)
+}
+
+// gateRules are the rules a run's calls are decided by.
+type gateRules struct {
+	policy agent.ToolPolicy
+	// policyErr: the stored policy cannot be read; every call asks.
+	policyErr error
+	skills    []gateSkill // the run's own first, then its ancestors'
+}
+
+// gateSkill is the skill of the run or of a run above it.
+type gateSkill struct {
+	name      string
+	skill     *agent.Skill // nil: no longer available, every call asks
+	inherited bool
+}
+
+// maxGateDepth bounds the walk up the sub-agents' parents.
+const maxGateDepth = 16
+
+// gateRules reads the rules for the calls of thread t: the policy and the
+// skills of t and of every thread above it, through q.
+func (rt *Runtime) gateRules(ctx context.Context, q db.Querier, t db.Thread) (gateRules, error) {
+	var r gateRules
+	raw, err := db.GetServerSetting(ctx, q, db.SettingToolPolicy)
+	if err != nil {
+		return r, err
+	}
+	if r.policy, err = agent.ParseToolPolicy([]byte(raw)); err != nil {
+		// Checked when saved, so only a hand edit gets here: fail closed.
+		r.policyErr = err
+		if rt.Logger != nil {
+			rt.Logger.ErrorContext(ctx, "the stored tool policy cannot be read: every tool call asks", "err", err)
+		}
+	}
+	skills := rt.skills()
+	for depth := 0; ; depth++ {
+		if t.Skill != "" {
+			s, _ := skills.Get(t.Skill)
+			r.skills = append(r.skills, gateSkill{name: t.Skill, skill: s, inherited: depth > 0})
+		}
+		if t.ParentThreadID == nil {
+			return r, nil
+		}
+		if depth == maxGateDepth {
+			return r, fmt.Errorf("thread %d: sub-agents nest deeper than %d", t.ID, maxGateDepth)
+		}
+		if t, err = db.GetRunThread(ctx, q, *t.ParentThreadID); err != nil {
+			return r, err
+		}
+	}
+}
+
+// gate decides a call of tool name in thread threadID, reading the rules
+// through q (the caller's transaction, if it holds one). It is the one
+// entry point for callers that decide a single call, such as a run_js
+// script's tools.call.
+func (rt *Runtime) gate(ctx context.Context, q db.Querier, threadID int64, name string) (Gate, error) {
+	t, err := db.GetRunThread(ctx, q, threadID)
+	if err != nil {
+		return Gate{}, err
+	}
+	r, err := rt.gateRules(ctx, q, t)
+	if err != nil {
+		return Gate{}, err
+	}
+	tool, known := rt.Tools.Get(name)
+	return r.decide(name, tool, known), nil
+}
+
+// decide applies the rules to a call of tool name.
+func (r gateRules) decide(name string, tool Tool, known bool) Gate {
+	verdict, entry := r.policy.Verdict(name)
+	if verdict == agent.PolicyDeny {
+		return Gate{Deny: true, Reason: "server policy: deny " + entry}
+	}
+	if known && tool.Ask {
+		return Gate{} // ask_user is a question for a person already
+	}
+	var g Gate
+	restricted := false // AllowedDecisions is some rule's list, narrowed by the others'
+	var reasons, descs []string
+	ask := func(reason string, in agent.Interrupt) {
+		g.Ask = true
+		reasons = append(reasons, reason)
+		switch {
+		case in.AllowedDecisions == nil: // the policy's: any decision
+		case !restricted:
+			g.AllowedDecisions, restricted = slices.Clone(in.AllowedDecisions), true
+		default:
+			g.AllowedDecisions = slices.DeleteFunc(g.AllowedDecisions, func(d string) bool { return !in.Allows(d) })
+		}
+		if in.Description != "" && !slices.Contains(descs, in.Description) {
+			descs = append(descs, in.Description)
+		}
+	}
+	switch {
+	case r.policyErr != nil:
+		ask("server policy cannot be read, so every call asks", agent.Interrupt{})
+	case verdict == agent.PolicyAsk:
+		ask("server policy: ask "+entry, agent.Interrupt{})
+	case verdict == agent.PolicyUnset && outsideEffects(name, tool, known):
+		ask("server policy default: "+name+" acts outside Pizza Bot, so it asks unless the policy allows it", agent.Interrupt{})
+	}
+	for _, s := range r.skills {
+		who := "skill " + s.name
+		if s.inherited {
+			who = "inherited from parent skill " + s.name
+		}
+		if s.skill == nil {
+			ask(who+": the skill is no longer available, so every call asks", agent.Interrupt{})
+			continue
+		}
+		if in, ok := s.skill.InterruptFor(name); ok {
+			ask(who+": interruptOn", in)
+		}
+	}
+	if !g.Ask {
+		return Gate{}
+	}
+	switch {
+	case !restricted:
+		g.AllowedDecisions = slices.Clone(agent.DefaultDecisions)
+	case len(g.AllowedDecisions) == 0:
+		// The rules allow nothing in common: only the strictest remains.
+		g.AllowedDecisions = []string{agent.DecisionReject}
+	}
+	g.Reason = strings.Join(reasons, "; ")
+	g.Description = strings.Join(descs, "\n")
+	return g
+}
+
+// outsideEffects reports whether a tool may act outside the database, so
+// that it asks by default: anything but database tools (Tx), read-only
+// tools (Idempotent), questions (Ask), and the two tools whose effects are
+// other tools' calls, each gated here on its own (task, run_js). A tool the
+// toolbox does not know counts as acting outside.
+func outsideEffects(name string, tool Tool, known bool) bool {
+	if !known {
+		return true
+	}
+	switch {
+	case tool.Tx != nil, tool.Idempotent, tool.Ask, name == TaskTool, name == jsToolName:
+		return false
+	}
+	return true
+}
+
+// offered drops the tools the policy denies from those offered to a run.
+func (r gateRules) offered(specs []agent.ToolSpec) []agent.ToolSpec {
+	return slices.DeleteFunc(specs, func(s agent.ToolSpec) bool {
+		v, _ := r.policy.Verdict(s.Name)
+		return v == agent.PolicyDeny
+	})
+}
