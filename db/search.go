@@ -44,6 +44,9 @@ type SearchQuery struct {
 	// phrases are checked against single messages, titles and names, whose
 	// vectors keep positions.
 	phrases []string
+	// pairs are the phrases' words, for search_pairs_query: the index then
+	// finds the threads holding each word next to the one after it.
+	pairs []string
 	// cjk are the query's runs of Chinese or Japanese characters, which
 	// snippets highlight themselves (ts_headline cannot: it sees a run as
 	// one word).
@@ -76,6 +79,15 @@ func ParseSearch(s string) SearchQuery {
 		any = append(any, ops...)
 		if len(ops) > 1 {
 			q.phrases = append(q.phrases, strings.Join(ops, " <-> "))
+			var words []string
+			for _, op := range ops {
+				if !strings.HasSuffix(op, ":*") { // a prefix has no whole word to pair
+					words = append(words, strings.Trim(op, "'"))
+				}
+			}
+			if len(words) > 1 {
+				q.pairs = append(q.pairs, strings.Join(words, " "))
+			}
 		}
 	}
 	q.all = strings.Join(all, " & ")
@@ -299,6 +311,16 @@ func cjkSnippet(text string, runs []string) Snippet {
 	return s
 }
 
+// matchSQL is the condition on thread_search's doc: every word, and every
+// phrase's word pairs. arg adds a query argument.
+func (q SearchQuery) matchSQL(arg func(any) string) string {
+	m := "to_tsquery('pizza_search'::regconfig, " + arg(q.all) + ")"
+	for _, p := range q.pairs {
+		m += " && search_pairs_query(" + arg(p) + ")"
+	}
+	return "doc @@ (" + m + ")"
+}
+
 // Search plans. searchRare is the most matching documents the GIN index
 // path sorts; searchWalk is how many of the newest threads (of the
 // listing) the walk looks through, one document lookup each, stopping at a
@@ -322,9 +344,13 @@ const (
 // sorted.
 func searchThreads(ctx context.Context, q Querier, sq SearchQuery, where []string, args []any, limit int) ([]Thread, error) {
 	var n int
+	countArgs := []any{pgx.QueryExecModeExec, args[0]}
+	arg := func(v any) string {
+		countArgs = append(countArgs, v)
+		return "$" + strconv.Itoa(len(countArgs)-1)
+	}
 	err := q.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM thread_search
-		WHERE user_id = $1 AND doc @@ to_tsquery('pizza_search'::regconfig, $2) LIMIT $3) x`,
-		pgx.QueryExecModeExec, args[0], sq.all, searchRare+1).Scan(&n)
+		WHERE user_id = $1 AND `+sq.matchSQL(arg)+` LIMIT `+strconv.Itoa(searchRare+1)+`) x`, countArgs...).Scan(&n)
 	if err != nil {
 		return nil, fmt.Errorf("search threads: %w", err)
 	}
@@ -351,7 +377,7 @@ func searchRun(ctx context.Context, q Querier, sq SearchQuery, where []string, a
 		return "$" + strconv.Itoa(len(args))
 	}
 	tsq := func(p string) string { return "to_tsquery('pizza_search'::regconfig, " + p + ")" }
-	allQ := tsq(arg(sq.all))
+	match := sq.matchSQL(arg)
 	// Subqueries with LIMIT or OFFSET are not flattened: each check below
 	// runs per thread, in the order of the threads, and only on those that
 	// passed the checks before it.
@@ -359,11 +385,11 @@ func searchRun(ctx context.Context, q Querier, sq SearchQuery, where []string, a
 	if walk {
 		from = append(from, `(SELECT * FROM threads t WHERE `+strings.Join(where, " AND ")+`
 			ORDER BY t.updated_at DESC, t.id DESC LIMIT `+strconv.Itoa(searchWalk)+`) t
-			CROSS JOIN LATERAL (SELECT 1 FROM thread_search s WHERE s.thread_id = t.id AND s.doc @@ `+allQ+` OFFSET 0) d`)
+			CROSS JOIN LATERAL (SELECT 1 FROM thread_search s WHERE s.thread_id = t.id AND s.`+match+` OFFSET 0) d`)
 	} else {
 		// A lookup by key per match: the planner would hash-join a scan of
 		// all the user's threads.
-		from = append(from, `(SELECT thread_id FROM thread_search WHERE user_id = $1 AND doc @@ `+allQ+` OFFSET 0) d
+		from = append(from, `(SELECT thread_id FROM thread_search WHERE user_id = $1 AND `+match+` OFFSET 0) d
 			CROSS JOIN LATERAL (SELECT * FROM threads t WHERE t.id = d.thread_id AND `+strings.Join(where, " AND ")+` OFFSET 0) t`)
 	}
 	for i, ph := range sq.phrases {

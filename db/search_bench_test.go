@@ -85,7 +85,8 @@ func BenchmarkSearch(b *testing.B) {
 		`INSERT INTO thread_search (thread_id, user_id, doc, bytes)
 		 SELECT t.id, t.user_id, d.doc, search_lexeme_bytes(d.doc)
 		 FROM threads t, LATERAL (
-			SELECT strip(to_tsvector('pizza_search', search_text(t.title)) || pg_temp.tsv_agg(strip(m.search))) AS doc
+			SELECT strip(to_tsvector('pizza_search', search_text(t.title))) || search_pairs(to_tsvector('pizza_search', search_text(t.title)))
+			       || pg_temp.tsv_agg(strip(m.search) || search_pairs(m.search)) AS doc
 			FROM messages m WHERE m.thread_id = t.id) d`,
 		`ALTER TABLE threads ENABLE TRIGGER USER`,
 		`ALTER TABLE messages ENABLE TRIGGER USER`,

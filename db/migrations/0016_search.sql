@@ -58,6 +58,31 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
     SELECT coalesce(sum(octet_length(l)), 0)::int FROM unnest(tsvector_to_array(v)) AS l
 $$;
 
+-- search_pairs lists each word of a vector with the word after it ("the
+-- renewal of the contract" holds ' renew contract'; stop words leave no
+-- gap), as lexemes starting with a space, which no parser makes: a prefix
+-- query (renew*) never reads them. Thread
+-- documents carry them, so that a phrase finds its candidates in the index
+-- (search_pairs_query), not by reading every thread that holds its words;
+-- the exact check, in one message, comes after. Positions past 16,383 and
+-- past a word's 256th are not kept by tsvector: pairs there may be missed.
+CREATE FUNCTION search_pairs(v tsvector) RETURNS tsvector
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT coalesce(array_to_tsvector(array_agg(DISTINCT pair)), ''::tsvector)
+    FROM (SELECT ' ' || w.lexeme || ' ' || lead(w.lexeme) OVER (ORDER BY w.pos, w.lexeme) AS pair
+          FROM (SELECT u.lexeme, unnest(u.positions) AS pos FROM unnest(v) AS u) AS w) AS p
+    WHERE pair IS NOT NULL
+$$;
+
+-- search_pairs_query is the tsquery requiring the pairs of a phrase given
+-- as words (Chinese already in bigrams, by db/search.go); the empty query
+-- when it has fewer than two words.
+CREATE FUNCTION search_pairs_query(phrase text) RETURNS tsquery
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT coalesce(string_agg(quote_literal(l), ' & ')::tsquery, ''::tsquery)
+    FROM unnest(tsvector_to_array(search_pairs(to_tsvector('pizza_search'::regconfig, phrase)))) AS l
+$$;
+
 -- A message's searchable text with positions, for phrases and snippets.
 -- System prompts are not the user's content; a message counts up to its
 -- first 64 KB (tool results can be much longer).
@@ -74,9 +99,9 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
         search_text(name || ' ' || regexp_replace(name, '[._\-]+', ' ', 'g')))
 $$;
 
--- A thread's search document: its title, every message (search_add caps
--- each at the message's first 64 KB) and the names of its attachments,
--- without positions. It lives beside threads rather than in them because a
+-- A thread's search document: the words and word pairs (search_pairs) of
+-- its title, every message (each up to its first 64 KB) and the names of
+-- its attachments, without positions. It lives beside threads rather than in them because a
 -- thread's row is updated at every step and heartbeat, and every such
 -- update would write the whole document into the GIN index again.
 -- bytes counts the lexeme bytes added (an upper bound: repeated lexemes
@@ -93,7 +118,7 @@ CREATE TABLE thread_search (
 CREATE FUNCTION search_add(thread bigint, v tsvector) RETURNS void
 LANGUAGE plpgsql AS $$
 DECLARE
-    s tsvector := strip(v);
+    s tsvector := strip(v) || search_pairs(v);
     b int := search_lexeme_bytes(s);
 BEGIN
     IF b = 0 THEN
@@ -106,7 +131,8 @@ $$;
 
 CREATE FUNCTION threads_search_title() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-    v tsvector := strip(to_tsvector('pizza_search'::regconfig, search_text(NEW.title)));
+    t tsvector := to_tsvector('pizza_search'::regconfig, search_text(NEW.title));
+    v tsvector := strip(t) || search_pairs(t);
 BEGIN
     INSERT INTO thread_search (thread_id, user_id, doc, bytes) VALUES (NEW.id, NEW.user_id, v, search_lexeme_bytes(v));
     RETURN NULL;
@@ -136,7 +162,8 @@ CREATE TRIGGER attachments_search_add AFTER INSERT ON attachments
 -- The threads already there.
 INSERT INTO thread_search (thread_id, user_id, doc, bytes)
 SELECT id, user_id, v, search_lexeme_bytes(v)
-FROM threads, strip(to_tsvector('pizza_search'::regconfig, search_text(title))) AS v;
+FROM threads, to_tsvector('pizza_search'::regconfig, search_text(title)) AS t,
+     LATERAL (SELECT strip(t) || search_pairs(t) AS v) AS d;
 SELECT search_add(m.thread_id, m.search) FROM messages m ORDER BY m.id;
 SELECT search_add(a.thread_id, search_name(a.name)) FROM attachments a ORDER BY a.id;
 
