@@ -340,8 +340,8 @@ const (
 // common: up to searchRare matching threads are read from the GIN index
 // and sorted; a more common query fills its page within the newest
 // threads, found by walking them in order. Only when that walk comes back
-// short (the matches are old, or the filters rare) are all the matches
-// sorted.
+// short of a page with threads left unseen (the matches are old) are all
+// the matches sorted.
 func searchThreads(ctx context.Context, q Querier, sq SearchQuery, where []string, args []any, limit int) ([]Thread, error) {
 	var n int
 	countArgs := []any{pgx.QueryExecModeExec, args[0]}
@@ -360,6 +360,14 @@ func searchThreads(ctx context.Context, q Querier, sq SearchQuery, where []strin
 	if n > searchRare {
 		ts, err := searchRun(ctx, q, sq, where, args, limit, true)
 		if err != nil || len(ts) == limit {
+			return ts, err
+		}
+		// A short page is the whole answer when the walk saw every thread
+		// of the listing (a small queue or folder): an index-only count.
+		var listed int
+		err = q.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM threads t WHERE `+strings.Join(where, " AND ")+`
+			LIMIT `+strconv.Itoa(searchWalk)+`) x`, args...).Scan(&listed)
+		if err != nil || listed < searchWalk {
 			return ts, err
 		}
 	}

@@ -114,6 +114,7 @@ func BenchmarkSearch(b *testing.B) {
 		"renewal",                   // ~10% of threads, 1% of messages
 		"supplier",                  // nearly every thread
 		`"renewal of the contract"`, // a phrase
+		`"supplier qe"`,             // a phrase of common words never side by side
 		"renew*",                    // a prefix
 		"договор",                   // Russian, stemmed
 		"续约合同",                      // Chinese, by substring

@@ -273,3 +273,30 @@ func TestParseSearch(t *testing.T) {
 		}
 	}
 }
+
+// Every plan gives the same answer: a common word whose matches are all
+// older than the newest threads (the walk finds none, the index path
+// sorts them all), and the same word in a small queue (the walk sees the
+// whole queue).
+func TestSearchPlans(t *testing.T) {
+	t.Parallel()
+	b := searchSetup(t)
+	ctx := context.Background()
+	_, err := b.pool.Exec(ctx, `
+		INSERT INTO threads (user_id, title, status, updated_at)
+		SELECT $1, CASE WHEN i <= 1100 THEN 'Renewal ' || i ELSE 'Other ' || i END,
+		       CASE WHEN i IN (5, 7) THEN 'waiting' ELSE 'done' END,
+		       now() - make_interval(secs => 10000 - i)
+		FROM generate_series(1, 6200) AS i`, b.alice.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, next, err := db.ListThreads(ctx, b.pool, b.alice.ID, db.ThreadFilter{Queue: db.QueueAll, Search: db.ParseSearch("renewal")}, nil, 50)
+	if err != nil || len(ts) != 50 || next == nil || ts[0].Title != "Renewal 1100" || ts[49].Title != "Renewal 1051" {
+		t.Fatalf("all: %d threads from %q, next %v, %v", len(ts), ts[0].Title, next, err)
+	}
+	ts, next, err = db.ListThreads(ctx, b.pool, b.alice.ID, db.ThreadFilter{Queue: db.QueueAction, Search: db.ParseSearch("renewal")}, nil, 50)
+	if err != nil || len(ts) != 2 || next != nil || ts[0].Title != "Renewal 7" || ts[1].Title != "Renewal 5" {
+		t.Fatalf("action: %+v, next %v, %v", ts, next, err)
+	}
+}
