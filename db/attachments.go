@@ -29,7 +29,10 @@ type Attachment struct {
 	Size        int64     `db:"size"`
 	SHA256      string    `db:"sha256"`
 	CreatedAt   time.Time `db:"created_at"`
-	// Content is filled by GetAttachment only.
+	// Pages is a PDF's page count; nil for other files and for a PDF whose
+	// pages could not be counted (broken or encrypted).
+	Pages *int `db:"pages"`
+	// Content is filled by GetAttachment and Attach only.
 	Content []byte `db:"-"`
 }
 
@@ -61,7 +64,7 @@ func (e *AttachmentError) Unwrap() error {
 	return e.Quota
 }
 
-const attachmentColumns = `id, user_id, thread_id, name, content_type, size, sha256, created_at`
+const attachmentColumns = `id, user_id, thread_id, name, content_type, size, sha256, created_at, pages`
 
 // Attach stores the file read from r as an attachment of one of the user's
 // threads, in q (a transaction when the thread is created with it, so a
@@ -105,7 +108,16 @@ func Attach(ctx context.Context, q Querier, userID, threadID int64, name, declar
 	if err != nil {
 		return Attachment{}, fmt.Errorf("store attachment: %w", err)
 	}
+	a.Content = content
 	return a, nil
+}
+
+// SetAttachmentPages records the page count of one of the user's PDFs.
+func SetAttachmentPages(ctx context.Context, q Querier, userID, id int64, pages int) error {
+	if _, err := q.Exec(ctx, `UPDATE attachments SET pages = $3 WHERE user_id = $1 AND id = $2`, userID, id, pages); err != nil {
+		return fmt.Errorf("set pages of attachment %d: %w", id, err)
+	}
+	return nil
 }
 
 // CleanAttachmentName keeps the last element of a client's file name,
@@ -178,6 +190,12 @@ func safeDeclared(mt string) bool {
 		strings.HasPrefix(mt, "audio/") || strings.HasPrefix(mt, "video/") || strings.HasPrefix(mt, "font/")
 }
 
+// IsPDF reports whether the attachment is a PDF (by its sniffed type).
+func (a Attachment) IsPDF() bool {
+	mt, _, _ := mime.ParseMediaType(a.ContentType)
+	return mt == "application/pdf"
+}
+
 // IsText reports whether an attachment's type is text the model can read
 // inline.
 func (a Attachment) IsText() bool {
@@ -199,9 +217,9 @@ func ListAttachments(ctx context.Context, q Querier, userID, threadID int64) ([]
 // GetAttachment returns one of the user's attachments with its content.
 func GetAttachment(ctx context.Context, q Querier, userID, id int64) (Attachment, error) {
 	var a Attachment
-	err := q.QueryRow(ctx, `SELECT id, user_id, thread_id, name, content_type, size, sha256, created_at, content
+	err := q.QueryRow(ctx, `SELECT id, user_id, thread_id, name, content_type, size, sha256, created_at, pages, content
 		FROM attachments WHERE user_id = $1 AND id = $2`, userID, id).
-		Scan(&a.ID, &a.UserID, &a.ThreadID, &a.Name, &a.ContentType, &a.Size, &a.SHA256, &a.CreatedAt, &a.Content)
+		Scan(&a.ID, &a.UserID, &a.ThreadID, &a.Name, &a.ContentType, &a.Size, &a.SHA256, &a.CreatedAt, &a.Pages, &a.Content)
 	if isNoRows(err) {
 		return Attachment{}, ErrNotFound
 	}

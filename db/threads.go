@@ -53,6 +53,9 @@ type Thread struct {
 	// answers; both nil for a top-level thread.
 	ParentThreadID *int64 `db:"parent_thread_id"`
 	ParentCallID   *int64 `db:"parent_call_id"`
+	// Snippet is where a search found the thread (search.go); nil outside
+	// search results.
+	Snippet Snippet `db:"-"`
 }
 
 // Finished reports whether the thread's run has ended.
@@ -91,6 +94,9 @@ type ThreadFilter struct {
 	Queue    Queue
 	FolderID int64  // 0: any folder
 	Trigger  string // "": any trigger kind
+	// Search narrows the listing to the threads matching a query (see
+	// ParseSearch); an empty query narrows nothing.
+	Search SearchQuery
 }
 
 // Cursor marks a position in a listing ordered by (updated_at, id) descending.
@@ -123,7 +129,8 @@ func ParseCursor(s string) (Cursor, error) {
 // ListThreads returns one page of the user's threads, newest activity first,
 // starting after the cursor (nil: the first page). The returned cursor is nil
 // on the last page. Sub-agents are not listed: they are reached from the
-// page of the thread that delegated them.
+// page of the thread that delegated them. With f.Search, the threads that
+// match it, each with its Snippet.
 func ListThreads(ctx context.Context, q Querier, userID int64, f ThreadFilter, after *Cursor, limit int) ([]Thread, *Cursor, error) {
 	where := []string{"t.user_id = $1", "t.parent_thread_id IS NULL"}
 	args := []any{userID}
@@ -146,9 +153,18 @@ func ListThreads(ctx context.Context, q Querier, userID int64, f ThreadFilter, a
 	if after != nil {
 		where = append(where, "(t.updated_at, t.id) < ("+arg(after.UpdatedAt)+", "+arg(after.ID)+")")
 	}
-	sql := `SELECT ` + threadColumns + threadFrom + ` WHERE ` + strings.Join(where, " AND ") +
-		` ORDER BY t.updated_at DESC, t.id DESC LIMIT ` + arg(limit+1)
-	ts, err := all[Thread](q.Query(ctx, sql, args...))
+	var ts []Thread
+	var err error
+	if f.Search.Raw != "" {
+		if f.Search.Empty() {
+			return nil, nil, nil // only punctuation: nothing can match
+		}
+		ts, err = searchThreads(ctx, q, f.Search, where, args, limit+1)
+	} else {
+		sql := `SELECT ` + threadColumns + threadFrom + ` WHERE ` + strings.Join(where, " AND ") +
+			` ORDER BY t.updated_at DESC, t.id DESC LIMIT ` + arg(limit+1)
+		ts, err = all[Thread](q.Query(ctx, sql, args...))
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("list threads: %w", err)
 	}

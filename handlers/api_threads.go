@@ -37,6 +37,10 @@ type apiThread struct {
 	URL       string    `json:"url"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// Snippet is where a search (?q=) found the thread: escaped HTML with
+	// the matching words in <mark>. Absent outside search results; "" when
+	// only the title matched.
+	Snippet *string `json:"snippet,omitempty"`
 }
 
 type apiFolder struct {
@@ -337,10 +341,10 @@ func apiUploadRequest(w http.ResponseWriter, r *http.Request) (apiCreateThreadRe
 const maxAPIPage = 200
 
 // apiListParams are the query parameters a listing takes.
-var apiListParams = []string{"queue", "folder", "trigger", "cursor", "limit"}
+var apiListParams = []string{"queue", "folder", "trigger", "q", "cursor", "limit"}
 
 // apiListThreads lists the user's threads, newest activity first:
-// GET /api/v1/threads?queue=all|unread|action&folder=ID|NAME&trigger=KIND&cursor=C&limit=N.
+// GET /api/v1/threads?queue=all|unread|action&folder=ID|NAME&trigger=KIND&q=QUERY&cursor=C&limit=N.
 // next_cursor, when not null, asks for the next page.
 func (h *Handler) apiListThreads(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
@@ -373,6 +377,12 @@ func (h *Handler) apiListThreads(w http.ResponseWriter, r *http.Request) error {
 		}
 		f.Trigger = s
 	}
+	if s := strings.TrimSpace(v.Get("q")); s != "" {
+		if len(s) > db.MaxSearchQuery {
+			return httpError{http.StatusBadRequest, fmt.Sprintf("q is longer than %d bytes", db.MaxSearchQuery)}
+		}
+		f.Search = db.ParseSearch(s)
+	}
 	var after *db.Cursor
 	if s := v.Get("cursor"); s != "" {
 		c, err := db.ParseCursor(s)
@@ -403,7 +413,12 @@ func (h *Handler) apiListThreads(w http.ResponseWriter, r *http.Request) error {
 		Counts:  apiCounts{All: counts.All, Unread: counts.Unread, Action: counts.Action},
 	}
 	for _, t := range threads {
-		out.Threads = append(out.Threads, toAPIThread(t))
+		at := toAPIThread(t)
+		if f.Search.Raw != "" {
+			snippet := t.Snippet.HTML()
+			at.Snippet = &snippet
+		}
+		out.Threads = append(out.Threads, at)
 	}
 	if next != nil {
 		s := next.String()

@@ -78,7 +78,7 @@ func parseLiveView(r *http.Request) liveView {
 	q := r.URL.Query()
 	if l, ok := parseListURL(localURL(q.Get("list"), "")); ok {
 		v.list = &l
-		v.filter = db.ThreadFilter{Queue: l.Queue, FolderID: l.FolderID, Trigger: l.Trigger}
+		v.filter = l.Filter()
 		if l.After != "" {
 			if c, err := db.ParseCursor(l.After); err == nil {
 				v.page = &c
@@ -544,7 +544,16 @@ func (h *Handler) renderChanges(ctx context.Context, user db.User, v liveView, e
 		}
 		if v.list != nil && c.rowChanged() {
 			var comp templ.Component = views.RowRemoved(c.id)
-			if found && v.filter.Matches(t) && (v.page == nil || v.page.After(t)) {
+			matches := found && v.filter.Matches(t)
+			if matches && v.filter.Search.Raw != "" {
+				// Whether it matches a search only the database knows; the
+				// row then shows its snippet.
+				t.Snippet, matches, err = db.SearchMatch(ctx, h.pool, user.ID, v.filter.Search, t.ID)
+				if err != nil {
+					return nil, err
+				}
+			}
+			if matches && (v.page == nil || v.page.After(t)) {
 				comp = views.ThreadRow(t, now)
 			}
 			if err := comp.Render(ctx, &rows); err != nil {

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"slices"
@@ -15,7 +16,7 @@ import (
 // pageSize is the number of threads on one page of a listing.
 const pageSize = 50
 
-// listQueue shows a queue: GET /inbox/{queue}?folder=ID&trigger=KIND&after=CURSOR.
+// listQueue shows a queue: GET /inbox/{queue}?folder=ID&trigger=KIND&q=QUERY&after=CURSOR.
 // The "Older threads" link asks for the next page with HX-Target
 // "load-more" and gets only its rows, which htmx appends in place.
 func (h *Handler) listQueue(w http.ResponseWriter, r *http.Request) error {
@@ -73,6 +74,12 @@ func parseListQuery(queue string, v url.Values) (views.ListQuery, error) {
 		}
 		q.Trigger = s
 	}
+	if s := strings.Join(strings.Fields(v.Get("q")), " "); s != "" {
+		if len(s) > db.MaxSearchQuery {
+			return q, httpError{http.StatusBadRequest, fmt.Sprintf("The search is longer than %d characters.", db.MaxSearchQuery)}
+		}
+		q.Search = s
+	}
 	if s := v.Get("after"); s != "" {
 		if _, err := db.ParseCursor(s); err != nil {
 			return q, httpError{http.StatusBadRequest, "The page in the address is not valid."}
@@ -107,8 +114,7 @@ func (h *Handler) loadListing(ctx context.Context, user db.User, q views.ListQue
 		}
 		after = &c
 	}
-	f := db.ThreadFilter{Queue: q.Queue, FolderID: q.FolderID, Trigger: q.Trigger}
-	threads, next, err := db.ListThreads(ctx, h.pool, user.ID, f, after, pageSize)
+	threads, next, err := db.ListThreads(ctx, h.pool, user.ID, q.Filter(), after, pageSize)
 	if err != nil {
 		return views.Listing{}, err
 	}

@@ -50,11 +50,13 @@ func attachmentTools() []Tool {
 				Name: "read_attachment",
 				Description: "Read a file attached to this thread, by its id from list_attachments. Text files (plain text, Markdown, CSV, JSON, code) " +
 					"are returned as text, up to 100 KB per call: pass offset (in bytes) to read further. " +
-					"Images (PNG, JPEG, GIF, WebP up to 5 MB, at most 8) are shown to you with the user's first message instead; " +
-					"PDFs cannot be read as text yet: the tool says so, and you should tell the user.",
+					"PDFs are returned as their text, page by page, up to 50 pages or about 100 KB per call: pass page to read further " +
+					"(a scanned PDF has no text; an encrypted one cannot be read). " +
+					"Images (PNG, JPEG, GIF, WebP up to 5 MB, at most 8) are shown to you with the user's first message instead.",
 				Parameters: schema(`{"type":"object","properties":{
 					"id":{"type":"integer","minimum":1,"description":"The attachment's id."},
-					"offset":{"type":"integer","minimum":0,"description":"Byte offset to start reading at (default 0)."}},
+					"offset":{"type":"integer","minimum":0,"description":"Text files: byte offset to start reading at (default 0)."},
+					"page":{"type":"integer","minimum":1,"description":"PDFs: the first page to read (default 1)."}},
 					"required":["id"],"additionalProperties":false}`),
 			},
 			Tx: func(ctx context.Context, tx pgx.Tx, run Run, args map[string]any) (string, error) {
@@ -74,6 +76,18 @@ func attachmentTools() []Tool {
 					}
 					shown = slices.Contains(shownImageIDs(as), a.ID)
 				}
+				if a.IsPDF() {
+					// PDFium runs inside this transaction, bounded by
+					// pdfTimeout; it holds the connection but asks the pool
+					// for nothing.
+					t, text, err := readPDFAttachment(ctx, a, int(intArg(args, "page", 1, 1, 1<<31-1)))
+					if err == nil && a.Pages == nil {
+						// Uploaded before PDFs were counted: the thread page
+						// shows the count from now on.
+						err = db.SetAttachmentPages(ctx, tx, run.UserID, a.ID, t.Pages)
+					}
+					return text, err
+				}
 				return readAttachment(a, shown, intArg(args, "offset", 0, 0, 1<<62))
 			},
 		},
@@ -91,8 +105,6 @@ func readAttachment(a db.Attachment, shown bool, offset int64) (string, error) {
 	case strings.HasPrefix(mt, "image/"):
 		return "", fmt.Errorf("%s is an image (%s, %d bytes) that is not shown to the model (only PNG, JPEG, GIF and WebP images up to %d MB, at most %d per thread, are), so its content cannot be read; tell the user",
 			a.Name, mt, a.Size, maxImageSize>>20, maxImages)
-	case mt == "application/pdf":
-		return "", fmt.Errorf("%s is a PDF (%d bytes): text extraction from PDFs is not available yet; ask the user for a text or Markdown export", a.Name, a.Size)
 	}
 	text, ok := db.AttachmentText(a.Content)
 	if !ok {

@@ -129,9 +129,12 @@
         handled = afterG && click('[data-testid="queue-all"]');
         break;
       case "/": {
-        const filter = document.getElementById("filter-trigger");
-        if (filter) filter.focus();
-        else handled = false;
+        // The search box; its text is selected so typing replaces it.
+        const search = document.getElementById("search");
+        if (search) {
+          search.focus();
+          search.select();
+        } else handled = false;
         break;
       }
       case "?":

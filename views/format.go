@@ -133,6 +133,9 @@ func userName(u db.User) string {
 // inboxTitle names a listing in the page title: "Unread", "Research · Unread".
 func inboxTitle(p Inbox) string {
 	name := QueueName(p.List.Query.Queue)
+	if p.List.Query.Search != "" {
+		name = "“" + p.List.Query.Search + "” · " + name
+	}
 	if p.Folder != nil {
 		if p.List.Query.Queue == db.QueueAll {
 			return p.Folder.Name
@@ -146,6 +149,8 @@ func emptyTitle(q ListQuery) string {
 	switch {
 	case q.After != "":
 		return "No older threads"
+	case q.Search != "":
+		return "No threads match “" + q.Search + "”"
 	case q.Trigger != "":
 		return "No threads match this filter"
 	case q.Queue == db.QueueAction:
@@ -162,6 +167,8 @@ func emptyText(q ListQuery) string {
 	switch {
 	case q.After != "":
 		return "You have reached the end of this list."
+	case q.Search != "":
+		return "Search finds words in titles, prompts, answers, tool results and attachment names. Use \"quotes\" for a phrase and renew* for a prefix."
 	case q.Trigger != "":
 		return "No " + triggerName(q.Trigger) + " run is in this list."
 	case q.Queue == db.QueueAction:
@@ -207,4 +214,12 @@ func problemTitle(p Problem) string {
 		action = p.Nav.Counts.Action
 	}
 	return PageTitle(action, http.StatusText(p.Status))
+}
+
+// pagesLabel is a PDF's page count: "1 page", "12 pages".
+func pagesLabel(n int) string {
+	if n == 1 {
+		return "1 page"
+	}
+	return strconv.Itoa(n) + " pages"
 }

@@ -59,11 +59,13 @@ type ListQuery struct {
 	Queue    db.Queue
 	FolderID int64  // 0: any folder
 	Trigger  string // "": any trigger kind
-	After    string // a db.Cursor as written in URLs; "": the first page
+	// Search is the search query as typed (the URL's q); "": no search.
+	Search string
+	After  string // a db.Cursor as written in URLs; "": the first page
 }
 
 // URL returns the listing's canonical URL, e.g.
-// "/inbox/unread?folder=3&trigger=schedule".
+// "/inbox/unread?folder=3&q=renewal&trigger=schedule".
 func (q ListQuery) URL() string {
 	v := url.Values{}
 	if q.FolderID != 0 {
@@ -71,6 +73,9 @@ func (q ListQuery) URL() string {
 	}
 	if q.Trigger != "" {
 		v.Set("trigger", q.Trigger)
+	}
+	if q.Search != "" {
+		v.Set("q", q.Search)
 	}
 	if q.After != "" {
 		v.Set("after", q.After)
@@ -82,8 +87,21 @@ func (q ListQuery) URL() string {
 	return u
 }
 
-// Filtered reports whether the listing is narrowed by a folder or a trigger.
-func (q ListQuery) Filtered() bool { return q.FolderID != 0 || q.Trigger != "" }
+// Filtered reports whether the listing is narrowed by a folder, a trigger
+// or a search.
+func (q ListQuery) Filtered() bool { return q.FolderID != 0 || q.Trigger != "" || q.Search != "" }
+
+// Filter is the database filter of the listing (its page aside).
+func (q ListQuery) Filter() db.ThreadFilter {
+	return db.ThreadFilter{Queue: q.Queue, FolderID: q.FolderID, Trigger: q.Trigger, Search: db.ParseSearch(q.Search)}
+}
+
+// Clear returns the listing without its search and page: where "Clear the
+// search" leads.
+func (q ListQuery) Clear() ListQuery {
+	q.Search, q.After = "", ""
+	return q
+}
 
 // Listing is one page of a thread listing.
 type Listing struct {
