@@ -361,13 +361,13 @@ func TestPluginInstallEnableDisable(t *testing.T) {
 	b.reload(t)
 	b.connected(t, "plugin_greet_go")
 	st := b.ext.State()
-	p := st.Plugins[0].Plugin // materialized from the database into the cache
 	if len(st.Plugins) != 1 || !st.Plugins[0].Enabled || st.Plugins[0].Description != "Greets people." {
 		t.Fatalf("plugins = %+v", st.Plugins)
 	}
 	if len(st.Servers) != 1 || st.Servers[0].Source != agent.MCPSourcePlugin || st.Servers[0].Plugin != "greet" {
 		t.Fatalf("servers = %+v", st.Servers)
 	}
+	p := st.Plugins[0].Plugin // materialized from the database into the cache
 	sk, ok := b.ext.Skills().Get("greeter")
 	if !ok || sk.Source != agent.SourcePlugin || sk.Plugin != "greet" {
 		t.Fatalf("greeter = %+v, %v", sk, ok)
