@@ -81,7 +81,7 @@ require (
 	github.com/tidwall/sjson v1.2.5 // indirect
 	github.com/yosida95/uritemplate/v3 v3.0.2 // indirect
 	github.com/yuin/goldmark v1.8.7
-	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/crypto v0.58.0
 	golang.org/x/mod v0.43.0 // indirect
 	golang.org/x/oauth2 v0.38.0
 	golang.org/x/sync v0.25.0 // indirect

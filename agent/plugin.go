@@ -74,7 +74,7 @@ type pluginManifest struct {
 	MCPServers  json.RawMessage `json:"mcpServers"`
 }
 
-// LoadPlugins lists the plugins in dir (<PIZZA_DATA_ROOT>/plugins), sorted
+// LoadPlugins lists the plugins in dir (the deployed <PIZZA_DATA_ROOT>/plugins, or a cache folder), sorted
 // by name. A missing dir has none. Folders whose name starts with "." or "_"
 // are skipped (installs in progress); a folder with an invalid name is
 // returned with its Err.

@@ -21,8 +21,13 @@ import (
 const (
 	// SourceBuiltin is a skill shipped with Pizza Bot (skills/ in the source).
 	SourceBuiltin = "builtin"
-	// SourceCustom is a skill in <PIZZA_DATA_ROOT>/skills.
+	// SourceCustom is a skill written or installed on the settings page,
+	// kept in the database.
 	SourceCustom = "custom"
+	// SourceDeployment is a skill in <PIZZA_DATA_ROOT>/skills: deployment
+	// configuration, read-only for the settings page, and used over a
+	// custom skill of the same name.
+	SourceDeployment = "deployment"
 	// SourcePlugin is a skill in the skills/ folder of an enabled plugin.
 	SourcePlugin = "plugin"
 )
@@ -77,8 +82,12 @@ type Skill struct {
 	Schedule *Schedule `json:"schedule,omitempty"`
 	// Body is the Markdown instructions after the front matter.
 	Body string `json:"body"`
-	// Source is SourceBuiltin, SourcePlugin or SourceCustom.
+	// Source is SourceBuiltin, SourcePlugin, SourceCustom or
+	// SourceDeployment.
 	Source string `json:"source"`
+	// Version identifies the content of a SourceCustom skill (a hash of
+	// its files): a run keeps the version it started with.
+	Version string `json:"version,omitempty"`
 	// Plugin names the plugin of a SourcePlugin skill.
 	Plugin string `json:"plugin,omitempty"`
 	// Path is where SKILL.md is: for a built-in, its path in the source
@@ -173,6 +182,38 @@ func LoadSkills(builtin fs.FS, customDir string) SkillSet {
 // in name order wins and the other skill is reported in Errors. Pass only
 // the enabled plugins.
 func LoadSkillsWithPlugins(builtin fs.FS, plugins []Plugin, customDir string) SkillSet {
+	return LoadSkillLayers(builtin, plugins, nil, customDir, SourceCustom)
+}
+
+// StoredSkill is a custom skill kept in the database, materialized in Dir
+// (the skill's own folder, holding its SKILL.md).
+type StoredSkill struct {
+	Name    string
+	Version string
+	Dir     string
+}
+
+// LoadStoredSkill loads one materialized custom skill.
+func LoadStoredSkill(s StoredSkill) (*Skill, error) {
+	files := SkillFolderFS(s.Dir)
+	data, err := readSkillFile(files, SkillFile)
+	if err != nil {
+		return nil, err
+	}
+	sk, err := ParseSkill(s.Name, data)
+	if err != nil {
+		return nil, err
+	}
+	sk.Source, sk.Version, sk.Files = SourceCustom, s.Version, files
+	sk.Path = "settings:" + s.Name + "/" + SkillFile
+	return sk, nil
+}
+
+// LoadSkillLayers loads the skills from every source, each replacing the
+// skills of the same name of the sources before it: built-in, the enabled
+// plugins', the stored custom ones, then the folders of dir (may be empty
+// or not exist), which count as dirSource.
+func LoadSkillLayers(builtin fs.FS, plugins []Plugin, stored []StoredSkill, dir, dirSource string) SkillSet {
 	var set SkillSet
 	byName := map[string]Skill{}
 	if builtin != nil {
@@ -183,29 +224,44 @@ func LoadSkillsWithPlugins(builtin fs.FS, plugins []Plugin, customDir string) Sk
 		set.Errors = append(set.Errors, errs...)
 	}
 	set.Errors = append(set.Errors, loadPluginSkills(plugins, byName)...)
-	if customDir != "" {
-		switch info, err := os.Stat(customDir); {
+	overlay := func(skills []Skill, errs []SkillError) {
+		for _, sk := range skills {
+			if b, ok := byName[sk.Name]; ok && (b.Source == SourceBuiltin || b.ReplacesBuiltin) {
+				sk.ReplacesBuiltin = true
+			}
+			byName[sk.Name] = sk
+		}
+		for _, e := range errs {
+			if b, ok := byName[e.Name]; ok && b.Source == SourceBuiltin {
+				e.Err = fmt.Errorf("%w (the built-in skill %q is used instead)", e.Err, e.Name)
+			} else if ok && b.Source == SourcePlugin {
+				e.Err = fmt.Errorf("%w (the skill %q of plugin %s is used instead)", e.Err, e.Name, b.Plugin)
+			}
+			set.Errors = append(set.Errors, e)
+		}
+	}
+	if len(stored) > 0 {
+		var skills []Skill
+		var errs []SkillError
+		for _, s := range stored {
+			sk, err := LoadStoredSkill(s)
+			if err != nil {
+				errs = append(errs, SkillError{Name: s.Name, Source: SourceCustom, Path: "settings:" + s.Name + "/" + SkillFile, Err: err})
+				continue
+			}
+			skills = append(skills, *sk)
+		}
+		overlay(skills, errs)
+	}
+	if dir != "" {
+		switch info, err := os.Stat(dir); {
 		case errors.Is(err, fs.ErrNotExist):
 		case err != nil:
-			set.Errors = append(set.Errors, SkillError{Source: SourceCustom, Path: customDir, Err: err})
+			set.Errors = append(set.Errors, SkillError{Source: dirSource, Path: dir, Err: err})
 		case !info.IsDir():
-			set.Errors = append(set.Errors, SkillError{Source: SourceCustom, Path: customDir, Err: errors.New("not a directory")})
+			set.Errors = append(set.Errors, SkillError{Source: dirSource, Path: dir, Err: errors.New("not a directory")})
 		default:
-			skills, errs := loadDir(SkillFolderFS(customDir), SourceCustom, customDir, func(name string) string { return filepath.Join(customDir, name, SkillFile) })
-			for _, sk := range skills {
-				if b, ok := byName[sk.Name]; ok && (b.Source == SourceBuiltin || b.ReplacesBuiltin) {
-					sk.ReplacesBuiltin = true
-				}
-				byName[sk.Name] = sk
-			}
-			for _, e := range errs {
-				if b, ok := byName[e.Name]; ok && b.Source == SourceBuiltin {
-					e.Err = fmt.Errorf("%w (the built-in skill %q is used instead)", e.Err, e.Name)
-				} else if ok && b.Source == SourcePlugin {
-					e.Err = fmt.Errorf("%w (the skill %q of plugin %s is used instead)", e.Err, e.Name, b.Plugin)
-				}
-				set.Errors = append(set.Errors, e)
-			}
+			overlay(loadDir(SkillFolderFS(dir), dirSource, dir, func(name string) string { return filepath.Join(dir, name, SkillFile) }))
 		}
 	}
 	for _, sk := range byName {
@@ -216,7 +272,7 @@ func LoadSkillsWithPlugins(builtin fs.FS, plugins []Plugin, customDir string) Sk
 		if c := strings.Compare(a.Name, b.Name); c != 0 {
 			return c
 		}
-		return strings.Compare(a.Source, b.Source) // "builtin" < "custom" < "plugin"
+		return strings.Compare(a.Source, b.Source) // "builtin" < "custom" < "deployment" < "plugin"
 	})
 	return set
 }

@@ -22,7 +22,7 @@ type InstalledSkill struct {
 
 // InstallSkills installs the skill folders in archive (a .zip, .tar.gz or
 // .tar of one skill folder, of a folder of several, or of a skills/ folder)
-// into skillsDir (<PIZZA_DATA_ROOT>/skills), with the plugins' safe
+// into skillsDir (a scratch folder the caller stores from), with the plugins' safe
 // extraction: no absolute paths, no "..", no links or device files, at
 // most MaxSkillFolderSize bytes. Every SKILL.md must parse (warnings
 // allowed) before anything is installed: an archive installs whole or not

@@ -22,7 +22,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"pizzabot/agent"
+	"pizzabot/agent/mcpclient"
 	"pizzabot/db"
 	"pizzabot/db/dbtest"
 	"pizzabot/handlers"
@@ -46,6 +46,7 @@ type authBundle struct {
 	runs   *jobs.Runtime
 	root   string
 	secret *db.SecretBox
+	ext    *jobs.Extensions
 }
 
 // authOptions adjust authSetup.
@@ -127,13 +128,21 @@ func authSetup(t *testing.T, o authOptions) *authBundle {
 	env := o.env
 	b.runs = &jobs.Runtime{
 		Pool: pool, Logger: log, Tools: tools,
-		Skills:       func() agent.SkillSet { return agent.LoadSkills(skills.FS, filepath.Join(b.root, "skills")) },
 		DefaultModel: "openai:gpt-4.1-mini",
 		Getenv:       func(k string) string { return env[k] },
 	}
 	if _, err := jobs.NewClient(b.runs, jobs.ClientConfig{}); err != nil {
 		t.Fatal(err)
 	}
+	// Custom skills and plugins live in the database (jobs.Extensions);
+	// <root>/skills is the deployment's, read-only.
+	b.ext = &jobs.Extensions{
+		Pool: pool, Logger: log, DataRoot: b.root, BuiltinSkills: skills.FS,
+		Manager: mcpclient.New(mcpclient.Options{}), RefreshEvery: time.Hour,
+	}
+	b.runs.Skills, b.runs.SkillVersion = b.ext.Skills, b.ext.SkillVersion
+	b.ext.Start(context.Background())
+	t.Cleanup(b.ext.Close)
 	var broker *live.Broker
 	if o.live {
 		broker = live.New(pool, live.Options{FlushEvery: 20 * time.Millisecond})
@@ -144,7 +153,7 @@ func authSetup(t *testing.T, o authOptions) *authBundle {
 	}
 	h = handlers.New(handlers.Deps{
 		Pool: pool, Logger: log, Auth: b.auth, Runs: b.runs,
-		AllowedOrigins: o.allowedOrigins, DataRoot: b.root, Secrets: b.secret,
+		AllowedOrigins: o.allowedOrigins, DataRoot: b.root, Secrets: b.secret, Extensions: b.ext,
 		JobsUI: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "river ui at "+r.URL.Path) }),
 		Live:   broker,
 	})

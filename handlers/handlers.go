@@ -51,7 +51,8 @@ type Deps struct {
 	// the event stream, besides our own (PIZZA_ALLOWED_ORIGINS); admins add
 	// more on the settings page.
 	AllowedOrigins []string
-	// DataRoot is <PIZZA_DATA_ROOT>: custom skills live in DataRoot/skills.
+	// DataRoot is <PIZZA_DATA_ROOT>, which agents may not reach through
+	// folder grants (custom skills live in the database: Extensions).
 	DataRoot string
 	// Secrets seals model provider keys entered on the settings page; nil
 	// when PIZZA_SECRET_KEY is unset (keys are then named by variable only).

@@ -541,15 +541,18 @@ func (h *Handler) installPlugin(w http.ResponseWriter, r *http.Request) error {
 		return h.pluginError(w, r, "Choose a plugin archive to upload.")
 	}
 	ctx := r.Context()
-	pl, err := ext.InstallPlugin(bytes.NewReader(archive), filename, replace)
+	err = db.InTx(ctx, h.pool, func(ctx context.Context, tx pgx.Tx) error {
+		pl, err := ext.InstallPlugin(ctx, tx, userFrom(ctx), bytes.NewReader(archive), filename, replace)
+		if err != nil {
+			return err
+		}
+		return db.AddAudit(ctx, tx, userFrom(ctx), "plugin installed", pl.Name)
+	})
 	var ue *jobs.UserError
 	if errors.As(err, &ue) {
 		return h.pluginError(w, r, ue.Msg)
 	}
 	if err != nil {
-		return err
-	}
-	if err := h.audited(ctx, "plugin installed", pl.Name, func(pgx.Tx) error { return nil }); err != nil {
 		return err
 	}
 	if err := ext.Reload(ctx); err != nil {

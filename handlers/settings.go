@@ -8,8 +8,6 @@ import (
 	"io/fs"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -18,6 +16,7 @@ import (
 
 	"pizzabot/agent"
 	"pizzabot/db"
+	"pizzabot/jobs"
 	"pizzabot/views"
 )
 
@@ -130,8 +129,8 @@ func (h *Handler) loadSettings(r *http.Request) (views.Settings, error) {
 		return p, err
 	}
 
-	if h.dataRoot != "" {
-		p.SkillsDir = h.skillsDir()
+	if h.ext != nil {
+		p.SkillsDir = h.ext.SkillsDir()
 	}
 	if h.runs != nil && h.runs.Skills != nil {
 		set := h.runs.Skills()
@@ -504,9 +503,6 @@ func (h *Handler) endUserSessions(w http.ResponseWriter, r *http.Request) error 
 	return settingsDone(w, r, "sessions", "users")
 }
 
-// skillsDir is where custom skills live: <data root>/skills.
-func (h *Handler) skillsDir() string { return filepath.Join(h.dataRoot, "skills") }
-
 // skillNamePattern is a skill folder name as the Agent Skills format
 // allows it. Checking it first also keeps a name from leaving the skills
 // folder ("..", "/").
@@ -536,37 +532,30 @@ Instructions for the agent, in Markdown.
 
 // newSkill shows an empty custom skill form.
 func (h *Handler) newSkill(w http.ResponseWriter, r *http.Request) error {
-	if h.dataRoot == "" {
+	if h.ext == nil {
 		return notFound
 	}
 	return h.skillEditPage(w, r, http.StatusOK, views.SkillEdit{Content: views.Field{Value: skillTemplate}})
 }
 
-// editSkill shows a custom skill's SKILL.md for editing, or a built-in
-// one's as the start of a custom skill replacing it.
+// editSkill shows a custom skill's SKILL.md for editing, or another
+// one's (built-in, a plugin's, deployed) as the start of a custom skill
+// replacing it.
 func (h *Handler) editSkill(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("name")
-	if h.dataRoot == "" || !skillNamePattern.MatchString(name) {
+	if h.ext == nil || !skillNamePattern.MatchString(name) {
 		return notFound
 	}
 	p := views.SkillEdit{Name: views.Field{Value: name}, Editing: true}
-	// A custom file is edited as it is on disk, even when it does not
-	// load: that is how it gets fixed.
-	data, err := os.ReadFile(filepath.Join(h.skillsDir(), name, agent.SkillFile))
-	switch {
-	case err == nil:
-	case errors.Is(err, fs.ErrNotExist):
-		s, ok := h.skill(name)
-		if !ok || s.Files == nil {
-			return notFound
-		}
-		if data, err = fs.ReadFile(s.Files, agent.SkillFile); err != nil {
-			return err
-		}
-		p.Builtin = true
-	default:
+	s, ok := h.skill(name)
+	if !ok || s.Files == nil {
+		return notFound
+	}
+	data, err := fs.ReadFile(s.Files, agent.SkillFile)
+	if err != nil {
 		return err
 	}
+	p.Builtin = s.Source != agent.SourceCustom
 	p.Content.Value = string(data)
 	h.fillSkillFolder(&p, name)
 	if sk, err := agent.ParseSkill(name, data); err == nil {
@@ -575,18 +564,8 @@ func (h *Handler) editSkill(w http.ResponseWriter, r *http.Request) error {
 	return h.skillEditPage(w, r, http.StatusOK, p)
 }
 
-// fillSkillFolder lists the files of the skill being edited: the custom
-// folder when there is one (even when it does not load), else the loaded
-// skill's.
+// fillSkillFolder lists the files of the skill being edited.
 func (h *Handler) fillSkillFolder(p *views.SkillEdit, name string) {
-	dir := filepath.Join(h.skillsDir(), name)
-	if info, err := os.Stat(dir); err == nil && info.IsDir() {
-		if real, err := filepath.EvalSymlinks(dir); err == nil {
-			dir = real
-		}
-		skillFolder(p, &agent.Skill{Name: name, Files: agent.SkillFolderFS(dir)})
-		return
-	}
 	if s, ok := h.skill(name); ok {
 		skillFolder(p, s)
 	}
@@ -599,11 +578,13 @@ func (h *Handler) skill(name string) (*agent.Skill, bool) {
 	return h.runs.Skills().Get(name)
 }
 
-// saveSkill writes a custom skill's SKILL.md, typed or uploaded, after
+// saveSkill stores a custom skill's SKILL.md, typed or uploaded, after
 // checking that it parses: a broken file never replaces a working one.
+// It is stored in the database, with the skill's other files kept: every
+// replica uses it within a second (jobs.Extensions).
 func (h *Handler) saveSkill(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
-	if h.dataRoot == "" {
+	if h.ext == nil {
 		return notFound
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, agent.MaxSkillFileSize*2+64<<10)
@@ -652,83 +633,46 @@ func (h *Handler) saveSkill(w http.ResponseWriter, r *http.Request) error {
 		p.Warnings, p.ConfirmWarnings = sk.Warnings, true
 		return h.skillEditPage(w, r, http.StatusUnprocessableEntity, p)
 	}
-	if err := writeSkillFile(h.skillsDir(), name, []byte(content)); err != nil {
+	err = h.audited(ctx, "skill saved", name, func(tx pgx.Tx) error {
+		return h.ext.SaveSkill(ctx, tx, userFrom(ctx), name, []byte(content))
+	})
+	var ue *jobs.UserError
+	if errors.As(err, &ue) {
+		p.Name.Error = ue.Msg
+		return h.skillEditPage(w, r, ue.Status, p)
+	}
+	if err != nil {
 		return err
 	}
-	if err := h.audited(ctx, "skill saved", name, func(pgx.Tx) error { return nil }); err != nil {
+	if err := h.ext.Reload(ctx); err != nil {
 		return err
 	}
 	return settingsDone(w, r, "skill", "skills")
 }
 
-// writeSkillFile replaces dir/name/SKILL.md atomically, so the skill loader
-// never reads half a file.
-func writeSkillFile(dir, name string, data []byte) error {
-	folder := filepath.Join(dir, name)
-	if err := os.MkdirAll(folder, 0o755); err != nil {
-		return fmt.Errorf("create skill folder: %w", err)
-	}
-	f, err := os.CreateTemp(folder, ".SKILL.md-*")
-	if err != nil {
-		return fmt.Errorf("write skill: %w", err)
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("write skill: %w", err)
-	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		return fmt.Errorf("write skill: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write skill: %w", err)
-	}
-	if err := os.Rename(f.Name(), filepath.Join(folder, agent.SkillFile)); err != nil {
-		return fmt.Errorf("write skill: %w", err)
-	}
-	return nil
-}
-
-// deleteSkill removes a custom skill's folder; a built-in skill of the
-// same name is offered again.
+// deleteSkill removes a custom skill; a built-in skill of the same name is
+// offered again. Runs under way keep the version they started with.
 func (h *Handler) deleteSkill(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	name := r.PathValue("name")
-	if h.dataRoot == "" || !skillNamePattern.MatchString(name) {
+	if h.ext == nil || !skillNamePattern.MatchString(name) {
 		return notFound
 	}
-	folder := filepath.Join(h.skillsDir(), name)
-	info, err := os.Lstat(folder)
-	if errors.Is(err, fs.ErrNotExist) || (err == nil && !info.IsDir() && info.Mode()&fs.ModeSymlink == 0) {
-		return notFound
-	}
-	if err != nil {
+	if err := h.audited(ctx, "skill deleted", name, func(tx pgx.Tx) error { return h.ext.DeleteSkill(ctx, tx, name) }); err != nil {
 		return err
 	}
-	if info.Mode()&fs.ModeSymlink != 0 {
-		// A link placed by the operator: remove the link, never what it
-		// points to.
-		err = os.Remove(folder)
-	} else {
-		err = os.RemoveAll(folder)
-	}
-	if err != nil {
-		return fmt.Errorf("delete skill: %w", err)
-	}
-	if err := h.audited(ctx, "skill deleted", name, func(pgx.Tx) error { return nil }); err != nil {
+	if err := h.ext.Reload(ctx); err != nil {
 		return err
 	}
 	return settingsDone(w, r, "skill-deleted", "skills")
 }
 
 // installSkills installs the skill folders of an uploaded .zip or .tar.gz
-// into <data root>/skills (agent.InstallSkills: the plugins' safe
-// extraction). Files stay on this server's disk: replicas sharing a
-// database do not share them.
+// (agent.InstallSkills: the plugins' safe extraction) into the database,
+// where every replica finds them.
 func (h *Handler) installSkills(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
-	if h.dataRoot == "" {
+	if h.ext == nil {
 		return notFound
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, agent.MaxPluginArchive+(1<<20))
@@ -744,20 +688,25 @@ func (h *Handler) installSkills(w http.ResponseWriter, r *http.Request) error {
 		return h.skillInstallError(w, r, "Choose a .zip or .tar.gz of a skill folder to upload.")
 	}
 	defer f.Close()
-	installed, err := agent.InstallSkills(h.skillsDir(), f, agent.PluginNameFromFile(hdr.Filename), r.FormValue("replace") == "on")
-	var pathErr *fs.PathError
-	var linkErr *os.LinkError
-	switch {
-	case errors.As(err, &pathErr) || errors.As(err, &linkErr):
+	var installed []agent.InstalledSkill
+	err = db.InTx(ctx, h.pool, func(ctx context.Context, tx pgx.Tx) error {
+		if installed, err = h.ext.InstallSkills(ctx, tx, userFrom(ctx), f, hdr.Filename, r.FormValue("replace") == "on"); err != nil {
+			return err
+		}
+		names := make([]string, len(installed))
+		for i, s := range installed {
+			names[i] = s.Name
+		}
+		return db.AddAudit(ctx, tx, userFrom(ctx), "skills installed", strings.Join(names, ", "))
+	})
+	var ue *jobs.UserError
+	if errors.As(err, &ue) {
+		return h.skillInstallError(w, r, ue.Msg)
+	}
+	if err != nil {
 		return fmt.Errorf("install skills: %w", err)
-	case err != nil:
-		return h.skillInstallError(w, r, err.Error())
 	}
-	names := make([]string, len(installed))
-	for i, s := range installed {
-		names[i] = s.Name
-	}
-	if err := h.audited(ctx, "skills installed", strings.Join(names, ", "), func(pgx.Tx) error { return nil }); err != nil {
+	if err := h.ext.Reload(ctx); err != nil {
 		return err
 	}
 	return settingsDone(w, r, "skills-installed", "skills")

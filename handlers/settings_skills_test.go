@@ -3,11 +3,10 @@ package handlers_test
 import (
 	"archive/zip"
 	"bytes"
+	"io/fs"
 	"mime/multipart"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -92,7 +91,7 @@ func TestSettingsInstallSkillFolder(t *testing.T) {
 	if resp, body := install(bad); resp.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(body, `must match the folder name`) {
 		t.Errorf("a mismatched name = %d", resp.StatusCode)
 	}
-	if _, err := os.Stat(filepath.Join(b.root, "skills", "c")); err == nil {
+	if _, ok := b.runs.Skills().Get("c"); ok {
 		t.Error("half of a refused archive was installed")
 	}
 	evil := zipOf(t, map[string]string{"../evil/SKILL.md": "---\nname: evil\ndescription: d\n---\n"})
@@ -120,11 +119,11 @@ func TestSettingsInstallSkillFolder(t *testing.T) {
 	if resp, body := b.post(admin, "/settings/skills", form); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("save anyway = %d: %s", resp.StatusCode, body)
 	}
-	dir := filepath.Join(b.root, "skills", "internal-comms")
-	if data, _ := os.ReadFile(filepath.Join(dir, "SKILL.md")); string(data) != edited {
+	s, _ = b.runs.Skills().Get("internal-comms")
+	if data, _ := fs.ReadFile(s.Files, "SKILL.md"); string(data) != edited {
 		t.Error("SKILL.md was not saved")
 	}
-	if _, err := os.Stat(filepath.Join(dir, "examples", "3p-updates.md")); err != nil {
-		t.Errorf("saving SKILL.md lost the other files: %v", err)
+	if text, err := agent.ReadSkillFile(s, "examples/3p-updates.md"); err != nil || text != "Progress, Plans, Problems." {
+		t.Errorf("saving SKILL.md lost the other files: %q, %v", text, err)
 	}
 }

@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"bytes"
 	"context"
+	"io/fs"
 	"mime/multipart"
 	"net/http"
 	"net/url"
@@ -535,7 +536,15 @@ func TestSettingsSkills(t *testing.T) {
 	t.Parallel()
 	b := authSetup(t, authOptions{adminEmails: []string{"ada@example.com"}})
 	admin := b.signIn(adminIdP)
-	file := filepath.Join(b.root, "skills", "pizza-guide", "SKILL.md")
+	stored := func() string { // the custom SKILL.md as runs read it
+		t.Helper()
+		s, ok := b.runs.Skills().Get("pizza-guide")
+		if !ok || s.Source != "custom" {
+			return ""
+		}
+		data, _ := fs.ReadFile(s.Files, "SKILL.md")
+		return string(data)
+	}
 	custom := "---\nname: pizza-guide\ndescription: Our own guide.\n---\n\nBe brief.\n"
 
 	resp, body := b.do(admin, "GET", "/settings/skills/pizza-guide/edit", nil, nil)
@@ -547,8 +556,14 @@ func TestSettingsSkills(t *testing.T) {
 	if resp, body := b.post(admin, "/settings/skills", url.Values{"name": {"pizza-guide"}, "content": {custom}}); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("save skill = %d: %s", resp.StatusCode, body)
 	}
-	if data, err := os.ReadFile(file); err != nil || string(data) != custom {
-		t.Fatalf("SKILL.md = %q, %v", data, err)
+	if got := stored(); got != custom {
+		t.Fatalf("SKILL.md = %q", got)
+	}
+	if n, _ := db.ListCustomSkills(b.ctx, b.pool); len(n) != 1 {
+		t.Errorf("stored skills = %+v", n)
+	}
+	if _, err := os.Stat(filepath.Join(b.root, "skills")); err == nil {
+		t.Error("the settings page wrote into the data root")
 	}
 	if s, ok := b.runs.Skills().Get("pizza-guide"); !ok || s.Source != "custom" || !s.ReplacesBuiltin {
 		t.Errorf("the custom skill does not replace the built-in: %+v", s)
@@ -563,7 +578,7 @@ func TestSettingsSkills(t *testing.T) {
 	if resp.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(body, "description") {
 		t.Errorf("an invalid skill = %d", resp.StatusCode)
 	}
-	if data, _ := os.ReadFile(file); string(data) != custom {
+	if stored() != custom {
 		t.Error("an invalid skill was written")
 	}
 	for _, name := range []string{"../escape", "Upper", "a/b", ""} {
@@ -593,12 +608,15 @@ func TestSettingsSkills(t *testing.T) {
 		t.Errorf("the uploaded skill is not loaded: %+v", s)
 	}
 
-	// A custom file that fails to load is listed with its error.
+	// A deployed skill that fails to load is listed with its error.
 	broken := filepath.Join(b.root, "skills", "broken")
 	if err := os.MkdirAll(broken, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(broken, "SKILL.md"), []byte("no front matter"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ext.Reload(b.ctx); err != nil {
 		t.Fatal(err)
 	}
 	_, page = b.do(admin, "GET", "/settings", nil, nil)

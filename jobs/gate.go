@@ -90,10 +90,12 @@ func (rt *Runtime) gateRules(ctx context.Context, q db.Querier, t db.Thread) (ga
 			rt.Logger.ErrorContext(ctx, "the stored tool policy cannot be read: every tool call asks", "err", err)
 		}
 	}
-	skills := rt.skills()
 	for depth := 0; ; depth++ {
 		if t.Skill != "" {
-			s, _ := skills.Get(t.Skill)
+			s, _, err := rt.runSkill(ctx, q, t.ID, t.Skill)
+			if err != nil {
+				return r, err
+			}
 			r.skills = append(r.skills, gateSkill{name: t.Skill, skill: s, inherited: depth > 0})
 		}
 		if t.ParentThreadID == nil {

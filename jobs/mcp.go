@@ -2,6 +2,8 @@ package jobs
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,10 +26,17 @@ import (
 
 // Extensions are what extend the agents beyond the built-in tools and
 // skills: MCP servers, configured in <PIZZA_DATA_ROOT>/.mcp.json, on the
-// settings page or by a plugin, and plugins in <PIZZA_DATA_ROOT>/plugins.
+// settings page or by a plugin; plugins, installed on the settings page or
+// deployed in <PIZZA_DATA_ROOT>/plugins; and custom skills, written or
+// installed on the settings page or deployed in <PIZZA_DATA_ROOT>/skills.
 // It assembles the configuration from those sources, keeps the MCP manager
 // running exactly the servers that are enabled, and makes the changes the
 // settings page asks for.
+//
+// What the settings page changes lives in PostgreSQL only (extstore.go):
+// the data root's .mcp.json, skills/ and plugins/ are deployment-time
+// configuration, read and never written, like environment variables. A
+// deployed skill or plugin wins over a stored one of the same name.
 //
 // Name clashes: a server of .mcp.json wins over one of the settings page
 // with the same name (the file is what the operator deploys; the settings
@@ -36,12 +45,17 @@ import (
 // Skills: custom > plugin > built-in.
 //
 // Several processes may share the database: each runs its own servers, and
-// picks up the others' changes within RefreshEvery.
+// reloads on every change another one commits (LISTEN on
+// db.ExtensionsChannel, and a reload after each reconnection); RefreshEvery
+// is the safety net, and what picks up edits of the deployment's files.
 type Extensions struct {
 	Pool   *pgxpool.Pool
 	Logger *slog.Logger
-	// DataRoot holds .mcp.json, plugins/ and skills/.
+	// DataRoot holds .mcp.json, plugins/ and skills/ (all read-only).
 	DataRoot string
+	// CacheDir is where stored skills and plugins are materialized
+	// (default <DataRoot>/cache): local to this process, disposable.
+	CacheDir string
 	// BuiltinSkills are the skills shipped with Pizza Bot.
 	BuiltinSkills fs.FS
 	// Lookup reads the variables ${VAR} refers to (default os.LookupEnv).
@@ -56,9 +70,10 @@ type Extensions struct {
 
 	reloadMu sync.Mutex
 
-	mu              sync.Mutex
-	state           ExtensionsState
-	disabledPlugins map[string]bool
+	mu       sync.Mutex
+	state    ExtensionsState
+	skills   agent.SkillSet
+	versions map[string]*agent.Skill // stored skill versions runs asked for
 
 	stop chan struct{}
 	done chan struct{}
@@ -104,6 +119,9 @@ type ServerEntry struct {
 type PluginEntry struct {
 	agent.Plugin
 	Enabled bool
+	// Deployed: in <PIZZA_DATA_ROOT>/plugins, not installed on the
+	// settings page (which cannot uninstall it).
+	Deployed bool
 }
 
 // Start reads the sources, starts the servers, and re-reads them every
@@ -117,8 +135,15 @@ func (x *Extensions) Start(ctx context.Context) {
 	if every <= 0 {
 		every = 15 * time.Second
 	}
+	lctx, cancel := context.WithCancel(context.Background())
+	listened := make(chan struct{})
+	go func() {
+		defer close(listened)
+		x.listen(lctx)
+	}()
 	go func() {
 		defer close(x.done)
+		defer func() { cancel(); <-listened }()
 		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
@@ -163,8 +188,18 @@ func (x *Extensions) lookup(name string) (string, bool) {
 // FilePath is <PIZZA_DATA_ROOT>/.mcp.json.
 func (x *Extensions) FilePath() string { return filepath.Join(x.DataRoot, agent.MCPConfigFile) }
 
-// PluginsDir is <PIZZA_DATA_ROOT>/plugins.
+// PluginsDir is <PIZZA_DATA_ROOT>/plugins, the deployed plugins.
 func (x *Extensions) PluginsDir() string { return filepath.Join(x.DataRoot, "plugins") }
+
+// SkillsDir is <PIZZA_DATA_ROOT>/skills, the deployed skills.
+func (x *Extensions) SkillsDir() string { return filepath.Join(x.DataRoot, "skills") }
+
+func (x *Extensions) cacheDir() string {
+	if x.CacheDir != "" {
+		return x.CacheDir
+	}
+	return filepath.Join(x.DataRoot, "cache")
+}
 
 // Reload reads every source again and makes the manager run the servers
 // that are enabled. A problem with one source (a malformed .mcp.json) is
@@ -203,6 +238,40 @@ func (x *Extensions) Reload(ctx context.Context) error {
 	if err != nil {
 		st.PluginsErr = err
 	}
+	deployed := map[string]bool{}
+	for _, p := range plugins {
+		deployed[p.Name] = true
+	}
+	storedPlugins, err := db.ListStoredPlugins(ctx, x.Pool)
+	if err != nil {
+		return err
+	}
+	for _, sp := range storedPlugins {
+		if deployed[sp.Name] {
+			continue // the deployment's wins
+		}
+		dir, err := materialize(ctx, x.Pool, x.cacheDir(), "plugins", sp)
+		if err != nil {
+			plugins = append(plugins, agent.Plugin{Name: sp.Name, Err: err})
+			continue
+		}
+		plugins = append(plugins, agent.LoadPlugin(dir))
+	}
+	slices.SortFunc(plugins, func(a, b agent.Plugin) int { return strings.Compare(a.Name, b.Name) })
+	storedSkills, err := db.ListCustomSkills(ctx, x.Pool)
+	if err != nil {
+		return err
+	}
+	var stored []agent.StoredSkill
+	var storeErrs []agent.SkillError
+	for _, sk := range storedSkills {
+		dir, err := materialize(ctx, x.Pool, x.cacheDir(), "skills", sk)
+		if err != nil {
+			storeErrs = append(storeErrs, agent.SkillError{Name: sk.Name, Source: agent.SourceCustom, Path: "settings:" + sk.Name, Err: err})
+			continue
+		}
+		stored = append(stored, agent.StoredSkill{Name: sk.Name, Version: sk.Version, Dir: dir})
+	}
 
 	byName := map[string]int{}
 	add := func(e ServerEntry) {
@@ -221,9 +290,13 @@ func (x *Extensions) Reload(ctx context.Context) error {
 		s.Config, s.Err = agent.ParseMCPEntry(r.Config)
 		add(ServerEntry{MCPServer: s})
 	}
+	var enabledPlugins []agent.Plugin
 	for _, p := range plugins {
 		on := !disabledPlugins[p.Name] && agent.ValidPluginName(p.Name) == nil
-		st.Plugins = append(st.Plugins, PluginEntry{Plugin: p, Enabled: on})
+		st.Plugins = append(st.Plugins, PluginEntry{Plugin: p, Enabled: on, Deployed: deployed[p.Name]})
+		if on && p.Dir != "" {
+			enabledPlugins = append(enabledPlugins, p)
+		}
 		for _, s := range p.Servers {
 			add(ServerEntry{MCPServer: s, PluginDisabled: !on})
 		}
@@ -253,9 +326,12 @@ func (x *Extensions) Reload(ctx context.Context) error {
 	slices.SortStableFunc(st.Servers, func(a, b ServerEntry) int { return strings.Compare(a.Name, b.Name) })
 	x.Manager.Apply(specs)
 
+	skills := agent.LoadSkillLayers(x.BuiltinSkills, enabledPlugins, stored, x.SkillsDir(), agent.SourceDeployment)
+	skills.Errors = append(skills.Errors, storeErrs...)
+
 	x.mu.Lock()
 	x.state = st
-	x.disabledPlugins = disabledPlugins
+	x.skills = skills
 	x.mu.Unlock()
 	return nil
 }
@@ -287,21 +363,42 @@ func (x *Extensions) Status() map[string]mcpclient.Status {
 	return out
 }
 
-// Skills returns the skills available: built-in, those of the enabled
-// plugins, and custom ones (custom > plugin > built-in). Plugin folders are
-// read from disk each time; their on/off switches as last loaded.
+// Skills returns the skills available, as last loaded: built-in, those of
+// the enabled plugins, custom ones (stored), and deployed ones (each
+// replacing the skills of the same name before it).
 func (x *Extensions) Skills() agent.SkillSet {
 	x.mu.Lock()
-	off := x.disabledPlugins
+	defer x.mu.Unlock()
+	return x.skills
+}
+
+// SkillVersion returns a version of a stored custom skill, current or
+// not: what a run that started with it keeps using (Runtime.SkillVersion).
+func (x *Extensions) SkillVersion(ctx context.Context, q db.Querier, version string) (*agent.Skill, error) {
+	x.mu.Lock()
+	s, ok := x.versions[version]
 	x.mu.Unlock()
-	plugins, _ := agent.LoadPlugins(x.PluginsDir())
-	var on []agent.Plugin
-	for _, p := range plugins {
-		if agent.ValidPluginName(p.Name) == nil && !off[p.Name] {
-			on = append(on, p)
-		}
+	if ok {
+		return s, nil
 	}
-	return agent.LoadSkillsWithPlugins(x.BuiltinSkills, on, filepath.Join(x.DataRoot, "skills"))
+	f, err := db.GetSkillVersion(ctx, q, version)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := materialize(ctx, q, x.cacheDir(), "skills", f)
+	if err != nil {
+		return nil, err
+	}
+	if s, err = agent.LoadStoredSkill(agent.StoredSkill{Name: f.Name, Version: f.Version, Dir: dir}); err != nil {
+		return nil, err
+	}
+	x.mu.Lock()
+	if x.versions == nil {
+		x.versions = map[string]*agent.Skill{}
+	}
+	x.versions[version] = s
+	x.mu.Unlock()
+	return s, nil
 }
 
 // MaxMCPEntry bounds a server's configuration entered on the settings page.
@@ -378,7 +475,11 @@ func (x *Extensions) Test(ctx context.Context, name, plugin string, cfg agent.MC
 	}
 	lookup := x.lookup
 	if plugin != "" {
-		lookup = agent.Plugin{Name: plugin, Dir: filepath.Join(x.PluginsDir(), plugin)}.Lookup(x.lookup)
+		p, err := x.plugin(plugin)
+		if err != nil {
+			return mcpclient.Status{}, err
+		}
+		lookup = p.Lookup(x.lookup)
 	}
 	expanded, err := norm.Expand(lookup)
 	if err != nil {
@@ -387,14 +488,46 @@ func (x *Extensions) Test(ctx context.Context, name, plugin string, cfg agent.MC
 	return mcpclient.Probe(ctx, mcpclient.Spec{Name: name, Config: expanded}, x.ProbeOptions), nil
 }
 
-// InstallPlugin installs a plugin archive into <PIZZA_DATA_ROOT>/plugins
-// (see agent.InstallPlugin) and loads it. Call Reload after.
-func (x *Extensions) InstallPlugin(archive io.Reader, filename string, replace bool) (agent.Plugin, error) {
-	p, err := agent.InstallPlugin(x.PluginsDir(), archive, agent.PluginNameFromFile(filename), replace)
+// InstallPlugin installs a plugin archive (see agent.InstallPlugin for
+// what it accepts) into the database, in the caller's transaction: every
+// replica loads it once it commits. Call Reload after the commit.
+func (x *Extensions) InstallPlugin(ctx context.Context, q db.Querier, user db.User, archive io.Reader, filename string, replace bool) (agent.Plugin, error) {
+	tmp, err := x.scratch()
+	if err != nil {
+		return agent.Plugin{}, err
+	}
+	defer os.RemoveAll(tmp)
+	p, err := agent.InstallPlugin(tmp, archive, agent.PluginNameFromFile(filename), false)
 	if err != nil {
 		return p, userErr(400, "%s", capitalize(err.Error()))
 	}
-	return p, nil
+	if st := x.State(); slices.ContainsFunc(st.Plugins, func(e PluginEntry) bool { return e.Name == p.Name && e.Deployed }) {
+		return p, userErr(409, "A plugin named %q is deployed in %s; it wins over the settings page. Rename this one, or change it there.", p.Name, x.PluginsDir())
+	}
+	exists, err := db.StoredPluginExists(ctx, q, p.Name)
+	if err != nil {
+		return p, err
+	}
+	if exists && !replace {
+		return p, userErr(400, "A plugin named %q is already installed: replace it, or uninstall it first", p.Name)
+	}
+	f, data, err := packFolder("plugin", p.Name, p.Dir)
+	if err != nil {
+		return p, err
+	}
+	if err := db.PutFiles(ctx, q, data); err != nil {
+		return p, err
+	}
+	return p, db.SavePlugin(ctx, q, f, user.ID)
+}
+
+// scratch is a new temporary folder of the cache, for an archive being
+// checked before it is stored.
+func (x *Extensions) scratch() (string, error) {
+	if err := os.MkdirAll(x.cacheDir(), 0o755); err != nil {
+		return "", fmt.Errorf("extension cache: %w", err)
+	}
+	return os.MkdirTemp(x.cacheDir(), ".upload-")
 }
 
 // SetPluginEnabled turns a plugin, its skills and its servers on or off as
@@ -406,35 +539,115 @@ func (x *Extensions) SetPluginEnabled(ctx context.Context, q db.Querier, user db
 	return db.SetPluginDisabled(ctx, q, name, !enabled, user.ID)
 }
 
-// UninstallPlugin deletes a plugin's folder and its switch. Call Reload
-// after.
+// UninstallPlugin removes a plugin installed on the settings page, and its
+// switch. A deployed plugin is refused. Call Reload after.
 func (x *Extensions) UninstallPlugin(ctx context.Context, q db.Querier, name string) error {
 	p, err := x.plugin(name)
 	if err != nil {
 		return err
 	}
+	if p.Deployed {
+		return userErr(409, "The plugin %q is deployed in %s: remove it there.", name, x.PluginsDir())
+	}
 	if err := db.SetPluginDisabled(ctx, q, name, false, 0); err != nil {
 		return err
 	}
-	// Move it aside first, so a half-deleted plugin is never loaded.
-	trash := filepath.Join(x.PluginsDir(), fmt.Sprintf(".uninstall-%s-%d", name, time.Now().UnixNano()))
-	if err := os.Rename(p.Dir, trash); err != nil {
-		return fmt.Errorf("uninstall plugin %s: %w", name, err)
-	}
-	return os.RemoveAll(trash)
+	return db.DeletePlugin(ctx, q, name)
 }
 
-// plugin finds an installed plugin by name: only a valid name that is a
-// folder of the plugins folder, never a path.
-func (x *Extensions) plugin(name string) (agent.Plugin, error) {
-	if agent.ValidPluginName(name) != nil {
-		return agent.Plugin{}, db.ErrNotFound
+// plugin finds an installed plugin by name, as last loaded.
+func (x *Extensions) plugin(name string) (PluginEntry, error) {
+	for _, p := range x.State().Plugins {
+		if p.Name == name {
+			return p, nil
+		}
 	}
-	dir := filepath.Join(x.PluginsDir(), name)
-	if info, err := os.Stat(dir); err != nil || !info.IsDir() {
-		return agent.Plugin{}, db.ErrNotFound
+	return PluginEntry{}, db.ErrNotFound
+}
+
+// SaveSkill makes content the SKILL.md of the custom skill name (checked
+// by the caller), keeping the other files of its current version, in the
+// caller's transaction. A deployed skill of that name is refused: it would
+// win. Call Reload after the commit.
+func (x *Extensions) SaveSkill(ctx context.Context, q db.Querier, user db.User, name string, content []byte) error {
+	if err := x.refuseDeployedSkill(name); err != nil {
+		return err
 	}
-	return agent.LoadPlugin(dir), nil
+	f := db.StoredFolder{Name: name}
+	if cur, err := db.ListCustomSkills(ctx, q); err != nil {
+		return err
+	} else if i := slices.IndexFunc(cur, func(c db.StoredFolder) bool { return c.Name == name }); i >= 0 {
+		f.Files = slices.DeleteFunc(cur[i].Files, func(file db.StoredFile) bool { return file.Path == agent.SkillFile })
+	}
+	sum := sha256.Sum256(content)
+	h := hex.EncodeToString(sum[:])
+	f.Files = append(f.Files, db.StoredFile{Path: agent.SkillFile, Hash: h, Size: int64(len(content))})
+	f.Version = folderVersion("skill", f)
+	if err := db.PutFiles(ctx, q, map[string][]byte{h: content}); err != nil {
+		return err
+	}
+	_, err := db.SaveCustomSkill(ctx, q, f, user.ID)
+	return err
+}
+
+// InstallSkills installs the skill folders of an archive (see
+// agent.InstallSkills) into the database, all or none, in the caller's
+// transaction. Call Reload after the commit.
+func (x *Extensions) InstallSkills(ctx context.Context, q db.Querier, user db.User, archive io.Reader, filename string, replace bool) ([]agent.InstalledSkill, error) {
+	tmp, err := x.scratch()
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	installed, err := agent.InstallSkills(tmp, archive, agent.PluginNameFromFile(filename), false)
+	if err != nil {
+		return nil, userErr(400, "%s", err.Error())
+	}
+	cur, err := db.ListCustomSkills(ctx, q)
+	if err != nil {
+		return nil, err
+	}
+	var problems []string
+	for i, s := range installed {
+		if err := x.refuseDeployedSkill(s.Name); err != nil {
+			problems = append(problems, err.Error())
+		}
+		if slices.ContainsFunc(cur, func(c db.StoredFolder) bool { return c.Name == s.Name }) {
+			if !replace {
+				problems = append(problems, fmt.Sprintf("a custom skill named %q exists already: tick replace, or delete it first", s.Name))
+			}
+			installed[i].Replaced = true
+		}
+	}
+	if len(problems) > 0 {
+		return nil, userErr(400, "nothing was installed: %s", strings.Join(problems, "; "))
+	}
+	for _, s := range installed {
+		f, data, err := packFolder("skill", s.Name, filepath.Join(tmp, s.Name))
+		if err != nil {
+			return nil, err
+		}
+		if err := db.PutFiles(ctx, q, data); err != nil {
+			return nil, err
+		}
+		if _, err := db.SaveCustomSkill(ctx, q, f, user.ID); err != nil {
+			return nil, err
+		}
+	}
+	return installed, nil
+}
+
+// DeleteSkill removes a custom skill; runs that use it keep their version.
+// Call Reload after the commit.
+func (x *Extensions) DeleteSkill(ctx context.Context, q db.Querier, name string) error {
+	return db.DeleteCustomSkill(ctx, q, name)
+}
+
+func (x *Extensions) refuseDeployedSkill(name string) error {
+	if s, ok := x.Skills().Get(name); ok && s.Source == agent.SourceDeployment {
+		return userErr(409, "A skill named %q is deployed in %s; it wins over the settings page. Choose another name, or change it there.", name, x.SkillsDir())
+	}
+	return nil
 }
 
 func capitalize(s string) string {

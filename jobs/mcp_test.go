@@ -221,6 +221,7 @@ func TestSkillMissingMCPToolIsHidden(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(b.root, "skills", "echoer", "SKILL.md"), []byte(echoSkill), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	b.reload(t) // deployed skills are read with the rest of the configuration
 	b.rt.Skills = b.ext.Skills
 	availability := func() jobs.SkillStatus {
 		for _, s := range b.rt.Tools.SkillAvailability(b.ext.Skills()) {
@@ -351,9 +352,11 @@ func TestPluginInstallEnableDisable(t *testing.T) {
 	b.rt.Skills = b.ext.Skills
 	ctx := context.Background()
 
-	p, err := b.ext.InstallPlugin(bytes.NewReader(pluginZip(t)), "greet.zip", false)
-	if err != nil {
+	if _, err := b.ext.InstallPlugin(ctx, b.pool, b.user, bytes.NewReader(pluginZip(t)), "greet.zip", false); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := b.ext.InstallPlugin(ctx, b.pool, b.user, bytes.NewReader(pluginZip(t)), "greet.zip", false); err == nil {
+		t.Error("installed a second greet without replace")
 	}
 	b.reload(t)
 	b.connected(t, "plugin_greet_go")
@@ -364,6 +367,7 @@ func TestPluginInstallEnableDisable(t *testing.T) {
 	if len(st.Servers) != 1 || st.Servers[0].Source != agent.MCPSourcePlugin || st.Servers[0].Plugin != "greet" {
 		t.Fatalf("servers = %+v", st.Servers)
 	}
+	p := st.Plugins[0].Plugin // materialized from the database into the cache
 	sk, ok := b.ext.Skills().Get("greeter")
 	if !ok || sk.Source != agent.SourcePlugin || sk.Plugin != "greet" {
 		t.Fatalf("greeter = %+v, %v", sk, ok)
@@ -417,8 +421,8 @@ func TestPluginInstallEnableDisable(t *testing.T) {
 	if st := b.ext.State(); len(st.Plugins) != 0 || len(st.Servers) != 0 {
 		t.Errorf("after uninstall: %+v", st)
 	}
-	if _, err := os.Stat(p.Dir); err == nil {
-		t.Error("the plugin's folder is still there")
+	if n, _ := db.ListStoredPlugins(ctx, b.pool); len(n) != 0 {
+		t.Errorf("the plugin is still stored: %+v", n)
 	}
 	if err := b.ext.UninstallPlugin(ctx, b.pool, "../skills"); err == nil {
 		t.Error("uninstalled a path")

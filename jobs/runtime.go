@@ -34,6 +34,10 @@ type Runtime struct {
 	Tools       *Toolbox
 	// Skills returns the skills available now.
 	Skills func() agent.SkillSet
+	// SkillVersion loads a version of a stored custom skill, current or
+	// not (Extensions.SkillVersion): a run keeps the version it started
+	// with. Nil: runs use the current skills.
+	SkillVersion func(ctx context.Context, q db.Querier, version string) (*agent.Skill, error)
 	// DefaultModel is the model spec a new thread uses ("provider:model-id").
 	DefaultModel string
 	// Getenv reads provider keys and base URLs.
@@ -154,6 +158,31 @@ func (rt *Runtime) requestPool() *pgxpool.Pool {
 		return rt.RequestPool
 	}
 	return rt.Pool
+}
+
+// runSkill returns the skill named name as the run of thread threadID sees
+// it: the version of a custom skill the thread started with (pinned by
+// migration 0020's trigger in the transaction that created the thread),
+// else the current one. A custom skill edited or deleted meanwhile does
+// not change a run under way. Built-in, plugin and deployed skills change
+// only with the deployment and are used as they are now.
+func (rt *Runtime) runSkill(ctx context.Context, q db.Querier, threadID int64, name string) (*agent.Skill, bool, error) {
+	s, ok := rt.skills().Get(name)
+	if rt.SkillVersion == nil || (ok && s.Source != agent.SourceCustom) {
+		return s, ok, nil
+	}
+	v, err := db.ThreadSkillVersion(ctx, q, threadID)
+	if err != nil {
+		return nil, false, err
+	}
+	if v == "" || (ok && s.Version == v) {
+		return s, ok, nil
+	}
+	pinned, err := rt.SkillVersion(ctx, q, v)
+	if err != nil {
+		return nil, false, err
+	}
+	return pinned, true, nil
 }
 
 func (rt *Runtime) skills() agent.SkillSet {

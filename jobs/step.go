@@ -236,7 +236,10 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 	}
 	var skill *agent.Skill
 	if t.Skill != "" {
-		s, ok := rt.skills().Get(t.Skill)
+		s, ok, err := rt.runSkill(ctx, rt.Pool, t.ID, t.Skill)
+		if err != nil {
+			return err
+		}
 		if !ok {
 			return rt.fail(ctx, jobID, a, started, t.Model, fmt.Sprintf("Skill %q is not available any more.", t.Skill))
 		}

@@ -154,7 +154,10 @@ func newScriptBridge(ctx context.Context, run Run) (*scriptBridge, error) {
 		return nil, err
 	}
 	if t.Skill != "" {
-		s, ok := rt.skills().Get(t.Skill)
+		s, ok, err := rt.runSkill(ctx, rt.Pool, t.ID, t.Skill)
+		if err != nil {
+			return nil, err
+		}
 		if !ok {
 			return nil, fmt.Errorf("skill %q is not available any more", t.Skill)
 		}

@@ -54,7 +54,6 @@ func runSkills(ctx context.Context, q db.Querier, threadID int64) ([]*agent.Skil
 	if err != nil {
 		return nil, nil
 	}
-	set := env.rt.skills()
 	var out []*agent.Skill
 	id := threadID
 	for depth := 0; depth < 4; depth++ { // sub-agents are one level deep; a bound all the same
@@ -63,7 +62,11 @@ func runSkills(ctx context.Context, q db.Querier, threadID int64) ([]*agent.Skil
 			return nil, err
 		}
 		if t.Skill != "" {
-			if s, ok := set.Get(t.Skill); ok && s.Files != nil && !containsSkill(out, s.Name) {
+			s, ok, err := env.rt.runSkill(ctx, q, t.ID, t.Skill)
+			if err != nil {
+				return nil, err
+			}
+			if ok && s.Files != nil && !containsSkill(out, s.Name) {
 				out = append(out, s)
 			}
 		}
