@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -536,8 +538,21 @@ func (c *config) loadAuth(getenv func(string) string) []error {
 			c.SecretKey = k
 		}
 	}
+	// deploy/demo.env's keys are published: they may serve the demo on
+	// localhost, never a server people reach by another name.
+	if u, err := url.Parse(c.PublicURL); c.PublicURL != "" && err == nil && !isLoopback(u.Hostname()) {
+		for _, k := range append(slices.Clone(c.SessionKeys), c.SecretKey) {
+			if bytes.HasPrefix(k, []byte(demoKeyPrefix)) {
+				errs = append(errs, fmt.Errorf("PIZZA_SESSION_KEYS or PIZZA_SECRET_KEY is a published demo key (deploy/demo.env), and PIZZA_PUBLIC_URL %s is not localhost: set your own in .env (openssl rand -base64 48, and 32)", c.PublicURL))
+				break
+			}
+		}
+	}
 	return errs
 }
+
+// demoKeyPrefix starts the decoded demo keys of deploy/demo.env.
+const demoKeyPrefix = "DEMO "
 
 // splitList splits a comma- or space-separated list, dropping empty items.
 func splitList(s string) []string {
