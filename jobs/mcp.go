@@ -73,6 +73,7 @@ type Extensions struct {
 	mu       sync.Mutex
 	state    ExtensionsState
 	skills   agent.SkillSet
+	loaded   bool                    // skills has been loaded once
 	versions map[string]*agent.Skill // stored skill versions runs asked for
 
 	stop chan struct{}
@@ -331,7 +332,7 @@ func (x *Extensions) Reload(ctx context.Context) error {
 
 	x.mu.Lock()
 	x.state = st
-	x.skills = skills
+	x.skills, x.loaded = skills, true
 	x.mu.Unlock()
 	return nil
 }
@@ -368,8 +369,14 @@ func (x *Extensions) Status() map[string]mcpclient.Status {
 // replacing the skills of the same name before it).
 func (x *Extensions) Skills() agent.SkillSet {
 	x.mu.Lock()
-	defer x.mu.Unlock()
-	return x.skills
+	set, loaded := x.skills, x.loaded
+	x.mu.Unlock()
+	if !loaded {
+		// The database could not be read yet: the built-in and deployed
+		// skills still are, so runs of those do not fail meanwhile.
+		return agent.LoadSkillLayers(x.BuiltinSkills, nil, nil, x.SkillsDir(), agent.SourceDeployment)
+	}
+	return set
 }
 
 // SkillVersion returns a version of a stored custom skill, current or
