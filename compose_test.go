@@ -16,9 +16,15 @@ type composeFile struct {
 		Build struct {
 			Args map[string]string `yaml:"args"`
 		} `yaml:"build"`
-		EnvFile     string            `yaml:"env_file"`
+		EnvFile []struct {
+			Path     string `yaml:"path"`
+			Required *bool  `yaml:"required"`
+		} `yaml:"env_file"`
 		Environment map[string]string `yaml:"environment"`
 		Ports       []string          `yaml:"ports"`
+		Profiles    []string          `yaml:"profiles"`
+		NetworkMode string            `yaml:"network_mode"`
+		Volumes     []string          `yaml:"volumes"`
 	} `yaml:"services"`
 }
 
@@ -62,10 +68,12 @@ func readEnvFile(t *testing.T, path string) map[string]string {
 	return out
 }
 
-// The compose file hands the server everything in .env (env_file), fixes
-// only the database and the data root, and lets the address and the port
-// be changed; the server accepts the configuration it gets from
-// .env.example once its secrets are filled in. The image's commands exist.
+// The compose file hands each replica everything in deploy/demo.env, then
+// .env (env_file), fixes only the database, the data root and the
+// addresses, and publishes Caddy on PIZZA_PUBLISH; a .env made from
+// .env.example replaces every published demo value, and the server accepts
+// the configuration it gets once its secrets are filled in. The image's
+// commands exist.
 func TestComposeConfiguration(t *testing.T) {
 	t.Parallel()
 	raw, err := os.ReadFile("docker-compose.yml")
@@ -76,65 +84,77 @@ func TestComposeConfiguration(t *testing.T) {
 	if err := yaml.Unmarshal(raw, &cf); err != nil {
 		t.Fatal(err)
 	}
-	svc, ok := cf.Services["pizza-bot"]
-	if !ok {
-		t.Fatal("no pizza-bot service")
-	}
-	if svc.EnvFile != ".env" {
-		t.Errorf("env_file = %q, want .env: variables not listed would never reach the server", svc.EnvFile)
-	}
-	if _, ok := svc.Build.Args["WITH_NODE"]; !ok {
-		t.Error("no WITH_NODE build arg: npx MCP servers cannot start in the image")
-	}
+	caddy := cf.Services["caddy"]
+	demo := readEnvFile(t, "deploy/demo.env")
 	dotenv := readEnvFile(t, ".env.example")
+	for k := range demo {
+		if _, ok := dotenv[k]; !ok {
+			t.Errorf(".env.example lacks %s: a .env made from it would keep the published demo value", k)
+		}
+	}
 	dotenv["PIZZA_SESSION_KEYS"], dotenv["PIZZA_SECRET_KEY"] = key(32), key(32)
 
-	tests := []struct {
-		name     string
-		set      map[string]string
-		wantAddr string
-		wantPort string
-	}{
-		{"defaults", nil, "0.0.0.0:8080", "8080:8080"},
-		{"another port", map[string]string{"PIZZA_PORT": "9000", "PIZZA_PUBLISH": "127.0.0.1:80"}, "0.0.0.0:9000", "127.0.0.1:80:9000"},
-		{"an explicit address", map[string]string{"PIZZA_ADDR": "0.0.0.0:8443"}, "0.0.0.0:8443", "8080:8080"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			// Compose reads .env for interpolation too.
-			shell := map[string]string{}
-			for k, v := range dotenv {
-				shell[k] = v
-			}
-			for k, v := range tt.set {
-				shell[k] = v
-			}
-			// The container's environment: .env, then environment: over it.
-			got := map[string]string{}
-			for k, v := range shell {
-				got[k] = v
-			}
-			for k, v := range svc.Environment {
-				got[k] = interpolate(v, shell)
-			}
-			if got["PIZZA_ADDR"] != tt.wantAddr {
-				t.Errorf("PIZZA_ADDR = %q, want %q", got["PIZZA_ADDR"], tt.wantAddr)
-			}
-			if len(svc.Ports) != 1 || interpolate(svc.Ports[0], shell) != tt.wantPort {
-				t.Errorf("ports = %q, want %q", svc.Ports, tt.wantPort)
-			}
-			if got["OPENAI_API_KEY"] == "" && dotenv["OPENAI_API_KEY"] != "" {
-				t.Error("a provider key from .env does not reach the server")
-			}
-			got["PIZZA_DATA_ROOT"] = t.TempDir() // /data in the image
-			c, err := loadConfig(env(got))
-			if err != nil {
-				t.Fatalf("the server refuses the compose configuration: %v", err)
-			}
-			if c.DatabaseURL == "" || c.LogFormat != "json" {
-				t.Errorf("config = %+v", c)
-			}
-		})
+	for _, name := range []string{"pizza-bot-1", "pizza-bot-2"} {
+		svc, ok := cf.Services[name]
+		if !ok {
+			t.Fatalf("no %s service", name)
+		}
+		if len(svc.EnvFile) != 2 || svc.EnvFile[0].Path != "deploy/demo.env" || svc.EnvFile[1].Path != ".env" {
+			t.Errorf("%s env_file = %+v, want deploy/demo.env then .env: variables not listed would never reach the server", name, svc.EnvFile)
+		}
+		if _, ok := svc.Build.Args["WITH_NODE"]; !ok {
+			t.Errorf("%s: no WITH_NODE build arg: npx MCP servers cannot start in the image", name)
+		}
+		for _, tt := range []struct {
+			name        string
+			set         map[string]string
+			wantPublish string
+		}{
+			{"defaults", nil, "8080:8080"},
+			{"published on loopback", map[string]string{"PIZZA_PUBLISH": "127.0.0.1:8080", "PIZZA_ADDR": "0.0.0.0:9999"}, "127.0.0.1:8080:8080"},
+		} {
+			t.Run(name+"/"+tt.name, func(t *testing.T) {
+				// Compose reads .env for interpolation too.
+				shell := map[string]string{}
+				for k, v := range dotenv {
+					shell[k] = v
+				}
+				for k, v := range tt.set {
+					shell[k] = v
+				}
+				// The container's environment: demo.env, .env, then
+				// environment: over them.
+				got := map[string]string{}
+				for k, v := range demo {
+					got[k] = v
+				}
+				for k, v := range shell {
+					got[k] = v
+				}
+				for k, v := range svc.Environment {
+					got[k] = interpolate(v, shell)
+				}
+				for k, v := range demo {
+					if got[k] == v && k != "PIZZA_OIDC_CLIENT_ID" {
+						t.Errorf("%s keeps the demo value %q under .env.example", k, v)
+					}
+				}
+				if !strings.HasPrefix(got["PIZZA_ADDR"], "0.0.0.0:808") {
+					t.Errorf("PIZZA_ADDR = %q: fixed per replica, behind Caddy", got["PIZZA_ADDR"])
+				}
+				if len(caddy.Ports) != 1 || interpolate(caddy.Ports[0], shell) != tt.wantPublish {
+					t.Errorf("caddy ports = %q, want %q", caddy.Ports, tt.wantPublish)
+				}
+				got["PIZZA_DATA_ROOT"] = t.TempDir() // /data in the image
+				c, err := loadConfig(env(got))
+				if err != nil {
+					t.Fatalf("the server refuses the compose configuration: %v", err)
+				}
+				if c.DatabaseURL == "" || c.LogFormat != "json" {
+					t.Errorf("config = %+v", c)
+				}
+			})
+		}
 	}
 
 	docker, err := os.ReadFile("Dockerfile")

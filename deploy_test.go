@@ -28,6 +28,10 @@ func TestComposeDeployment(t *testing.T) {
 			Ports       []string          `yaml:"ports"`
 			Environment map[string]string `yaml:"environment"`
 			Volumes     []string          `yaml:"volumes"`
+			EnvFile     []struct {
+				Path     string `yaml:"path"`
+				Required *bool  `yaml:"required"`
+			} `yaml:"env_file"`
 		} `yaml:"services"`
 	}
 	readYAML(t, "docker-compose.yml", &compose)
@@ -53,6 +57,9 @@ func TestComposeDeployment(t *testing.T) {
 		t.Fatal(err)
 	}
 	composeText, _ := os.ReadFile("docker-compose.yml")
+	if c := compose.Services["caddy"]; len(c.Ports) != 1 || c.Ports[0] != "${PIZZA_PUBLISH:-8080}:8080" {
+		t.Errorf("caddy ports = %v", c.Ports)
+	}
 
 	// The demo users sign in with the passwords the compose file announces.
 	if !dex.EnablePasswordDB || len(dex.StaticPasswords) != 2 {
@@ -74,9 +81,6 @@ func TestComposeDeployment(t *testing.T) {
 	if d, ok := compose.Services["dex"]; !ok || len(d.Profiles) != 1 || d.Profiles[0] != "demo" {
 		t.Error("dex is not in the demo profile")
 	}
-	if c := compose.Services["caddy"]; len(c.Ports) != 1 || c.Ports[0] != "8080:8080" {
-		t.Errorf("caddy ports = %v", c.Ports)
-	}
 
 	var replicas []string
 	for name, s := range compose.Services {
@@ -93,7 +97,16 @@ func TestComposeDeployment(t *testing.T) {
 	bin := buildBinary(t)
 	dbURL := dbtest.NewURL(t)
 	for _, name := range replicas {
-		env := expandCompose(t, compose.Services[name].Environment)
+		// deploy/demo.env first, then an optional .env (absent here), then
+		// environment, as compose applies them.
+		files := compose.Services[name].EnvFile
+		if len(files) != 2 || files[0].Path != "deploy/demo.env" || files[1].Path != ".env" || files[1].Required == nil || *files[1].Required {
+			t.Fatalf("%s env_file = %+v, want deploy/demo.env then an optional .env", name, files)
+		}
+		env := readEnvFile(t, "deploy/demo.env")
+		for k, v := range expandCompose(t, compose.Services[name].Environment) {
+			env[k] = v
+		}
 		_, port, _ := strings.Cut(env["PIZZA_ADDR"], ":")
 		if !strings.Contains(string(caddy), "localhost:"+port) {
 			t.Errorf("Caddy does not proxy to %s on port %s", name, port)
