@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"testing/fstest"
@@ -28,7 +29,18 @@ type mcpBundle struct {
 	*bundle
 	ext  *jobs.Extensions
 	root string
-	env  map[string]string
+	// env is the servers' environment; the extensions read it from their
+	// reload goroutine (a settings change reloads on NOTIFY), so it is
+	// set through setEnv.
+	envMu sync.Mutex
+	env   map[string]string
+}
+
+// setEnv sets a variable of the servers' environment.
+func (b *mcpBundle) setEnv(k, v string) {
+	b.envMu.Lock()
+	defer b.envMu.Unlock()
+	b.env[k] = v
 }
 
 // setupMCP starts a runtime (see setup) with Extensions on a fresh data
@@ -47,10 +59,15 @@ func setupMCP(t *testing.T, script scriptmodel.Script, mcpJSON string) *mcpBundl
 		Pool:          b.pool,
 		DataRoot:      b.root,
 		BuiltinSkills: fstest.MapFS{},
-		Lookup:        func(k string) (string, bool) { v, ok := b.env[k]; return v, ok },
-		Manager:       mcpclient.New(opts),
-		ProbeOptions:  opts,
-		RefreshEvery:  time.Hour,
+		Lookup: func(k string) (string, bool) {
+			b.envMu.Lock()
+			defer b.envMu.Unlock()
+			v, ok := b.env[k]
+			return v, ok
+		},
+		Manager:      mcpclient.New(opts),
+		ProbeOptions: opts,
+		RefreshEvery: time.Hour,
 	}
 	b.rt.Tools.AddSource(jobs.MCPTools(b.ext.Manager))
 	b.ext.Start(context.Background())
@@ -113,7 +130,7 @@ func TestMCPToolsInARun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.env["WEB_URL"] = mcptest.NewHTTP(t)
+	b.setEnv("WEB_URL", mcptest.NewHTTP(t))
 	b.reload(t)
 	b.connected(t, "go")
 	b.connected(t, "web")
@@ -290,7 +307,7 @@ func TestMCPConfigErrorsAreShown(t *testing.T) {
 			}
 		}
 	}
-	b.env["SECRET_TOKEN"] = "s3cret"
+	b.setEnv("SECRET_TOKEN", "s3cret")
 	b.reload(t)
 	b.connected(t, "go")
 

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/klippa-app/go-pdfium"
 	pdfiumerrors "github.com/klippa-app/go-pdfium/errors"
 	"github.com/klippa-app/go-pdfium/requests"
@@ -150,18 +149,34 @@ func extractPDF(inst pdfium.Pdfium, content []byte, first, n, maxBytes int) (PDF
 	return out, nil
 }
 
-// notePDFPages records the page count of a PDF just attached, for the
-// thread page. A PDF that cannot be opened keeps no count: reading it with
-// read_attachment says why.
-func notePDFPages(ctx context.Context, tx pgx.Tx, a db.Attachment) error {
-	if !a.IsPDF() {
-		return nil
-	}
-	t, err := readPDF(ctx, a.Content, 1, 0, 0)
+// notePDFPages records the page count of the thread's PDFs that have none.
+// It runs after the transaction that attached them has committed: PDFium
+// takes a while (seconds for the first PDF a process reads, while it
+// compiles), and no transaction may wait on it, since a long transaction
+// holds back every live update and a connection. A PDF whose count is not
+// recorded here (a webhook's, an error) gets it when it is first read.
+func (rt *Runtime) notePDFPages(ctx context.Context, q db.Querier, userID, threadID int64) {
+	as, err := db.ListAttachments(ctx, q, userID, threadID)
 	if err != nil {
-		return nil
+		rt.Logger.WarnContext(ctx, "count PDF pages", "thread_id", threadID, "err", err)
+		return
 	}
-	return db.SetAttachmentPages(ctx, tx, a.UserID, a.ID, t.Pages)
+	for _, a := range as {
+		if !a.IsPDF() || a.Pages != nil {
+			continue
+		}
+		full, err := db.GetAttachment(ctx, q, userID, a.ID)
+		if err != nil {
+			continue
+		}
+		t, err := readPDF(ctx, full.Content, 1, 0, 0)
+		if err != nil {
+			continue // a broken or encrypted PDF says so when it is read
+		}
+		if err := db.SetAttachmentPages(ctx, q, userID, a.ID, t.Pages); err != nil {
+			rt.Logger.WarnContext(ctx, "record PDF pages", "attachment_id", a.ID, "err", err)
+		}
+	}
 }
 
 // readPDFAttachment renders pages of a PDF attachment for the model, from

@@ -121,6 +121,9 @@ func (rt *Runtime) Start(ctx context.Context, user db.User, req StartRequest) (d
 	if err != nil {
 		return db.Thread{}, err
 	}
+	if len(req.Files) > 0 {
+		rt.notePDFPages(ctx, rt.requestPool(), user.ID, t.ID) // pdf.go: after the commit
+	}
 	return t, nil
 }
 

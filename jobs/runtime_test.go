@@ -165,7 +165,9 @@ func setupSkillSet(t testing.TB, script scriptmodel.Script, skills agent.SkillSe
 // wait polls until the thread reaches status.
 func (b *bundle) wait(t testing.TB, id int64, status string) db.Thread {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	// A bound on a hang, not a speed target: under -race on a loaded
+	// machine a run whose tool compiles PDFium takes well over 20 s.
+	deadline := time.Now().Add(90 * time.Second)
 	for {
 		th, err := db.GetThread(context.Background(), b.pool, b.user.ID, id)
 		if err != nil {

@@ -94,9 +94,6 @@ func (rt *Runtime) StartTx(ctx context.Context, tx pgx.Tx, user db.User, req Sta
 		if err != nil {
 			return db.Thread{}, err
 		}
-		if err := notePDFPages(ctx, tx, a); err != nil {
-			return db.Thread{}, err
-		}
 		if prompt == req.Prompt {
 			prompt += "\n"
 		}
