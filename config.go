@@ -116,7 +116,7 @@ var envVars = []envVar{
 	{"PIZZA_TOKEN_MAX_TTL", "8760h (1 year)", "longest lifetime an API token can have; longer tokens are shortened at start"},
 	{"PIZZA_USER_QUOTA", "1GiB", "storage per user (attachments, scratch files, run_js journal), e.g. 500MiB or 2GiB; 0 for none"},
 	{"PIZZA_GRANTS", "(none)", "host folders agents may reach: comma-separated absolute paths, each :ro (default) or :rw, e.g. /srv/docs,/srv/out:rw; also read from <data root>/grants.json"},
-	{"PIZZA_DB_CONNS", "16", "database connections for web and API requests (a pool of its own; 3/4 of them may start runs at once, more starts wait up to 1s, then get 503)"},
+	{"PIZZA_DB_CONNS", "16", "database connections for web and API requests (a pool of its own; a quarter of them may start runs at once; a start waits at most 100ms for its turn and must commit within 1.5s, else 503)"},
 	{"PIZZA_DB_WORKER_CONNS", "16", "database connections for agent steps, the job queue and its sweeps (a pool of its own)"},
 	{"PIZZA_MAX_STEPS", "100", "agent steps one server process runs at once"},
 	{"PIZZA_RUN_RATE", "10/s", "run starts per user (API, form) as N/s or N/m, 0 for no limit; past it 429 with Retry-After"},

@@ -49,7 +49,7 @@ type AdmissionConfig struct {
 	// Slots bounds the run starts in flight at once; 0: no bound.
 	Slots int
 	// Wait is how long a start waits for a slot before a 503 (default
-	// 250ms: a queue longer than that only adds latency to what is
+	// 100ms: a queue longer than that only adds latency to what is
 	// accepted).
 	Wait time.Duration
 	// Deadline bounds a start from its arrival to its answer (default
@@ -78,7 +78,7 @@ type admission struct {
 func newAdmission(c AdmissionConfig) *admission {
 	a := &admission{wait: c.Wait, deadline: c.Deadline, now: time.Now}
 	if a.wait <= 0 {
-		a.wait = 250 * time.Millisecond
+		a.wait = 100 * time.Millisecond
 	}
 	if a.deadline <= 0 {
 		a.deadline = 1500 * time.Millisecond

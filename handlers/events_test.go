@@ -106,6 +106,11 @@ func (b *liveBundle) open(user, query, lastID string) *eventStream {
 	return s
 }
 
+// liveWait bounds the wait for a live event. Events wait for the oldest
+// transaction open anywhere in the (shared) test cluster, which another
+// package's test may hold for seconds: a bound on a hang, not a speed target.
+const liveWait = 45 * time.Second
+
 // next returns the next message, failing after a while.
 func (s *eventStream) next() sseEvent {
 	s.t.Helper()
@@ -114,8 +119,8 @@ func (s *eventStream) next() sseEvent {
 		return ev
 	case <-s.done:
 		s.t.Fatal("the stream ended")
-	case <-time.After(10 * time.Second):
-		s.t.Fatal("no message within 10s")
+	case <-time.After(liveWait):
+		s.t.Fatalf("no message within %v", liveWait)
 	}
 	return sseEvent{}
 }

@@ -36,6 +36,11 @@ func subscribe(t *testing.T, b *live.Broker, userID int64) *live.Sub {
 	return s
 }
 
+// liveWait bounds the wait for a live event. Events wait for the oldest
+// transaction open anywhere in the (shared) test cluster, which another
+// package's test may hold for seconds: a bound on a hang, not a speed target.
+const liveWait = 45 * time.Second
+
 // next returns the subscriber's next update, failing after a while.
 func next(t *testing.T, s *live.Sub) live.Update {
 	t.Helper()
@@ -45,8 +50,8 @@ func next(t *testing.T, s *live.Sub) live.Update {
 			t.Fatal("subscription closed")
 		}
 		return u
-	case <-time.After(10 * time.Second):
-		t.Fatal("no update within 10s")
+	case <-time.After(liveWait):
+		t.Fatalf("no update within %v", liveWait)
 	}
 	return live.Update{}
 }
