@@ -201,47 +201,6 @@ func (c Cursor) After(t Thread) bool {
 	return tu < cu || tu == cu && t.ID < c.ID
 }
 
-// NotifySummary is the line a browser notification shows for a thread
-// that finished or stopped: the question or approval it waits for, the
-// start of its answer, or its error.
-func NotifySummary(ctx context.Context, q Querier, userID int64, t Thread) (string, error) {
-	var s string
-	var err error
-	switch t.Status {
-	case StatusWaiting:
-		var name, desc, kind string
-		err = q.QueryRow(ctx, `SELECT c.name, c.description, c.wait_kind FROM tool_calls c
-			JOIN threads t ON t.id = c.thread_id
-			WHERE t.user_id = $1 AND c.thread_id = $2 AND c.state IN ('pending', 'unknown')
-			ORDER BY c.id LIMIT 1`, userID, t.ID).Scan(&name, &desc, &kind)
-		switch {
-		case isNoRows(err):
-			s, err = "Waiting for you", nil
-		case kind == WaitQuestion && desc != "":
-			s = desc
-		case kind == WaitUnknown:
-			s = name + ": the outcome is unknown, retry or skip"
-		case desc != "":
-			s = "Approve " + name + ": " + desc
-		default:
-			s = "Approve " + name
-		}
-	case StatusFailed:
-		s = t.Error
-	default:
-		err = q.QueryRow(ctx, `SELECT m.content FROM messages m JOIN threads t ON t.id = m.thread_id
-			WHERE t.user_id = $1 AND m.thread_id = $2 AND m.role = 'assistant' AND m.content <> ''
-			ORDER BY m.id DESC LIMIT 1`, userID, t.ID).Scan(&s)
-		if isNoRows(err) {
-			s, err = "", nil
-		}
-	}
-	if err != nil {
-		return "", fmt.Errorf("notification of thread %d: %w", t.ID, err)
-	}
-	return firstLine(s, 140), nil
-}
-
 // firstLine returns the first non-empty line of s, cut to max runes.
 func firstLine(s string, max int) string {
 	for _, line := range strings.Split(s, "\n") {

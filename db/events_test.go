@@ -331,7 +331,7 @@ func TestThreadFilterMatchesListThreads(t *testing.T) {
 	}
 }
 
-func TestNotifySummary(t *testing.T) {
+func TestThreadSummary(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
 	ctx := context.Background()
@@ -344,6 +344,8 @@ func TestNotifySummary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// summary ends the run with status and returns the summary of the
+	// thread as the list, the search and a single read return it.
 	summary := func(status, errMsg string) string {
 		t.Helper()
 		if err := db.EndRun(ctx, pool, th.ID, status, errMsg); err != nil {
@@ -353,11 +355,29 @@ func TestNotifySummary(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := db.NotifySummary(ctx, pool, alice.ID, got)
+		ts, _, err := db.ListThreads(ctx, pool, alice.ID, db.ThreadFilter{}, nil, 10)
+		if err != nil || len(ts) != 1 {
+			t.Fatalf("list: %d threads, %v", len(ts), err)
+		}
+		if ts[0].Summary() != got.Summary() {
+			t.Errorf("listed summary %q, read %q", ts[0].Summary(), got.Summary())
+		}
+		return got.Summary()
+	}
+	call := func(name, args, state, waitKind, desc string) int64 {
+		t.Helper()
+		id, err := db.InsertToolCall(ctx, pool, db.NewToolCall{ThreadID: th.ID, MessageID: m.ID, CallID: fmt.Sprint("c", name, state),
+			Name: name, Arguments: args, State: state, WaitKind: waitKind, Description: desc})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return s
+		return id
+	}
+	done := func(id int64) {
+		t.Helper()
+		if ok, err := db.SetToolCallState(ctx, pool, id, db.CallDone, db.CallPending, db.CallReady); err != nil || !ok {
+			t.Fatal(err)
+		}
 	}
 	if got, want := summary(db.StatusDone, ""), "The brief is ready"; got != want {
 		t.Errorf("done: %q, want %q", got, want)
@@ -365,11 +385,31 @@ func TestNotifySummary(t *testing.T) {
 	if got, want := summary(db.StatusFailed, "The model provider failed: 500\nmore"), "The model provider failed: 500"; got != want {
 		t.Errorf("failed: %q, want %q", got, want)
 	}
-	if _, err := db.InsertToolCall(ctx, pool, db.NewToolCall{ThreadID: th.ID, MessageID: m.ID, CallID: "c1", Name: "publish_brief",
-		Arguments: "{}", State: db.CallPending, WaitKind: db.WaitApproval, Description: "Visible to the company"}); err != nil {
-		t.Fatal(err)
+	if got, want := summary(db.StatusRunning, ""), "thinking"; got != want {
+		t.Errorf("running: %q, want %q", got, want)
 	}
+	c := call("mcp__github__search", `{"q":"flaky"}`, db.CallReady, "", "")
+	if got, want := summary(db.StatusRunning, ""), "calling mcp__github__search"; got != want {
+		t.Errorf("running a call: %q, want %q", got, want)
+	}
+	done(c)
+	c = call("publish_brief", "{}", db.CallPending, db.WaitApproval, "Visible to the company")
 	if got, want := summary(db.StatusWaiting, ""), "Approve publish_brief: Visible to the company"; got != want {
 		t.Errorf("waiting: %q, want %q", got, want)
+	}
+	done(c)
+	c = call("write_host_file", `{"content":{"x":[1,{"y":2}]},"path":"/srv/out/brief.md","mode":"w"}`, db.CallPending, db.WaitApproval, "")
+	if got, want := summary(db.StatusWaiting, ""), "Approve write_host_file /srv/out/brief.md"; got != want {
+		t.Errorf("approval: %q, want %q", got, want)
+	}
+	done(c)
+	c = call("ask_user", `{"question":"Which region should the brief cover?\nEurope or Asia."}`, db.CallPending, db.WaitQuestion, "")
+	if got, want := summary(db.StatusWaiting, ""), "Question: Which region should the brief cover?"; got != want {
+		t.Errorf("question: %q, want %q", got, want)
+	}
+	done(c)
+	call("mcp__crm__create_note", `{"body": "cut short`, db.CallUnknown, db.WaitUnknown, "")
+	if got, want := summary(db.StatusWaiting, ""), "Outcome unknown: mcp__crm__create_note"; got != want {
+		t.Errorf("unknown: %q, want %q", got, want)
 	}
 }

@@ -374,9 +374,13 @@ func searchThreads(ctx context.Context, q Querier, sq SearchQuery, where []strin
 	return searchRun(ctx, q, sq, where, args, limit, false)
 }
 
-// threadColumnsOnly are threadColumns without the folder's name, which
-// searchRun adds once the page is known.
-var threadColumnsOnly = strings.Replace(threadColumns, "coalesce(f.name, '') AS folder_name,", "", 1)
+// threadColumnsOnly are threadColumns without the folder's name and the
+// summary, which searchRun adds once the page is known.
+var threadColumnsOnly = strings.Replace(strings.Replace(threadColumns, "coalesce(f.name, '') AS folder_name,", "", 1),
+	", "+summaryColumns, "", 1)
+
+// pageSummaryColumns are summaryColumns over searchRun's page.
+var pageSummaryColumns = strings.NewReplacer("t.id", "page.id", "t.status", "page.status").Replace(summaryColumns)
 
 func searchRun(ctx context.Context, q Querier, sq SearchQuery, where []string, args []any, limit int, walk bool) ([]Thread, error) {
 	args = slices.Clone(args)
@@ -415,7 +419,7 @@ func searchRun(ctx context.Context, q Querier, sq SearchQuery, where []string, a
 	}
 	anyQ := tsq(arg(sq.any))
 	opts := arg(headlineOptions)
-	sql := `SELECT page.*, coalesce(f.name, '') AS folder_name,
+	sql := `SELECT page.*, coalesce(f.name, '') AS folder_name, ` + pageSummaryColumns + `,
 			coalesce(ts_headline('pizza_search'::regconfig, sm.src, ` + anyQ + `, ` + opts + `), '') AS headline,
 			coalesce(sm.src, '') AS source, coalesce(sa.name, '') AS attachment
 		FROM (SELECT ` + threadColumnsOnly + ` FROM ` + strings.Join(from, "\n") + `

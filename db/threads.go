@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -56,6 +57,104 @@ type Thread struct {
 	// Snippet is where a search found the thread (search.go); nil outside
 	// search results.
 	Snippet Snippet `db:"-"`
+	// SummaryCall is, on a waiting thread, the first call that waits for
+	// a human and, on a running one, the first call not done yet: its wait
+	// kind, tool (a parked run_js call's inner tool), the start of its
+	// arguments and its description. Nil otherwise. Read it through Summary.
+	SummaryCall []string `db:"summary_call"`
+	// SummaryText is, on a finished thread, the start of its last answer.
+	SummaryText string `db:"summary_text"`
+}
+
+// Summary is the one line that says what a thread's run came to or asks:
+// the start of a finished run's answer, what a waiting run waits for
+// ("Approve write_host_file /srv/out/brief.md", "Question: …", "Outcome
+// unknown: …"), a failed run's reason, a running run's latest step. The
+// inbox rows, the API's list and browser notifications all show it.
+func (t Thread) Summary() string {
+	var kind, tool, args, desc string
+	if c := t.SummaryCall; len(c) == 4 {
+		kind, tool, args, desc = c[0], c[1], c[2], c[3]
+	}
+	switch t.Status {
+	case StatusWaiting:
+		switch {
+		case tool == "":
+			return "Waiting for you"
+		case kind == WaitQuestion:
+			q := firstLine(stringArgument(args, "question"), 140)
+			if q == "" {
+				q = firstLine(desc, 140)
+			}
+			return "Question: " + q
+		case kind == WaitUnknown:
+			return "Outcome unknown: " + tool
+		}
+		if a := firstLine(stringArgument(args, ""), 100); a != "" {
+			return "Approve " + tool + " " + a
+		}
+		if d := firstLine(desc, 120); d != "" {
+			return "Approve " + tool + ": " + d
+		}
+		return "Approve " + tool
+	case StatusRunning:
+		if tool != "" {
+			return "calling " + tool
+		}
+		return "thinking"
+	case StatusFailed:
+		if e := firstLine(t.Error, 140); e != "" {
+			return e
+		}
+		return "Failed"
+	case StatusCancelled:
+		if e := firstLine(t.Error, 140); e != "" {
+			return e
+		}
+		return "Cancelled"
+	}
+	return firstLine(t.SummaryText, 140)
+}
+
+// stringArgument returns the string value of the named top-level key of a
+// JSON object, or with key "" the first string value: a call's main
+// argument (the path, the URL, the query). Arguments may be cut short or
+// not be JSON at all: what cannot be read is "".
+func stringArgument(args, key string) string {
+	dec := json.NewDecoder(strings.NewReader(args))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return ""
+	}
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		v, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		if _, ok := v.(json.Delim); ok {
+			// Skip a nested object or array whole.
+			for depth := 1; depth > 0; {
+				tok, err := dec.Token()
+				if err != nil {
+					return ""
+				}
+				switch tok {
+				case json.Delim('{'), json.Delim('['):
+					depth++
+				case json.Delim('}'), json.Delim(']'):
+					depth--
+				}
+			}
+			continue
+		}
+		if s, ok := v.(string); ok && s != "" && (key == "" || k == key) {
+			return s
+		}
+	}
+	return ""
 }
 
 // Finished reports whether the thread's run has ended.
@@ -66,7 +165,23 @@ func (t Thread) Finished() bool {
 const threadColumns = `t.id, t.user_id, t.folder_id, coalesce(f.name, '') AS folder_name,
 	t.title, t.skill, t.model, t.status, t.unread, t.archived,
 	t.trigger_kind, t.trigger_at, t.trigger_ref, t.error, t.created_at, t.updated_at,
-	t.parent_thread_id, t.parent_call_id`
+	t.parent_thread_id, t.parent_call_id, ` + summaryColumns
+
+// summaryColumns are what Thread.Summary is made of, computed for the
+// threads a query returns only (a page of 50 costs 50 lookups by index:
+// tool_calls_open_idx, messages_thread_idx), never over a whole queue.
+const summaryColumns = `
+	CASE WHEN t.status IN ('waiting', 'running') THEN (
+		SELECT json_build_array(c.wait_kind, coalesce(c.inner_call->>'tool', c.name),
+			left(coalesce(c.inner_call->>'arguments', c.arguments), 2000), left(c.description, 400))
+		FROM tool_calls c
+		WHERE c.thread_id = t.id AND c.state <> 'done'
+		  AND (c.state IN ('pending', 'unknown')) = (t.status = 'waiting')
+		ORDER BY c.id LIMIT 1) END AS summary_call,
+	coalesce(CASE WHEN t.status IN ('done', 'cancelled') THEN (
+		SELECT left(m.content, 1000) FROM messages m
+		WHERE m.thread_id = t.id AND m.role = 'assistant' AND m.content <> ''
+		ORDER BY m.id DESC LIMIT 1) END, '') AS summary_text`
 
 const threadFrom = ` FROM threads t LEFT JOIN folders f ON f.id = t.folder_id `
 

@@ -37,6 +37,9 @@ type apiThread struct {
 	URL       string    `json:"url"`
 	CreatedAt time.Time `json:"created_at"`
 	UpdatedAt time.Time `json:"updated_at"`
+	// Summary is one line on what the run came to or asks: the start of
+	// its answer, what it waits for, why it failed, its latest step.
+	Summary string `json:"summary"`
 	// Snippet is where a search (?q=) found the thread: escaped HTML with
 	// the matching words in <mark>. Absent outside search results; "" when
 	// only the title matched.
@@ -188,6 +191,7 @@ type apiThreadList struct {
 func toAPIThread(t db.Thread) apiThread {
 	out := apiThread{
 		ID: t.ID, Title: t.Title, Status: t.Status, Unread: t.Unread, Archived: t.Archived,
+		Summary:   t.Summary(),
 		Skill:     optional(t.Skill),
 		Trigger:   apiTrigger{Kind: t.TriggerKind, At: t.TriggerAt.UTC(), Ref: optional(t.TriggerRef)},
 		URL:       "/threads/" + strconv.FormatInt(t.ID, 10),

@@ -502,6 +502,10 @@ type threadChange struct {
 // rowChanged reports whether the thread's row or the counts may differ.
 func (c threadChange) rowChanged() bool { return c.status || c.thread || c.deleted }
 
+// summaryChanged reports whether only the row's summary line may differ:
+// a running thread's latest step, a finished one's answer.
+func (c threadChange) summaryChanged() bool { return c.message || c.call }
+
 // renderChanges renders a batch of changes for a page: its rows, counts,
 // notifications and open thread.
 func (h *Handler) renderChanges(ctx context.Context, user db.User, v liveView, evs []db.Event) ([]sseMsg, error) {
@@ -533,7 +537,7 @@ func (h *Handler) renderChanges(ctx context.Context, user db.User, v liveView, e
 	var msgs []sseMsg
 	counts := false
 	for _, c := range changes {
-		if !c.rowChanged() && c.id != v.thread {
+		if !c.rowChanged() && !(v.list != nil && c.summaryChanged()) && c.id != v.thread {
 			continue
 		}
 		counts = counts || c.rowChanged()
@@ -542,7 +546,7 @@ func (h *Handler) renderChanges(ctx context.Context, user db.User, v liveView, e
 		if err != nil && !errors.Is(err, db.ErrNotFound) {
 			return nil, err
 		}
-		if v.list != nil && c.rowChanged() {
+		if v.list != nil && (c.rowChanged() || c.summaryChanged()) {
 			var comp templ.Component = views.RowRemoved(c.id)
 			matches := found && v.filter.Matches(t)
 			if matches && v.filter.Search.Raw != "" {
@@ -565,11 +569,7 @@ func (h *Handler) renderChanges(ctx context.Context, user db.User, v liveView, e
 		}
 		if c.status && t.ParentThreadID == nil &&
 			(t.Status == db.StatusDone || t.Status == db.StatusFailed || t.Status == db.StatusWaiting) {
-			line, err := db.NotifySummary(ctx, h.pool, user.ID, t)
-			if err != nil {
-				return nil, err
-			}
-			data, _ := json.Marshal(views.NewNotification(t, line))
+			data, _ := json.Marshal(views.NewNotification(t, t.Summary()))
 			msgs = append(msgs, sseMsg{"notify", data})
 		}
 		if c.id == v.thread {
