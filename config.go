@@ -68,7 +68,10 @@ type config struct {
 	// limits of run starts and webhook deliveries per user.
 	RequestConns, WorkerConns int
 	// MetricsAddr serves /metrics (Prometheus) when set.
-	MetricsAddr         string
+	MetricsAddr string
+	// PprofAddr serves net/http/pprof on loopback when set (a debugging
+	// aid, off by default).
+	PprofAddr           string
 	MaxSteps            int
 	RunRate, HookRate   float64
 	RunBurst, HookBurst int
@@ -124,6 +127,7 @@ var envVars = []envVar{
 	{"PIZZA_WEBHOOK_RATE", "10/s", "deliveries to one user's webhooks as N/s or N/m, 0 for no limit; past it 429 with Retry-After"},
 	{"PIZZA_WEBHOOK_BURST", "100", "deliveries a user's webhooks take at once before PIZZA_WEBHOOK_RATE applies"},
 	{"PIZZA_METRICS_ADDR", "(unset: off)", "host:port serving /metrics in the Prometheus text format, apart from the web address; keep it off the public network"},
+	{"PIZZA_PPROF_ADDR", "(unset: off)", "debugging aid: a loopback host:port serving Go's profiles (net/http/pprof under /debug/pprof/)"},
 	{"PIZZA_DISK_FLOOR", "1GiB", "free space the data root's disk keeps: below it new runs and uploads get 503 (decisions, reading, cancelling still work); bytes (500MB, 2GiB), a percentage (5%) or 0 for none"},
 	{"PIZZA_BACKUP_DIR", "(none: no daily backup)", "directory for a daily pg_dump backup of the database (pizza-bot-<date>.dump)"},
 	{"PIZZA_BACKUP_KEEP", "7", "days the daily backups in PIZZA_BACKUP_DIR are kept"},
@@ -305,6 +309,15 @@ func (c *config) loadCapacity(getenv func(string) string) []error {
 			errs = append(errs, fmt.Errorf("PIZZA_METRICS_ADDR %q: want host:port, e.g. 127.0.0.1:9100", c.MetricsAddr))
 		} else if c.MetricsAddr == c.Addr {
 			errs = append(errs, fmt.Errorf("PIZZA_METRICS_ADDR %q is PIZZA_ADDR: metrics need an address of their own", c.MetricsAddr))
+		}
+	}
+	if c.PprofAddr = strings.TrimSpace(getenv("PIZZA_PPROF_ADDR")); c.PprofAddr != "" {
+		if host, _, err := net.SplitHostPort(c.PprofAddr); err != nil {
+			errs = append(errs, fmt.Errorf("PIZZA_PPROF_ADDR %q: want host:port, e.g. 127.0.0.1:6060", c.PprofAddr))
+		} else if !isLoopback(host) {
+			errs = append(errs, fmt.Errorf("PIZZA_PPROF_ADDR %q: profiles are served on loopback only, e.g. 127.0.0.1:6060", c.PprofAddr))
+		} else if c.PprofAddr == c.Addr || c.PprofAddr == c.MetricsAddr {
+			errs = append(errs, fmt.Errorf("PIZZA_PPROF_ADDR %q: profiles need an address of their own", c.PprofAddr))
 		}
 	}
 	rates := []struct {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -116,6 +117,14 @@ func serve(ctx context.Context, cfg config) error {
 		}
 		defer stop()
 	}
+	// Go's profiles, on loopback, for debugging (PIZZA_PPROF_ADDR).
+	if cfg.PprofAddr != "" {
+		stop, err := servePprof(cfg.PprofAddr, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	if err := client.Start(ctx); err != nil {
 		return fmt.Errorf("start job queue: %w", err)
 	}
@@ -219,6 +228,29 @@ func serveMetrics(addr string, mx *metrics.Metrics, log *slog.Logger) (stop func
 		}
 	}()
 	log.Info("serving metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	return func() { srv.Close() }, nil
+}
+
+// servePprof serves net/http/pprof on addr (loopback, checked by the
+// config) until stop is called.
+func servePprof(addr string, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("cannot listen on PIZZA_PPROF_ADDR %s: %v", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("pprof server", "err", err)
+		}
+	}()
+	log.Info("serving profiles", "url", "http://"+ln.Addr().String()+"/debug/pprof/")
 	return func() { srv.Close() }, nil
 }
 

@@ -9,6 +9,14 @@
 //     of the slowest stream of each round;
 //   - how long the server takes to shut down with every stream open.
 //
+// With -profile DIR it also serves the server's profiles on loopback
+// (PIZZA_PPROF_ADDR) and saves to DIR: heap and goroutine profiles before
+// the streams open and after they idled (heap-base, heap-idle, goroutine-idle,
+// with the runtime's memory statistics in the .txt files), a CPU profile of
+// the server during the rounds (cpu-rounds.pb.gz, -cpu-seconds long), and
+// prints the CPU the server, this tool and the whole machine used during the
+// rounds.
+//
 // Run it from the repository: go run ./cmd/sse-load -streams 10000
 // Everything runs on this machine, on loopback, and stops by itself.
 package main
@@ -19,12 +27,18 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -43,6 +57,8 @@ func main() {
 		server  = flag.String("server", "", "pizza-bot binary (default: go build it)")
 		keep    = flag.Bool("keep", false, "keep the temporary directory")
 	)
+	flag.StringVar(&profileDir, "profile", "", "save the server's heap, goroutine and CPU profiles to this directory")
+	flag.DurationVar(&cpuSeconds, "cpu-seconds", 15*time.Second, "with -profile: length of the CPU profile taken from the first round")
 	flag.Parse()
 	if err := run(*streams, *rounds, *idle, *dialers, *server, *keep); err != nil {
 		fmt.Fprintln(os.Stderr, "sse-load:", err)
@@ -50,13 +66,30 @@ func main() {
 	}
 }
 
+var (
+	profileDir string
+	cpuSeconds time.Duration
+)
+
 func run(streams, rounds int, idle time.Duration, dialers int, server string, keep bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	if err := benchenv.RaiseFileLimit(streams + 1000); err != nil {
 		return err
 	}
-	env, err := benchenv.Start(ctx, benchenv.Options{Server: server, Keep: keep})
+	var opts = benchenv.Options{Server: server, Keep: keep}
+	var pprofAddr string
+	var err error
+	if profileDir != "" {
+		if err := os.MkdirAll(profileDir, 0o755); err != nil {
+			return err
+		}
+		if pprofAddr, err = benchenv.FreeAddr(); err != nil {
+			return err
+		}
+		opts.Env = append(opts.Env, "PIZZA_PPROF_ADDR="+pprofAddr)
+	}
+	env, err := benchenv.Start(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -92,6 +125,9 @@ func run(streams, rounds int, idle time.Duration, dialers int, server string, ke
 	if err != nil {
 		return err
 	}
+	if err := saveProfiles(pprofAddr, "base", "heap"); err != nil {
+		return err
+	}
 	path := "/events?" + url.Values{"since": {h.String()}, "list": {"/inbox/all"}}.Encode()
 	fmt.Printf("opening %d streams…\n", streams)
 	start := time.Now()
@@ -115,6 +151,22 @@ func run(streams, rounds int, idle time.Duration, dialers int, server string, ke
 	}
 	idleRSS, _ := benchenv.RSS(srv.Pid)
 	fmt.Printf("all %d streams alive after %s idle; server RSS %.1f MiB\n", len(conns), idle, mib(idleRSS))
+	if err := saveProfiles(pprofAddr, "idle", "heap", "goroutine"); err != nil {
+		return err
+	}
+	if rss, err := benchenv.RSS(srv.Pid); err == nil && profileDir != "" {
+		fmt.Printf("server RSS after the heap profile's GC: %.1f MiB (%.1f KiB per stream over the base)\n",
+			mib(rss), float64(rss-base)/1024/float64(len(conns)))
+	}
+	var cpuDone chan error
+	if profileDir != "" {
+		cpuDone = make(chan error, 1)
+		go func() {
+			cpuDone <- fetchTo(pprofAddr, fmt.Sprintf("/debug/pprof/profile?seconds=%d", int(cpuSeconds.Seconds())), "cpu-rounds.pb.gz")
+		}()
+		time.Sleep(100 * time.Millisecond) // let the profile start
+	}
+	cpu0 := sampleCPU(srv.Pid)
 
 	var all, slowest []time.Duration
 	for r := 0; r < rounds; r++ {
@@ -137,6 +189,16 @@ func run(streams, rounds int, idle time.Duration, dialers int, server string, ke
 		}
 		slowest = append(slowest, worst)
 		time.Sleep(300 * time.Millisecond)
+	}
+	if profileDir != "" {
+		cpu1 := sampleCPU(srv.Pid)
+		wall := cpu1.at.Sub(cpu0.at).Seconds()
+		fmt.Printf("CPU during the rounds (%.1f s): server %.2f cores, sse-load %.2f cores, whole machine %.2f of %d cores busy; load average %s\n",
+			wall, (cpu1.server-cpu0.server)/wall, (cpu1.self-cpu0.self)/wall, (cpu1.machine-cpu0.machine)/wall, runtime.NumCPU(), loadavg())
+		if err := <-cpuDone; err != nil {
+			return err
+		}
+		fmt.Printf("profiles saved in %s\n", profileDir)
 	}
 	fmt.Printf("committed step -> event on a stream, %d streams x %d rounds: p50 %s, p99 %s, max %s\n",
 		len(conns), rounds, benchenv.Pct(all, 50), benchenv.Pct(all, 99), benchenv.Pct(all, 100))
@@ -294,6 +356,98 @@ func commitStep(ctx context.Context, pool *pgxpool.Pool, threadID int64) (time.T
 		return db.EndRun(ctx, tx, threadID, db.StatusDone, "")
 	})
 	return time.Now(), err
+}
+
+// saveProfiles saves the server's named profiles to profileDir as
+// <name>-<tag>.pb.gz, and each in its text form (<name>-<tag>.txt: the
+// heap's ends with the runtime's MemStats). The heap profile is taken after
+// a GC (gc=1), so it shows what is live.
+func saveProfiles(addr, tag string, names ...string) error {
+	if profileDir == "" {
+		return nil
+	}
+	for _, name := range names {
+		q := ""
+		if name == "heap" {
+			q = "gc=1&"
+		}
+		if err := fetchTo(addr, "/debug/pprof/"+name+"?"+q, name+"-"+tag+".pb.gz"); err != nil {
+			return err
+		}
+		if err := fetchTo(addr, "/debug/pprof/"+name+"?"+q+"debug=1", name+"-"+tag+".txt"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func fetchTo(addr, path, file string) error {
+	resp, err := http.Get("http://" + addr + path)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	f, err := os.Create(filepath.Join(profileDir, file))
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// cpuSample is CPU seconds used so far by the server, this process and
+// the whole machine (all cores, busy time).
+type cpuSample struct {
+	at                    time.Time
+	server, self, machine float64
+}
+
+func sampleCPU(pid int) cpuSample {
+	s := cpuSample{at: time.Now()}
+	const hz = 100 // USER_HZ
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		// Fields after the command's closing parenthesis: utime and stime
+		// are the 12th and 13th.
+		if i := strings.LastIndexByte(string(b), ')'); i > 0 {
+			f := strings.Fields(string(b)[i+1:])
+			if len(f) > 12 {
+				u, _ := strconv.ParseFloat(f[11], 64)
+				st, _ := strconv.ParseFloat(f[12], 64)
+				s.server = (u + st) / hz
+			}
+		}
+	}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		s.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+	}
+	if b, err := os.ReadFile("/proc/stat"); err == nil {
+		line, _, _ := strings.Cut(string(b), "\n")
+		f := strings.Fields(line)
+		for i := 1; i < len(f); i++ {
+			if i == 4 || i == 5 || i >= 9 { // idle, iowait; guest time is in user already
+				continue
+			}
+			v, _ := strconv.ParseFloat(f[i], 64)
+			s.machine += v / hz
+		}
+	}
+	return s
+}
+
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	return strings.Join(f[:min(3, len(f))], " ")
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
