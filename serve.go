@@ -637,5 +637,6 @@ func newExtensions(cfg config, pool *pgxpool.Pool, log *slog.Logger, rt *jobs.Ru
 	rt.Tools.AddSource(jobs.MCPTools(ext.Manager))
 	rt.Skills = ext.Skills
 	rt.SkillVersion = ext.SkillVersion
+	rt.PluginSkillVersion = ext.PluginSkillVersion
 	return ext
 }

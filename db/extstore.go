@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -35,11 +36,16 @@ type StoredFolder struct {
 	Files   []StoredFile `db:"files"`
 }
 
-// PutFiles stores contents by hash; a content stored already is kept.
+// PutFiles stores contents by hash; a content stored already is kept, its
+// created_at moved to now and its row locked until the caller commits, so
+// that the prune (PruneExtensionStore) does not take a file the caller is
+// about to refer to again.
 // data maps a hash to its bytes.
 func PutFiles(ctx context.Context, q Querier, data map[string][]byte) error {
 	for h, b := range data {
-		if _, err := q.Exec(ctx, `INSERT INTO stored_files (hash, data) VALUES ($1, $2) ON CONFLICT (hash) DO NOTHING`, h, b); err != nil {
+		if _, err := q.Exec(ctx, `
+			INSERT INTO stored_files (hash, data) VALUES ($1, $2)
+			ON CONFLICT (hash) DO UPDATE SET created_at = now()`, h, b); err != nil {
 			return fmt.Errorf("store file %s: %w", h, err)
 		}
 	}
@@ -139,6 +145,112 @@ func ThreadSkillVersion(ctx context.Context, q Querier, threadID int64) (string,
 		return "", fmt.Errorf("skill version of thread %d: %w", threadID, err)
 	}
 	return v, nil
+}
+
+// ThreadPluginVersion returns the plugin and its version whose skill a
+// thread started with (migration 0022), or "" when it started with none.
+func ThreadPluginVersion(ctx context.Context, q Querier, threadID int64) (plugin, version string, err error) {
+	err = q.QueryRow(ctx, `SELECT plugin, version FROM thread_plugin_versions WHERE thread_id = $1`, threadID).Scan(&plugin, &version)
+	if err == pgx.ErrNoRows {
+		return "", "", nil
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("plugin version of thread %d: %w", threadID, err)
+	}
+	return plugin, version, nil
+}
+
+// GetPluginVersion returns one version of a stored plugin, current or not.
+func GetPluginVersion(ctx context.Context, q Querier, version string) (StoredFolder, error) {
+	f, err := one[StoredFolder](q.Query(ctx, `SELECT name, version, files FROM plugin_versions WHERE version = $1`, version))
+	if err != nil {
+		return StoredFolder{}, fmt.Errorf("plugin version %s: %w", version, err)
+	}
+	return f, nil
+}
+
+// neededVersions is the versions of skills and plugins someone may still
+// use: the current ones, and those pinned by a thread that is running or
+// waiting, or ended less than $1 ago (a reply to an older one uses the
+// current version).
+const neededVersions = `
+	WITH live AS (
+		SELECT id FROM threads
+		WHERE status NOT IN ('done', 'failed', 'cancelled') OR updated_at > now() - make_interval(secs => $1)
+	)
+	SELECT 'skill' AS kind, version FROM custom_skills
+	UNION SELECT 'skill', p.version FROM thread_skill_versions p JOIN live ON live.id = p.thread_id
+	UNION SELECT 'plugin', version FROM stored_plugins
+	UNION SELECT 'plugin', p.version FROM thread_plugin_versions p JOIN live ON live.id = p.thread_id`
+
+// NeededVersions returns the skill and plugin versions someone may still
+// use (see PruneExtensionStore): a replica keeps those in its cache.
+func NeededVersions(ctx context.Context, q Querier, endedFor time.Duration) (skills, plugins map[string]bool, err error) {
+	rows, err := q.Query(ctx, neededVersions, endedFor.Seconds())
+	if err != nil {
+		return nil, nil, fmt.Errorf("needed extension versions: %w", err)
+	}
+	skills, plugins = map[string]bool{}, map[string]bool{}
+	var kind, v string
+	_, err = pgx.ForEachRow(rows, []any{&kind, &v}, func() error {
+		if kind == "skill" {
+			skills[v] = true
+		} else {
+			plugins[v] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("needed extension versions: %w", err)
+	}
+	return skills, plugins, nil
+}
+
+// Pruned counts what PruneExtensionStore deleted.
+type Pruned struct {
+	SkillVersions, PluginVersions, Files int64
+}
+
+// PruneExtensionStore deletes the skill and plugin versions no one needs
+// any more: all but the current ones and those pinned by a thread running,
+// waiting, or ended less than endedFor ago. Then the files no version
+// lists, once stored longer than fileGrace ago (an install in progress
+// refers to files it has just stored or touched, see PutFiles). The pins
+// of a deleted version stay: a run that meets one uses the current version.
+func PruneExtensionStore(ctx context.Context, q Querier, endedFor, fileGrace time.Duration) (Pruned, error) {
+	var n Pruned
+	tag, err := q.Exec(ctx, `
+		WITH needed AS (`+neededVersions+`)
+		DELETE FROM skill_versions v
+		WHERE NOT EXISTS (SELECT 1 FROM needed WHERE kind = 'skill' AND needed.version = v.version)`, endedFor.Seconds())
+	if err != nil {
+		return n, fmt.Errorf("prune skill versions: %w", err)
+	}
+	n.SkillVersions = tag.RowsAffected()
+	tag, err = q.Exec(ctx, `
+		WITH needed AS (`+neededVersions+`)
+		DELETE FROM plugin_versions v
+		WHERE NOT EXISTS (SELECT 1 FROM needed WHERE kind = 'plugin' AND needed.version = v.version)`, endedFor.Seconds())
+	if err != nil {
+		return n, fmt.Errorf("prune plugin versions: %w", err)
+	}
+	n.PluginVersions = tag.RowsAffected()
+	tag, err = q.Exec(ctx, `
+		WITH used AS (
+			SELECT DISTINCT e->>'hash' AS hash
+			FROM (SELECT files FROM skill_versions
+			      UNION ALL SELECT files FROM plugin_versions
+			      UNION ALL SELECT files FROM stored_plugins) s,
+			     jsonb_array_elements(s.files) e
+		)
+		DELETE FROM stored_files f
+		WHERE f.created_at < now() - make_interval(secs => $1)
+		  AND NOT EXISTS (SELECT 1 FROM used WHERE used.hash = f.hash)`, fileGrace.Seconds())
+	if err != nil {
+		return n, fmt.Errorf("prune stored files: %w", err)
+	}
+	n.Files = tag.RowsAffected()
+	return n, nil
 }
 
 // ListStoredPlugins returns the plugins installed on the settings page.

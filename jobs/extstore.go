@@ -24,10 +24,11 @@ import (
 // kept in PostgreSQL (db/extstore.go); a replica materializes each version
 // it uses into its cache (<PIZZA_DATA_ROOT>/cache by default), a folder
 // named after the version's hash, written whole under a temporary name and
-// renamed into place. A folder there is never changed, only added: a
-// version is content, so replicas sharing a cache write identical folders
-// and a run holding one version's folder is never surprised. The cache is
-// disposable: deleting it costs a re-read from the database.
+// renamed into place. A folder there is never changed: a version is
+// content, so replicas sharing a cache write identical folders and a run
+// holding one version's folder is never surprised. A folder is deleted only
+// once no one needs its version (pruneCache). The cache is disposable:
+// deleting it costs a re-read from the database.
 
 // packFolder reads the regular files under dir into a folder of the store:
 // the list of files with their hashes, the contents by hash, and the
@@ -193,4 +194,48 @@ func (x *Extensions) listenOnce(ctx context.Context) error {
 			x.logger().Warn("extensions: reload after a change", "err", err)
 		}
 	}
+}
+
+// pruneCache deletes the cache folders of the versions no one needs any
+// more (db.NeededVersions: neither current nor pinned by a thread running,
+// waiting or ended less than PinRetention ago), and forgets the skills
+// loaded from them; the hourly prune deletes the same versions from the
+// database. Folders being written (".tmp-", ".upload-") are left alone.
+func (x *Extensions) pruneCache(ctx context.Context) error {
+	skills, plugins, err := db.NeededVersions(ctx, x.Pool, PinRetention)
+	if err != nil {
+		return err
+	}
+	needed := map[string]map[string]bool{"skills": skills, "plugins": plugins}
+	removed := 0
+	for kind, keep := range needed {
+		entries, err := os.ReadDir(filepath.Join(x.cacheDir(), kind))
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				x.logger().Warn("extensions: read the cache", "err", err)
+			}
+			continue
+		}
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), ".") || keep[e.Name()] {
+				continue
+			}
+			if err := os.RemoveAll(filepath.Join(x.cacheDir(), kind, e.Name())); err != nil {
+				x.logger().Warn("extensions: prune the cache", "err", err)
+				continue
+			}
+			removed++
+		}
+	}
+	x.mu.Lock()
+	for k := range x.versions {
+		if !needed[k.kind][k.version] {
+			delete(x.versions, k)
+		}
+	}
+	x.mu.Unlock()
+	if removed > 0 {
+		x.logger().Info("extensions: pruned cached versions", "folders", removed)
+	}
+	return nil
 }

@@ -73,8 +73,8 @@ type Extensions struct {
 	mu       sync.Mutex
 	state    ExtensionsState
 	skills   agent.SkillSet
-	loaded   bool                    // skills has been loaded once
-	versions map[string]*agent.Skill // stored skill versions runs asked for
+	loaded   bool                      // skills has been loaded once
+	versions map[cacheKey]*agent.Skill // stored skill versions runs asked for, by cacheKey
 
 	stop chan struct{}
 	done chan struct{}
@@ -329,12 +329,25 @@ func (x *Extensions) Reload(ctx context.Context) error {
 
 	skills := agent.LoadSkillLayers(x.BuiltinSkills, enabledPlugins, stored, x.SkillsDir(), agent.SourceDeployment)
 	skills.Errors = append(skills.Errors, storeErrs...)
+	// A stored plugin's skills carry the plugin's version, which a run
+	// pins (Runtime.runSkill); a deployed plugin's carry none.
+	pluginVersions := map[string]string{}
+	for _, sp := range storedPlugins {
+		if !deployed[sp.Name] {
+			pluginVersions[sp.Name] = sp.Version
+		}
+	}
+	for i := range skills.Skills {
+		if sk := &skills.Skills[i]; sk.Source == agent.SourcePlugin {
+			sk.Version = pluginVersions[sk.Plugin]
+		}
+	}
 
 	x.mu.Lock()
 	x.state = st
 	x.skills, x.loaded = skills, true
 	x.mu.Unlock()
-	return nil
+	return x.pruneCache(ctx)
 }
 
 // sourceLabel names where a server is configured, for people.
@@ -381,29 +394,69 @@ func (x *Extensions) Skills() agent.SkillSet {
 
 // SkillVersion returns a version of a stored custom skill, current or
 // not: what a run that started with it keeps using (Runtime.SkillVersion).
+// db.ErrNotFound when the version was pruned.
 func (x *Extensions) SkillVersion(ctx context.Context, q db.Querier, version string) (*agent.Skill, error) {
+	return x.version(cacheKey{kind: "skills", version: version}, func() (*agent.Skill, error) {
+		f, err := db.GetSkillVersion(ctx, q, version)
+		if err != nil {
+			return nil, err
+		}
+		dir, err := materialize(ctx, q, x.cacheDir(), "skills", f)
+		if err != nil {
+			return nil, err
+		}
+		return agent.LoadStoredSkill(agent.StoredSkill{Name: f.Name, Version: f.Version, Dir: dir})
+	})
+}
+
+// PluginSkillVersion returns the skill named skill of a version of a
+// stored plugin, current or not: what a run of a plugin's skill keeps
+// using (Runtime.PluginSkillVersion). db.ErrNotFound when the version was
+// pruned or has no such skill.
+func (x *Extensions) PluginSkillVersion(ctx context.Context, q db.Querier, version, skill string) (*agent.Skill, error) {
+	return x.version(cacheKey{kind: "plugins", version: version, skill: skill}, func() (*agent.Skill, error) {
+		f, err := db.GetPluginVersion(ctx, q, version)
+		if err != nil {
+			return nil, err
+		}
+		dir, err := materialize(ctx, q, x.cacheDir(), "plugins", f)
+		if err != nil {
+			return nil, err
+		}
+		set := agent.LoadSkillLayers(nil, []agent.Plugin{agent.LoadPlugin(dir)}, nil, "", "")
+		s, ok := set.Get(skill)
+		if !ok {
+			return nil, fmt.Errorf("skill %s of plugin version %s: %w", skill, version, db.ErrNotFound)
+		}
+		s.Version = version
+		return s, nil
+	})
+}
+
+// cacheKey names a skill of a stored version: a custom skill's version
+// (kind "skills"), or a skill of a plugin's version (kind "plugins"). kind
+// is also the folder of the cache the version is materialized in.
+type cacheKey struct {
+	kind, version, skill string
+}
+
+// version returns the skill of key, loading it with load the first time.
+func (x *Extensions) version(key cacheKey, load func() (*agent.Skill, error)) (*agent.Skill, error) {
 	x.mu.Lock()
-	s, ok := x.versions[version]
+	s, ok := x.versions[key]
 	x.mu.Unlock()
 	if ok {
 		return s, nil
 	}
-	f, err := db.GetSkillVersion(ctx, q, version)
+	s, err := load()
 	if err != nil {
-		return nil, err
-	}
-	dir, err := materialize(ctx, q, x.cacheDir(), "skills", f)
-	if err != nil {
-		return nil, err
-	}
-	if s, err = agent.LoadStoredSkill(agent.StoredSkill{Name: f.Name, Version: f.Version, Dir: dir}); err != nil {
 		return nil, err
 	}
 	x.mu.Lock()
 	if x.versions == nil {
-		x.versions = map[string]*agent.Skill{}
+		x.versions = map[cacheKey]*agent.Skill{}
 	}
-	x.versions[version] = s
+	x.versions[key] = s
 	x.mu.Unlock()
 	return s, nil
 }

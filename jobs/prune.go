@@ -18,6 +18,13 @@ const (
 	FireRetention     = 90 * 24 * time.Hour
 	DeliveryRetention = 30 * 24 * time.Hour
 	PruneEvery        = time.Hour
+	// PinRetention is how long after a thread ends the skill and plugin
+	// versions it was pinned to are kept (in the database and in every
+	// replica's cache). A reply after that runs on the current version.
+	PinRetention = 24 * time.Hour
+	// StoredFileGrace keeps a stored file no version lists for a while: an
+	// install in progress may be about to list it.
+	StoredFileGrace = time.Hour
 )
 
 // PruneArgs queue a prune of old trigger records.
@@ -47,7 +54,30 @@ func (w *PruneWorker) Work(ctx context.Context, _ *river.Job[PruneArgs]) error {
 	if err := db.PruneProcessRecords(ctx, w.rt.Pool, 7*24*time.Hour); err != nil {
 		return err
 	}
+	if err := w.rt.PruneExtensionStore(ctx); err != nil {
+		return err
+	}
 	return w.rt.PruneArchived(ctx)
+}
+
+// PruneExtensionStore deletes the versions of custom skills and stored
+// plugins no thread needs any more, and the files only they listed (see
+// db.PruneExtensionStore): the current version of each is kept, and every
+// version pinned by a thread running, waiting, or ended less than
+// PinRetention ago.
+func (rt *Runtime) PruneExtensionStore(ctx context.Context) error {
+	var n db.Pruned
+	err := db.InTx(ctx, rt.Pool, func(ctx context.Context, tx pgx.Tx) (err error) {
+		n, err = db.PruneExtensionStore(ctx, tx, PinRetention, StoredFileGrace)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if n != (db.Pruned{}) {
+		rt.Logger.Info("pruned the extension store", "skill_versions", n.SkillVersions, "plugin_versions", n.PluginVersions, "files", n.Files)
+	}
+	return nil
 }
 
 // PruneArchived deletes the threads archived longer ago than Retention,

@@ -38,6 +38,11 @@ type Runtime struct {
 	// not (Extensions.SkillVersion): a run keeps the version it started
 	// with. Nil: runs use the current skills.
 	SkillVersion func(ctx context.Context, q db.Querier, version string) (*agent.Skill, error)
+	// PluginSkillVersion loads the skill named skill of a version of a
+	// stored plugin, current or not (Extensions.PluginSkillVersion): a run
+	// of a plugin's skill keeps the plugin version it started with. Nil:
+	// runs use the current plugins.
+	PluginSkillVersion func(ctx context.Context, q db.Querier, version, skill string) (*agent.Skill, error)
 	// DefaultModel is the model spec a new thread uses ("provider:model-id").
 	DefaultModel string
 	// Getenv reads provider keys and base URLs.
@@ -164,28 +169,59 @@ func (rt *Runtime) requestPool() *pgxpool.Pool {
 }
 
 // runSkill returns the skill named name as the run of thread threadID sees
-// it: the version of a custom skill the thread started with (pinned by
-// migration 0020's trigger in the transaction that created the thread),
-// else the current one. A custom skill edited or deleted meanwhile does
-// not change a run under way. Built-in, plugin and deployed skills change
-// only with the deployment and are used as they are now.
+// it: the version of a custom skill, or of the plugin a skill comes from,
+// the thread started with (pinned by the triggers of migrations 0020 and
+// 0022 in the transaction that created the thread), else the current one.
+// A custom skill edited or deleted, or a plugin reinstalled or removed,
+// meanwhile does not change a run under way. Built-in and deployed skills
+// change only with the deployment and are used as they are now. A pinned
+// version pruned meanwhile (jobs/prune.go: the thread had ended more than
+// PinRetention ago, and got a reply) gives way to the current one.
 func (rt *Runtime) runSkill(ctx context.Context, q db.Querier, threadID int64, name string) (*agent.Skill, bool, error) {
 	s, ok := rt.skills().Get(name)
-	if rt.SkillVersion == nil || (ok && s.Source != agent.SourceCustom) {
+	if ok && s.Source != agent.SourceCustom && s.Source != agent.SourcePlugin {
 		return s, ok, nil
 	}
-	v, err := db.ThreadSkillVersion(ctx, q, threadID)
-	if err != nil {
-		return nil, false, err
+	if rt.SkillVersion != nil && (!ok || s.Source == agent.SourceCustom) {
+		v, err := db.ThreadSkillVersion(ctx, q, threadID)
+		if err != nil {
+			return nil, false, err
+		}
+		if v != "" {
+			if ok && s.Version == v {
+				return s, ok, nil
+			}
+			pinned, err := rt.SkillVersion(ctx, q, v)
+			if err == nil {
+				return pinned, true, nil
+			}
+			if !errors.Is(err, db.ErrNotFound) {
+				return nil, false, err
+			}
+			rt.Logger.Warn("pinned skill version is gone, using the current one", "thread_id", threadID, "skill", name, "version", v, "current", ok)
+			return s, ok, nil
+		}
 	}
-	if v == "" || (ok && s.Version == v) {
-		return s, ok, nil
+	if rt.PluginSkillVersion != nil && (!ok || s.Source == agent.SourcePlugin) {
+		plugin, v, err := db.ThreadPluginVersion(ctx, q, threadID)
+		if err != nil {
+			return nil, false, err
+		}
+		// A skill now of another plugin than the pinned one: the pin
+		// (chosen from the database alone) did not name what the run saw.
+		if v == "" || (ok && (s.Plugin != plugin || s.Version == v)) {
+			return s, ok, nil
+		}
+		pinned, err := rt.PluginSkillVersion(ctx, q, v, name)
+		if err == nil {
+			return pinned, true, nil
+		}
+		if !errors.Is(err, db.ErrNotFound) {
+			return nil, false, err
+		}
+		rt.Logger.Warn("pinned plugin version is gone, using the current one", "thread_id", threadID, "skill", name, "plugin", plugin, "version", v, "current", ok)
 	}
-	pinned, err := rt.SkillVersion(ctx, q, v)
-	if err != nil {
-		return nil, false, err
-	}
-	return pinned, true, nil
+	return s, ok, nil
 }
 
 func (rt *Runtime) skills() agent.SkillSet {

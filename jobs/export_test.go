@@ -1,0 +1,13 @@
+package jobs
+
+import (
+	"context"
+
+	"pizzabot/agent"
+	"pizzabot/db"
+)
+
+// RunSkill exposes runSkill to the tests of package jobs_test.
+func (rt *Runtime) RunSkill(ctx context.Context, q db.Querier, threadID int64, name string) (*agent.Skill, bool, error) {
+	return rt.runSkill(ctx, q, threadID, name)
+}
