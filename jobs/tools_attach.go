@@ -59,9 +59,20 @@ func attachmentTools() []Tool {
 					"page":{"type":"integer","minimum":1,"description":"PDFs: the first page to read (default 1)."}},
 					"required":["id"],"additionalProperties":false}`),
 			},
-			Tx: func(ctx context.Context, tx pgx.Tx, run Run, args map[string]any) (string, error) {
+			// A Call, not a Tx tool: reading a PDF runs PDFium for up to
+			// pdfTimeout (seconds on the first PDF of a process, while it
+			// compiles), and no transaction may be held that long (a long
+			// transaction holds back every live update in the cluster).
+			// It only reads, so a crash mid-call simply runs it again.
+			Idempotent: true,
+			Call: func(ctx context.Context, run Run, args map[string]any) (string, error) {
+				env, err := callEnvFrom(ctx)
+				if err != nil {
+					return "", err
+				}
+				q := env.rt.Pool
 				id := intArg(args, "id", 0, 0, 1<<62)
-				a, err := db.GetAttachment(ctx, tx, run.UserID, id)
+				a, err := db.GetAttachment(ctx, q, run.UserID, id)
 				if errors.Is(err, db.ErrNotFound) || (err == nil && a.ThreadID != run.ThreadID) {
 					return "", fmt.Errorf("this thread has no attachment #%d (list_attachments lists them)", id)
 				}
@@ -70,21 +81,18 @@ func attachmentTools() []Tool {
 				}
 				shown := false
 				if showsImage(a) { // and among the first maxImages? (images.go)
-					as, err := db.ListAttachments(ctx, tx, run.UserID, run.ThreadID)
+					as, err := db.ListAttachments(ctx, q, run.UserID, run.ThreadID)
 					if err != nil {
 						return "", err
 					}
 					shown = slices.Contains(shownImageIDs(as), a.ID)
 				}
 				if a.IsPDF() {
-					// PDFium runs inside this transaction, bounded by
-					// pdfTimeout; it holds the connection but asks the pool
-					// for nothing.
 					t, text, err := readPDFAttachment(ctx, a, int(intArg(args, "page", 1, 1, 1<<31-1)))
 					if err == nil && a.Pages == nil {
-						// Uploaded before PDFs were counted: the thread page
-						// shows the count from now on.
-						err = db.SetAttachmentPages(ctx, tx, run.UserID, a.ID, t.Pages)
+						// Uploaded before PDFs were counted, or by a
+						// webhook: the thread page shows the count from now on.
+						err = db.SetAttachmentPages(ctx, q, run.UserID, a.ID, t.Pages)
 					}
 					return text, err
 				}
