@@ -133,12 +133,6 @@ func HoldsTx(ctx context.Context) bool {
 	return h != nil && h.active.Load()
 }
 
-// WithoutTx returns ctx without the mark of a transaction, for work that
-// deliberately runs on its own connection outside it (rare: say why).
-func WithoutTx(ctx context.Context) context.Context {
-	return context.WithValue(ctx, txHeldKey{}, (*txHeld)(nil))
-}
-
 func nestedAcquire(ctx context.Context) error {
 	if HoldsTx(ctx) {
 		return ErrNestedAcquire

@@ -41,9 +41,10 @@ func LockProcess(ctx context.Context, conn *pgx.Conn, id int64) error {
 	return nil
 }
 
-// liveClients lists the River client names of the processes alive now.
-const liveClients = `SELECT 'pizza-' || l.objid::text FROM pg_locks l
-	WHERE l.locktype = 'advisory' AND l.classid = 1346984538 AND l.objsubid = 2 AND l.granted
+// liveClients lists the River client names of the processes alive now:
+// those whose liveness lock (processLockClass, id) is held.
+var liveClients = `SELECT 'pizza-' || l.objid::text FROM pg_locks l
+	WHERE l.locktype = 'advisory' AND l.classid = ` + strconv.Itoa(processLockClass) + ` AND l.objsubid = 2 AND l.granted
 	  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`
 
 // RescueDeadSteps finds step jobs that a process which is no longer alive

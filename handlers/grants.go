@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -78,7 +79,7 @@ func (h *Handler) addGrant(w http.ResponseWriter, r *http.Request) error {
 		err = fmt.Errorf("%s is inside the server's data folder, which agents must not reach", path)
 	}
 	if err == nil {
-		err = h.audited(ctx, "grant.add", fmt.Sprintf("%s (%s)", path, strings.ToLower(views.GrantModeText(writable))), func(tx pgx.Tx) error {
+		err = h.audited(ctx, "grant.add", fmt.Sprintf("%s (%s)", path, strings.ToLower(views.GrantModeText(writable))), func(ctx context.Context, tx pgx.Tx) error {
 			_, err := db.AddGrant(ctx, tx, path, writable, userFrom(ctx).ID)
 			return err
 		})
@@ -121,7 +122,7 @@ func (h *Handler) setGrantWritable(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	writable := r.PostForm.Get("writable") == "true"
-	err = h.audited(ctx, "grant.change", fmt.Sprintf("grant %d %s", id, strings.ToLower(views.GrantModeText(writable))), func(tx pgx.Tx) error {
+	err = h.audited(ctx, "grant.change", fmt.Sprintf("grant %d %s", id, strings.ToLower(views.GrantModeText(writable))), func(ctx context.Context, tx pgx.Tx) error {
 		_, err := db.SetGrantWritable(ctx, tx, id, writable)
 		return err
 	})
@@ -138,7 +139,7 @@ func (h *Handler) deleteGrant(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	err = h.audited(ctx, "grant.revoke", fmt.Sprintf("grant %d", id), func(tx pgx.Tx) error {
+	err = h.audited(ctx, "grant.revoke", fmt.Sprintf("grant %d", id), func(ctx context.Context, tx pgx.Tx) error {
 		_, err := db.DeleteGrant(ctx, tx, id)
 		return err
 	})

@@ -239,7 +239,7 @@ func (h *Handler) saveMCPServer(w http.ResponseWriter, r *http.Request, editing 
 	if editing != "" {
 		action = "MCP server changed"
 	}
-	err = h.audited(ctx, action, f.Name.Value, func(tx pgx.Tx) error {
+	err = h.audited(ctx, action, f.Name.Value, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := ext.SaveServer(ctx, tx, userFrom(ctx), f.Name.Value, cfg, editing == "")
 		return err
 	})
@@ -303,7 +303,7 @@ func (h *Handler) deleteMCPServer(w http.ResponseWriter, r *http.Request) error 
 	}
 	ctx := r.Context()
 	name := r.PathValue("name")
-	if err := h.audited(ctx, "MCP server deleted", name, func(tx pgx.Tx) error { return ext.DeleteServer(ctx, tx, name) }); err != nil {
+	if err := h.audited(ctx, "MCP server deleted", name, func(ctx context.Context, tx pgx.Tx) error { return ext.DeleteServer(ctx, tx, name) }); err != nil {
 		return err
 	}
 	if err := ext.Reload(ctx); err != nil {
@@ -338,7 +338,7 @@ func (h *Handler) switchExtension(w http.ResponseWriter, r *http.Request, what, 
 	if on {
 		action, done = what+" turned on", "on"
 	}
-	if err := h.audited(ctx, action, name, func(tx pgx.Tx) error { return set(ext, ctx, tx, userFrom(ctx), name, on) }); err != nil {
+	if err := h.audited(ctx, action, name, func(ctx context.Context, tx pgx.Tx) error { return set(ext, ctx, tx, userFrom(ctx), name, on) }); err != nil {
 		return err
 	}
 	if err := ext.Reload(ctx); err != nil {
@@ -583,7 +583,7 @@ func (h *Handler) uninstallPlugin(w http.ResponseWriter, r *http.Request) error 
 	}
 	ctx := r.Context()
 	name := r.PathValue("name")
-	if err := h.audited(ctx, "plugin uninstalled", name, func(tx pgx.Tx) error { return ext.UninstallPlugin(ctx, tx, name) }); err != nil {
+	if err := h.audited(ctx, "plugin uninstalled", name, func(ctx context.Context, tx pgx.Tx) error { return ext.UninstallPlugin(ctx, tx, name) }); err != nil {
 		return err
 	}
 	if err := ext.Reload(ctx); err != nil {

@@ -165,10 +165,11 @@ func (h *Handler) getenv(name string) string {
 	return ""
 }
 
-// audited runs change and records it in the audit log, in one transaction.
-func (h *Handler) audited(ctx context.Context, action, detail string, change func(tx pgx.Tx) error) error {
+// audited runs change and records it in the audit log, in one transaction;
+// change gets the transaction's context (db.InTx).
+func (h *Handler) audited(ctx context.Context, action, detail string, change func(ctx context.Context, tx pgx.Tx) error) error {
 	return db.InTx(ctx, h.pool, func(ctx context.Context, tx pgx.Tx) error {
-		if err := change(tx); err != nil {
+		if err := change(ctx, tx); err != nil {
 			return err
 		}
 		return db.AddAudit(ctx, tx, userFrom(ctx), action, detail)
@@ -257,7 +258,7 @@ func (h *Handler) saveProvider(w http.ResponseWriter, r *http.Request) error {
 	case keyEnv != "":
 		detail += ", key from " + keyEnv
 	}
-	if err := h.audited(ctx, "provider "+pr.Name+" saved", detail, func(tx pgx.Tx) error {
+	if err := h.audited(ctx, "provider "+pr.Name+" saved", detail, func(ctx context.Context, tx pgx.Tx) error {
 		return db.SaveProviderSetting(ctx, tx, s, key == "" && keyEnv == "")
 	}); err != nil {
 		return err
@@ -279,7 +280,7 @@ func (h *Handler) resetProvider(w http.ResponseWriter, r *http.Request) error {
 	if !ok {
 		return notFound
 	}
-	if err := h.audited(ctx, "provider "+pr.Name+" reset", "configured by the environment only", func(tx pgx.Tx) error {
+	if err := h.audited(ctx, "provider "+pr.Name+" reset", "configured by the environment only", func(ctx context.Context, tx pgx.Tx) error {
 		return db.DeleteProviderSetting(ctx, tx, pr.Name)
 	}); err != nil {
 		return err
@@ -307,7 +308,7 @@ func (h *Handler) saveDefaultModel(w http.ResponseWriter, r *http.Request) error
 		}
 		model = spec.String()
 	}
-	if err := h.audited(ctx, "default model set", orDefault(model), func(tx pgx.Tx) error {
+	if err := h.audited(ctx, "default model set", orDefault(model), func(ctx context.Context, tx pgx.Tx) error {
 		return db.SetServerSetting(ctx, tx, db.SettingDefaultModel, model)
 	}); err != nil {
 		return err
@@ -337,7 +338,7 @@ func (h *Handler) saveToolPolicy(w http.ResponseWriter, r *http.Request) error {
 	if !policy.IsZero() {
 		detail = fmt.Sprintf("allow %s; ask %s; deny %s", strings.Join(policy.Allow, " "), strings.Join(policy.Ask, " "), strings.Join(policy.Deny, " "))
 	}
-	if err := h.audited(ctx, "tool policy set", detail, func(tx pgx.Tx) error {
+	if err := h.audited(ctx, "tool policy set", detail, func(ctx context.Context, tx pgx.Tx) error {
 		return db.SetServerSetting(ctx, tx, db.SettingToolPolicy, raw)
 	}); err != nil {
 		return err
@@ -371,7 +372,7 @@ func (h *Handler) addOrigin(w http.ResponseWriter, r *http.Request) error {
 	raw := r.PostForm.Get("origin")
 	origin, err := NormalizeOrigin(raw)
 	if err == nil {
-		err = h.audited(ctx, "origin allowed", origin, func(tx pgx.Tx) error { return db.AddAllowedOrigin(ctx, tx, origin) })
+		err = h.audited(ctx, "origin allowed", origin, func(ctx context.Context, tx pgx.Tx) error { return db.AddAllowedOrigin(ctx, tx, origin) })
 	}
 	if errors.Is(err, db.ErrOriginExists) || (err != nil && strings.Contains(err.Error(), "is not an origin")) {
 		p, lerr := h.loadSettings(r)
@@ -394,7 +395,7 @@ func (h *Handler) deleteOrigin(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	origin := r.PostForm.Get("origin")
-	if err := h.audited(ctx, "origin removed", origin, func(tx pgx.Tx) error { return db.DeleteAllowedOrigin(ctx, tx, origin) }); err != nil {
+	if err := h.audited(ctx, "origin removed", origin, func(ctx context.Context, tx pgx.Tx) error { return db.DeleteAllowedOrigin(ctx, tx, origin) }); err != nil {
 		return err
 	}
 	return settingsDone(w, r, "origin-removed", "origins")
@@ -453,7 +454,7 @@ func (h *Handler) setUserAdmin(w http.ResponseWriter, r *http.Request) error {
 	if admin {
 		action = "admin role granted"
 	}
-	if err := h.audited(ctx, action, userDesc(u), func(tx pgx.Tx) error { return db.SetGrantedAdmin(ctx, tx, u.ID, admin) }); err != nil {
+	if err := h.audited(ctx, action, userDesc(u), func(ctx context.Context, tx pgx.Tx) error { return db.SetGrantedAdmin(ctx, tx, u.ID, admin) }); err != nil {
 		return err
 	}
 	return settingsDone(w, r, "user", "users")
@@ -477,7 +478,7 @@ func (h *Handler) setUserDisabled(w http.ResponseWriter, r *http.Request) error 
 	if disabled {
 		action = "user disabled"
 	}
-	if err := h.audited(ctx, action, userDesc(u), func(tx pgx.Tx) error { return db.SetUserDisabled(ctx, tx, u.ID, disabled) }); err != nil {
+	if err := h.audited(ctx, action, userDesc(u), func(ctx context.Context, tx pgx.Tx) error { return db.SetUserDisabled(ctx, tx, u.ID, disabled) }); err != nil {
 		return err
 	}
 	return settingsDone(w, r, "user", "users")
@@ -491,7 +492,7 @@ func (h *Handler) endUserSessions(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	if err := h.audited(ctx, "sessions ended", userDesc(u), func(tx pgx.Tx) error {
+	if err := h.audited(ctx, "sessions ended", userDesc(u), func(ctx context.Context, tx pgx.Tx) error {
 		_, err := db.DeleteUserSessions(ctx, tx, u.ID)
 		return err
 	}); err != nil {
@@ -633,7 +634,7 @@ func (h *Handler) saveSkill(w http.ResponseWriter, r *http.Request) error {
 		p.Warnings, p.ConfirmWarnings = sk.Warnings, true
 		return h.skillEditPage(w, r, http.StatusUnprocessableEntity, p)
 	}
-	err = h.audited(ctx, "skill saved", name, func(tx pgx.Tx) error {
+	err = h.audited(ctx, "skill saved", name, func(ctx context.Context, tx pgx.Tx) error {
 		return h.ext.SaveSkill(ctx, tx, userFrom(ctx), name, []byte(content))
 	})
 	var ue *jobs.UserError
@@ -658,7 +659,7 @@ func (h *Handler) deleteSkill(w http.ResponseWriter, r *http.Request) error {
 	if h.ext == nil || !skillNamePattern.MatchString(name) {
 		return notFound
 	}
-	if err := h.audited(ctx, "skill deleted", name, func(tx pgx.Tx) error { return h.ext.DeleteSkill(ctx, tx, name) }); err != nil {
+	if err := h.audited(ctx, "skill deleted", name, func(ctx context.Context, tx pgx.Tx) error { return h.ext.DeleteSkill(ctx, tx, name) }); err != nil {
 		return err
 	}
 	if err := h.ext.Reload(ctx); err != nil {

@@ -164,8 +164,9 @@ func (rt *Runtime) heartbeat(ctx context.Context, cancel context.CancelCauseFunc
 }
 
 // commit runs fn in a transaction that first checks this job still holds the
-// run.
-func (rt *Runtime) commit(ctx context.Context, jobID int64, a StepArgs, fn func(tx pgx.Tx) error) error {
+// run. fn gets the transaction's context (db.InTx): a pool connection asked
+// for with it fails at once, so a Tx tool cannot take a second one.
+func (rt *Runtime) commit(ctx context.Context, jobID int64, a StepArgs, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	return db.InTx(ctx, rt.Pool, func(ctx context.Context, tx pgx.Tx) error {
 		ok, err := db.HoldsLease(ctx, tx, a.ThreadID, a.Gen, jobID)
 		if err != nil {
@@ -174,14 +175,14 @@ func (rt *Runtime) commit(ctx context.Context, jobID int64, a StepArgs, fn func(
 		if !ok {
 			return errLeaseLost
 		}
-		return fn(tx)
+		return fn(ctx, tx)
 	})
 }
 
 // commitBatch is commit whose first statements, queued by first, go to the
 // server in one round trip with the lease check; fn then runs as in commit.
 // When the lease is lost the batch's writes are rolled back with the rest.
-func (rt *Runtime) commitBatch(ctx context.Context, jobID int64, a StepArgs, first func(b *pgx.Batch) error, fn func(tx pgx.Tx) error) error {
+func (rt *Runtime) commitBatch(ctx context.Context, jobID int64, a StepArgs, first func(b *pgx.Batch) error, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	return db.InTx(ctx, rt.Pool, func(ctx context.Context, tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		var checked db.LeaseCheck
@@ -198,7 +199,7 @@ func (rt *Runtime) commitBatch(ctx context.Context, jobID int64, a StepArgs, fir
 		if err != nil {
 			return err
 		}
-		return fn(tx)
+		return fn(ctx, tx)
 	})
 }
 
@@ -217,7 +218,7 @@ func (rt *Runtime) step(ctx context.Context, jobID int64, a StepArgs) error {
 
 // fail ends the run as failed with a message the user sees in the thread.
 func (rt *Runtime) fail(ctx context.Context, jobID int64, a StepArgs, started time.Time, model, msg string) error {
-	return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
+	return rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
 		if err := db.InsertStep(ctx, tx, db.Step{ThreadID: a.ThreadID, Kind: "model", Model: model, Error: msg, StartedAt: started}); err != nil {
 			return err
 		}
@@ -307,7 +308,7 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 			PromptTokens: out.Usage.PromptTokens, CompletionTokens: out.Usage.CompletionTokens, StartedAt: started})
 		return nil
 	}
-	return rt.commitBatch(ctx, jobID, a, first, func(tx pgx.Tx) error {
+	return rt.commitBatch(ctx, jobID, a, first, func(ctx context.Context, tx pgx.Tx) error {
 		if out.Done() {
 			return rt.endRun(ctx, tx, t.ID, db.StatusDone, "")
 		}
@@ -372,7 +373,7 @@ func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, userID
 		tool, known := rt.Tools.Get(c.Name)
 		switch c.State {
 		case db.CallPending, db.CallUnknown:
-			return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
+			return rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
 				return rt.endRun(ctx, tx, a.ThreadID, db.StatusWaiting, "")
 			})
 		case db.CallRunning:
@@ -380,7 +381,7 @@ func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, userID
 			if known && (tool.Tx != nil || tool.Idempotent) {
 				break // safe to run again
 			}
-			return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
+			return rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
 				if err := db.SetToolCallWait(ctx, tx, c.ID, db.CallUnknown, db.WaitUnknown,
 					[]string{db.DecisionRetry, db.DecisionSkip}, unknownOutcome); err != nil {
 					return err
@@ -392,7 +393,7 @@ func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, userID
 			return err
 		}
 	}
-	return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
+	return rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
 		if err := db.InsertStep(ctx, tx, db.Step{ThreadID: a.ThreadID, Kind: "tools", StartedAt: started}); err != nil {
 			return err
 		}
@@ -403,7 +404,7 @@ func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, userID
 // runCall executes one ready call and commits its result.
 func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run Run, c db.ToolCallRow, tool Tool, known bool) error {
 	if !known || (tool.Tx == nil && tool.Call == nil) {
-		return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
+		return rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
 			return db.CompleteToolCall(ctx, tx, c, fmt.Sprintf("tool %q is not available", c.Name), true)
 		})
 	}
@@ -412,13 +413,13 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run Run
 	if g, err := rt.gate(ctx, rt.Pool, a.ThreadID, c.Name); err != nil {
 		return err
 	} else if g.Deny {
-		return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
+		return rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
 			return db.CompleteToolCall(ctx, tx, c, g.Refusal(c.Name), true)
 		})
 	}
 	args, err := tool.Spec.ValidateArguments(c.EffectiveArguments())
 	if err != nil {
-		return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
+		return rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
 			return db.CompleteToolCall(ctx, tx, c, err.Error(), true)
 		})
 	}
@@ -426,7 +427,7 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run Run
 	// this call in their context; see workspace.go.
 	ctx = rt.withCallEnv(ctx, jobID, a, c)
 	if tool.Tx != nil {
-		return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
+		return rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
 			// A savepoint: a failing tool must not abort the transaction
 			// that records its failure.
 			sp, err := tx.Begin(ctx)
@@ -449,7 +450,7 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run Run
 	}
 	// Record the intent first: if the process dies during Call, the next
 	// job finds the call "running" and does not repeat it blindly.
-	err = rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
+	err = rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := db.SetToolCallState(ctx, tx, c.ID, db.CallRunning, db.CallReady, db.CallRunning)
 		return err
 	})
@@ -461,7 +462,7 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run Run
 		return ctx.Err()
 	}
 	rt.Metrics.ToolCall(c.Name, toolOutcome(terr))
-	return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
+	return rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
 		if terr != nil {
 			return failCall(ctx, tx, c, terr) // an error result, or parked for approval
 		}

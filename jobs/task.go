@@ -161,7 +161,7 @@ func (rt *Runtime) delegate(ctx context.Context, jobID int64, a StepArgs, open [
 	if len(ready) == 0 {
 		return nil
 	}
-	return rt.commit(ctx, jobID, a, func(tx pgx.Tx) error {
+	return rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
 		parent, err := db.GetRunThread(ctx, tx, a.ThreadID)
 		if err != nil {
 			return err

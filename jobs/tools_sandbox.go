@@ -310,7 +310,7 @@ func (b *scriptBridge) execute(ctx context.Context, seq int, name, canon string,
 	var result string
 	var terr error
 	if tool.Tx != nil {
-		err := b.env.commit(ctx, func(tx pgx.Tx) error {
+		err := b.env.commit(ctx, func(ctx context.Context, tx pgx.Tx) error {
 			sp, err := tx.Begin(ctx)
 			if err != nil {
 				return err
@@ -351,7 +351,7 @@ func (b *scriptBridge) execute(ctx context.Context, seq int, name, canon string,
 	} else {
 		entry.Result = result
 	}
-	if err := b.env.commit(ctx, func(tx pgx.Tx) error { return db.PutSandboxCall(ctx, tx, entry) }); err != nil {
+	if err := b.env.commit(ctx, func(ctx context.Context, tx pgx.Tx) error { return db.PutSandboxCall(ctx, tx, entry) }); err != nil {
 		return "", agent.Halt(err)
 	}
 	return result, terr

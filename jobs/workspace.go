@@ -100,7 +100,7 @@ func callEnvFrom(ctx context.Context) (*callEnv, error) {
 }
 
 // commit runs fn in a transaction under the step's lease.
-func (env *callEnv) commit(ctx context.Context, fn func(tx pgx.Tx) error) error {
+func (env *callEnv) commit(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	return env.rt.commit(ctx, env.jobID, env.step, fn)
 }
 
