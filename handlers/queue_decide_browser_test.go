@@ -16,7 +16,8 @@ import (
 // place with the arguments on screen, Tab and Enter approve, the run
 // resumes and finishes, and focus moves to the next waiting row, where a
 // question is answered the same way; j and k still move between rows, and
-// the last decision (by mouse) leaves the empty queue.
+// the last decision (by mouse) leaves the empty queue. Screen readers hear
+// one short message when runs start waiting, not the rows.
 func TestDecideFromQueueInBrowser(t *testing.T) {
 	t.Parallel()
 	ts := setupTriage(t)
@@ -47,6 +48,9 @@ func TestDecideFromQueueInBrowser(t *testing.T) {
 	for _, id := range []int64{brief, region, launch} {
 		ts.wait(id, db.StatusWaiting)
 	}
+	// One polite message for screen readers, however many rows came.
+	action.wait(`document.getElementById("announcer").textContent === "3 runs wait for you"`)
+
 	// The rows in the queue's order (the latest change first), once the
 	// page agrees with the database: the test decides the first two by
 	// keyboard, in that order, the last by mouse.
@@ -70,6 +74,12 @@ func TestDecideFromQueueInBrowser(t *testing.T) {
 			t.Fatalf("the Action page does not list the queue %v", want)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	if v, _ := action.eval(`!!document.getElementById("thread-rows").closest("[aria-live]")`).(bool); v {
+		t.Error("the rows are inside a live region: every row would be read out")
+	}
+	if v, _ := action.eval(`document.getElementById("announcer").getAttribute("aria-live")`).(string); v != "polite" {
+		t.Errorf("the announcer is aria-live=%q, want polite", v)
 	}
 
 	key := func(keys ...string) {

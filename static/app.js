@@ -56,8 +56,21 @@
     rs.forEach((r) => {
       r.querySelector('input[name="ids"]').checked = true;
     });
+    syncBulk();
     button.click();
     return true;
+  }
+
+  // The bulk actions wait until a row is selected: until then they are
+  // inactive (aria-disabled, dimmed by app.css) and do nothing.
+  function syncBulk() {
+    const form = document.getElementById("bulk");
+    if (!form) return;
+    const any = rows().some((r) => r.querySelector('input[name="ids"]:checked'));
+    form.querySelectorAll('.toolbar button[name="action"], .toolbar select').forEach((el) => {
+      if (any) el.removeAttribute("aria-disabled");
+      else el.setAttribute("aria-disabled", "true");
+    });
   }
 
   function toggleRead() {
@@ -124,6 +137,7 @@
         const box = currentRow() && currentRow().querySelector('input[name="ids"]');
         if (box) box.checked = !box.checked;
         else handled = false;
+        syncBulk();
         break;
       }
       case "e":
@@ -331,8 +345,10 @@
       rows().forEach((r) => {
         r.querySelector('input[name="ids"]').checked = t.checked;
       });
+      syncBulk();
       return;
     }
+    if (t.name === "ids") syncBulk();
     const form = t.form;
     if (form && form.dataset.autosubmit === "true" && t.tagName === "SELECT") form.requestSubmit();
   });
@@ -362,6 +378,38 @@
     const n = parseInt(el.textContent, 10) || 0;
     const base = document.title.replace(/^\(\d+\) /, "");
     document.title = n > 0 ? "(" + n + ") " + base : base;
+    watchAction(n);
+  }
+
+  // Screen readers hear when runs start waiting for the reader: one short,
+  // polite message ("2 runs wait for you") in #announcer, a while after the
+  // Action count last grew, however many rows arrived meanwhile. A count
+  // that shrinks (the reader decided) says nothing.
+  let actionKnown = null; // the Action count the reader was last told or shown
+  let announceTimer = 0;
+  const actionCount = () => parseInt((document.getElementById("count-action") || {}).textContent, 10) || 0;
+
+  function watchAction(n) {
+    if (actionKnown === null || n <= actionKnown) {
+      if (actionKnown === null || !announceTimer) actionKnown = n;
+      return;
+    }
+    clearTimeout(announceTimer);
+    announceTimer = setTimeout(() => {
+      announceTimer = 0;
+      const m = actionCount();
+      if (m > actionKnown) announce(m === 1 ? "1 run waits for you" : m + " runs wait for you");
+      actionKnown = m;
+    }, 1500);
+  }
+
+  function announce(msg) {
+    const el = document.getElementById("announcer");
+    if (!el) return;
+    el.textContent = "";
+    setTimeout(() => {
+      el.textContent = msg;
+    }, 50);
   }
 
   // Live updates (handlers/events.go, docs/readme/live.md). The page's event
@@ -419,6 +467,7 @@
       else if (hadFocus) li.querySelector(".row-link").focus({ preventScroll: true });
     });
     syncListing();
+    syncBulk();
     if (current >= 0) {
       const i = rows().findIndex((r) => r.id === currentID);
       setCurrent(i >= 0 ? i : current, false);
@@ -511,6 +560,8 @@
   if (document.readyState !== "loading") updateNotificationsButton();
 
   function init() {
+    actionKnown = document.getElementById("count-action") ? actionCount() : null;
+    syncBulk();
     if (!window.htmx) {
       enhance(document.body);
       return;
@@ -528,6 +579,7 @@
         const select = document.querySelector(".select-all");
         if (select) select.checked = false;
       }
+      syncBulk();
       syncTitle();
     });
   }
@@ -539,6 +591,11 @@
     "submit",
     (e) => {
       const b = e.submitter;
+      if (b && b.getAttribute("aria-disabled") === "true") {
+        e.preventDefault();
+        e.stopImmediatePropagation();
+        return;
+      }
       if (b && b.dataset.confirm && !window.confirm(b.dataset.confirm)) {
         e.preventDefault();
         e.stopImmediatePropagation();
