@@ -71,6 +71,16 @@ func (h *Handler) loadThreadView(ctx context.Context, user db.User, id int64, ba
 	if v.Attachments, err = db.ListAttachments(ctx, h.pool, user.ID, id); err != nil {
 		return views.ThreadView{}, err
 	}
+	v.Admin = user.IsAdmin
+	if bh := t.BudgetHold; bh != nil && bh.ThreadID == t.ID {
+		hold, err := db.GetBudgetHold(ctx, h.pool, user.ID, id)
+		switch {
+		case err == nil:
+			v.Budget = &hold
+		case !errors.Is(err, db.ErrNotFound): // released meanwhile: nothing to show
+			return views.ThreadView{}, err
+		}
+	}
 	v.Forms = h.decisionForms(v)
 	// The sub-agents it delegated to, or the thread that delegated it.
 	if err := h.loadActivity(ctx, user, &v); err != nil {
