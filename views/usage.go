@@ -97,12 +97,12 @@ const (
 	chartTop, chartBottom = 10, 26
 	chartPlotW            = chartW - chartLeft - chartRight
 	chartPlotH            = chartH - chartTop - chartBottom
-	chartBarFill          = 0.7              // of a day's slot
-	chartMinBar           = 1.0              // the least width or height drawn
-	chartLabelY           = chartH - 8       // the baseline of the day labels
-	chartNoCost           = db.Dollar / 100  // the scale when nothing was spent: $0.01
-	chartTickCount        = 4                // grid lines above zero
-	chartXLabelsMax       = 6                // day labels at most
+	chartBarFill          = 0.7             // of a day's slot
+	chartMinBar           = 1.0             // the least width or height drawn
+	chartLabelY           = chartH - 8      // the baseline of the day labels
+	chartNoCost           = db.Dollar / 100 // the scale when nothing was spent: $0.01
+	chartTickCount        = 4               // grid lines above zero
+	chartXLabelsMax       = 6               // day labels at most
 )
 
 // CostChart draws the cost of each day of days as a bar.
