@@ -334,3 +334,38 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestUsageAPITokens: GET /api/v1/usage takes an admin's token with the
+// admin scope, and refuses with a 403 the same admin's token without it,
+// and a member's.
+func TestUsageAPITokens(t *testing.T) {
+	t.Parallel()
+	b := authSetup(t, authOptions{adminEmails: []string{"ada@example.com"}})
+	yes := true
+	ada := adminIdP
+	ada.EmailVerified = &yes
+	adaC := b.signIn(ada)
+	resp, body := b.post(adaC, "/tokens", url.Values{"name": {"scoped"}, "expiry": {"30"}, "admin": {"on"}})
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create = %d", resp.StatusCode)
+	}
+	scoped := tokenPattern.FindString(body)
+	plain, _ := b.createToken(adaC, "plain")
+	member, _ := b.createToken(b.signIn(aliceIdP), "member")
+	for _, tt := range []struct {
+		name, token string
+		want        int
+	}{
+		{"an admin's token with the admin scope", scoped, http.StatusOK},
+		{"an admin's token without it", plain, http.StatusForbidden},
+		{"a member's token", member, http.StatusForbidden},
+	} {
+		resp, body := b.do(b.browser(), "GET", "/api/v1/usage?group=user", nil, bearer(tt.token))
+		if resp.StatusCode != tt.want {
+			t.Errorf("%s: %d %s, want %d", tt.name, resp.StatusCode, body, tt.want)
+		}
+		if tt.want == http.StatusForbidden && !strings.Contains(body, "admin scope") {
+			t.Errorf("%s: the refusal does not say why: %s", tt.name, body)
+		}
+	}
+}

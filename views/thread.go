@@ -448,6 +448,17 @@ func costText(u db.Usage) string {
 	return s
 }
 
+// budgetHoldExplain says why a run waits on its budget and how it goes on.
+func budgetHoldExplain(v ThreadView, h *db.BudgetHoldNote) string {
+	s := "The run stopped before its next model call"
+	if h.ThreadID != v.Thread.ID {
+		s = "A sub-agent of this run (thread #" + itoa(h.ThreadID) + ") stopped before its next model call"
+	} else if v.Budget != nil && v.Budget.Estimate > 0 {
+		s += ", which would cost about " + v.Budget.Estimate.String() + " as its previous call did"
+	}
+	return s + ". It goes on by itself when an admin raises the budget, or approves one more call."
+}
+
 // backOrInbox is the back link's target.
 func backOrInbox(back string) string {
 	if back == "" {

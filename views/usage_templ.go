@@ -1752,7 +1752,7 @@ func pricesSection(p Usage) templ.Component {
 				return templ_7745c5c3_Err
 			}
 		} else {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 166, "<table class=\"settings-table\" data-testid=\"prices\"><thead><tr><th scope=\"col\">Model</th><th scope=\"col\">Input</th><th scope=\"col\">Output</th><th scope=\"col\"><span class=\"sr-only\">Remove</span></th></tr></thead> <tbody>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 166, "<table class=\"settings-table\" data-testid=\"prices\"><thead><tr><th scope=\"col\">Model</th><th scope=\"col\" colspan=\"2\">Input, output: US dollars per million tokens</th><th scope=\"col\"><span class=\"sr-only\">Remove</span></th></tr></thead> <tbody>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
