@@ -307,3 +307,55 @@ func TestUsageReport(t *testing.T) {
 	check("total after deleting", total, 4, 3*costPerCall, 1)
 	check("alice after deleting", report(db.UsageByUser)[itoa(b.user.ID)], 3, 3*costPerCall, 0)
 }
+
+// TestBudgetHoldsSubagent stops a sub-agent by its skill's budget: the
+// sub-agent waits, its parent waits in Action with the budget's line, and
+// raising the budget lets both finish.
+func TestBudgetHoldsSubagent(t *testing.T) {
+	t.Parallel()
+	usage := &scriptmodel.Usage{PromptTokens: 1000, CompletionTokens: 500}
+	b := setupSubagents(t, scriptmodel.Script{Rules: []scriptmodel.Rule{
+		{Match: withRole(parentRun, "user"), Replies: []scriptmodel.Reply{{Usage: usage, ToolCalls: []scriptmodel.ScriptToolCall{
+			task("t1", "notes", "Note that the oven is hot."),
+		}}}},
+		{Match: withRole(parentRun, "tool"), Replies: []scriptmodel.Reply{{Usage: usage, Content: "Noted."}}},
+		{Match: withRole(skillRun("notes"), "user"), Replies: []scriptmodel.Reply{{Usage: usage, ToolCalls: []scriptmodel.ScriptToolCall{
+			{ID: "n1", Name: "write_file", Arguments: `{"path":"oven.md","content":"hot"}`},
+		}}}},
+		{Match: withRole(skillRun("notes"), "tool"), Replies: []scriptmodel.Reply{{Usage: usage, Content: "The oven is hot."}}},
+	}})
+	ctx := context.Background()
+	b.priceScripted(t)
+	// The notes skill's first call fits $0.003; its second would not.
+	skillBudget := db.Budget{Scope: db.BudgetSkill, Skill: "notes", Period: db.PeriodDay, Limit: 3 * db.Dollar / 1000}
+	b.saveBudget(t, skillBudget)
+	parent := b.start(t, "Take a note.", "")
+	child := b.waitChildren(t, parent.ID, 1)[0]
+	b.wait(t, child.ID, db.StatusWaiting)
+	p := b.wait(t, parent.ID, db.StatusWaiting)
+	b.requestsStay(t, 2)
+	const want = "Budget reached: $0.0020 of $0.0030 per day for skill notes"
+	if got := p.Summary(); got != want {
+		t.Errorf("parent's summary = %q, want %q", got, want)
+	}
+	if p.BudgetHold == nil || p.BudgetHold.ThreadID != child.ID {
+		t.Errorf("parent's hold note = %+v, want the child's", p.BudgetHold)
+	}
+	counts, err := db.CountThreads(ctx, b.pool, b.user.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts.Action != 1 {
+		t.Errorf("Action = %d, want the parent alone", counts.Action)
+	}
+
+	skillBudget.Limit = db.Dollar
+	if resumed := b.saveBudget(t, skillBudget); len(resumed) != 1 || resumed[0] != child.ID {
+		t.Fatalf("resumed %v, want the child %d", resumed, child.ID)
+	}
+	b.wait(t, child.ID, db.StatusDone)
+	b.wait(t, parent.ID, db.StatusDone)
+	if n := len(b.model.Requests()); n != 4 {
+		t.Errorf("the model got %d requests, want 4", n)
+	}
+}
