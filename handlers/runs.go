@@ -366,8 +366,8 @@ func (h *Handler) decisionForms(v views.ThreadView) map[int64]views.DecisionForm
 			continue
 		}
 		var f views.DecisionForm
-		if h.runs != nil && h.runs.Tools != nil {
-			if tool, ok := h.runs.Tools.Get(c.Name); ok {
+		if h.runs != nil {
+			if tool, ok := h.runs.Toolbox().Get(c.Name); ok {
 				f.ToolDescription = tool.Spec.Description
 				if allowsDecision(c, db.DecisionEdit) {
 					if props, ok := flatSchema(tool.Spec.Parameters); ok {
@@ -399,8 +399,8 @@ func (h *Handler) editedArguments(c db.ToolCallRow, form url.Values) (string, []
 	}
 	var props []argProp
 	ok := false
-	if h.runs != nil && h.runs.Tools != nil {
-		if tool, found := h.runs.Tools.Get(c.Name); found {
+	if h.runs != nil {
+		if tool, found := h.runs.Toolbox().Get(c.Name); found {
 			props, ok = flatSchema(tool.Spec.Parameters)
 		}
 	}

@@ -27,7 +27,7 @@ const firesShown = 50
 // triggerSkills returns the skills available now (none when the runtime has
 // no skill source, as in some tests).
 func (h *Handler) triggerSkills() agent.SkillSet {
-	if h.runs == nil || h.runs.Skills == nil {
+	if h.runs == nil {
 		return agent.SkillSet{}
 	}
 	return h.runs.Skills()

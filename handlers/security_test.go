@@ -23,6 +23,7 @@ import (
 	"pizzabot/handlers"
 	"pizzabot/handlers/oidctest"
 	"pizzabot/jobs"
+	"pizzabot/tools"
 )
 
 // Tests that attack the web boundary (issue 12): DNS rebinding of a server
@@ -90,14 +91,11 @@ func localServer(t *testing.T) (*authBundle, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tools, err := jobs.NewToolbox()
+	toolbox, err := tools.NewToolbox()
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs := &jobs.Runtime{Pool: pool, Logger: slog.New(slog.DiscardHandler), Tools: tools}
-	if _, err := jobs.NewClient(runs, jobs.ClientConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	runs := newRuntime(t, jobs.Config{Pool: pool, Logger: slog.New(slog.DiscardHandler), Tools: toolbox})
 	srv := httptest.NewServer(handlers.New(handlers.Deps{Pool: pool, Auth: auth, Runs: runs, DataRoot: t.TempDir(),
 		JobsUI: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "river ui") })}))
 	t.Cleanup(srv.Close)
@@ -580,16 +578,16 @@ func TestStorageQuota(t *testing.T) {
 	b.upload("bob", "/threads", []string{"prompt", "bob's"}, []upFile{{name: "b.txt", body: strings.Repeat("b", 4000)}}).wantStatus(http.StatusSeeOther)
 
 	// The agent's scratch files count, through the real tool.
-	tools, err := jobs.NewToolbox()
+	toolbox, err := tools.NewToolbox()
 	if err != nil {
 		t.Fatal(err)
 	}
-	write, ok := tools.Get("write_file")
+	write, ok := toolbox.Get("write_file")
 	if !ok {
 		t.Fatal("no write_file tool")
 	}
 	th := b.thread(b.alice, "scratch", "")
-	run := jobs.Run{ThreadID: th.ID, UserID: b.alice.ID}
+	run := tools.Run{ThreadID: th.ID, UserID: b.alice.ID}
 	call := func(content string) error {
 		return pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
 			_, err := write.Tx(b.ctx, tx, run, map[string]any{"path": "notes.md", "content": content})

@@ -120,7 +120,7 @@ func (h *Handler) loadSettings(r *http.Request) (views.Settings, error) {
 		return p, err
 	}
 	if h.runs != nil {
-		p.EnvModel = h.runs.DefaultModel
+		p.EnvModel = h.runs.DefaultModel()
 	}
 	if p.ToolPolicy.Value, err = db.GetServerSetting(ctx, h.pool, db.SettingToolPolicy); err != nil {
 		return p, err
@@ -132,14 +132,12 @@ func (h *Handler) loadSettings(r *http.Request) (views.Settings, error) {
 	if h.ext != nil {
 		p.SkillsDir = h.ext.SkillsDir()
 	}
-	if h.runs != nil && h.runs.Skills != nil {
+	if h.runs != nil {
 		set := h.runs.Skills()
 		for i := range set.Skills {
 			s := &set.Skills[i]
 			row := views.SkillRow{Name: s.Name, Description: s.Description, Source: s.Source, ReplacesBuiltin: s.ReplacesBuiltin, Warnings: s.Warnings}
-			if h.runs.Tools != nil {
-				row.Missing = h.runs.Tools.Missing(s)
-			}
+			row.Missing = h.runs.Toolbox().Missing(s)
 			p.Skills = append(p.Skills, row)
 		}
 		for _, e := range set.Errors {
@@ -159,7 +157,7 @@ func (h *Handler) loadSettings(r *http.Request) (views.Settings, error) {
 
 // getenv reads the server's environment as the runtime does.
 func (h *Handler) getenv(name string) string {
-	if h.runs != nil && h.runs.Getenv != nil {
+	if h.runs != nil {
 		return h.runs.Getenv(name)
 	}
 	return ""
@@ -573,7 +571,7 @@ func (h *Handler) fillSkillFolder(p *views.SkillEdit, name string) {
 }
 
 func (h *Handler) skill(name string) (*agent.Skill, bool) {
-	if h.runs == nil || h.runs.Skills == nil {
+	if h.runs == nil {
 		return nil, false
 	}
 	return h.runs.Skills().Get(name)
@@ -582,7 +580,7 @@ func (h *Handler) skill(name string) (*agent.Skill, bool) {
 // saveSkill stores a custom skill's SKILL.md, typed or uploaded, after
 // checking that it parses: a broken file never replaces a working one.
 // It is stored in the database, with the skill's other files kept: every
-// replica uses it within a second (jobs.Extensions).
+// replica uses it within a second (extensions.Extensions).
 func (h *Handler) saveSkill(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	if h.ext == nil {

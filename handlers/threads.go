@@ -117,16 +117,14 @@ func (h *Handler) composeForm(w http.ResponseWriter, r *http.Request) error {
 // fillSkills lists the skills in the compose form: those that can run, those
 // missing a tool, and those that failed to load.
 func (h *Handler) fillSkills(p *views.Compose) {
-	if h.runs == nil || h.runs.Skills == nil {
+	if h.runs == nil {
 		return
 	}
 	set := h.runs.Skills()
 	for i := range set.Skills {
 		s := &set.Skills[i]
 		c := views.SkillChoice{Name: s.Name, Description: s.Description}
-		if h.runs.Tools != nil {
-			c.Missing = h.runs.Tools.Missing(s)
-		}
+		c.Missing = h.runs.Toolbox().Missing(s)
 		p.Skills = append(p.Skills, c)
 	}
 	for _, e := range set.Errors {

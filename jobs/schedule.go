@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
 	// Time zones come with the binary: a container image without
 	// /usr/share/zoneinfo still reads "Europe/Paris".
 	_ "time/tzdata"
@@ -187,7 +188,7 @@ func (rt *Runtime) FireDueSchedules(ctx context.Context, now time.Time) (int, er
 			return n, err
 		}
 		var id int64
-		err := db.InTx(ctx, rt.Pool, func(ctx context.Context, tx pgx.Tx) error {
+		err := db.InTx(ctx, rt.cfg.Pool, func(ctx context.Context, tx pgx.Tx) error {
 			s, err := db.LockDueSchedule(ctx, tx, now, failed)
 			if err != nil {
 				return err
@@ -203,7 +204,7 @@ func (rt *Runtime) FireDueSchedules(ctx context.Context, now time.Time) (int, er
 		case err != nil && ctx.Err() != nil:
 			return n, ctx.Err()
 		case err != nil:
-			rt.Logger.Error("fire schedule", "schedule_id", id, "err", err)
+			rt.cfg.Logger.Error("fire schedule", "schedule_id", id, "err", err)
 			if id == 0 {
 				return n, err
 			}
@@ -310,8 +311,8 @@ func (rt *Runtime) finishFire(ctx context.Context, tx pgx.Tx, s db.Schedule, rec
 	if err := db.AdvanceSchedule(ctx, tx, s.ID, nextAt, rec.RanAt, threadID); err != nil {
 		return err
 	}
-	rt.Metrics.ScheduleFire(rec.Outcome)
-	rt.Logger.Info("schedule fired", "schedule_id", s.ID, "user_id", s.UserID, "outcome", rec.Outcome,
+	rt.cfg.Metrics.ScheduleFire(rec.Outcome)
+	rt.cfg.Logger.Info("schedule fired", "schedule_id", s.ID, "user_id", s.UserID, "outcome", rec.Outcome,
 		"due_at", rec.DueAt, "covers", rec.Covers)
 	return nil
 }

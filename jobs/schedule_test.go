@@ -12,15 +12,14 @@ import (
 	"testing/fstest"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 
 	"pizzabot/agent"
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
 	"pizzabot/db/dbtest"
 	"pizzabot/jobs"
+	"pizzabot/tools"
 )
 
 // testClock is the schedules' clock in a test: it stands still until the
@@ -46,7 +45,6 @@ func (c *testClock) Set(t time.Time) {
 // own connection pool.
 type process struct {
 	rt      *jobs.Runtime
-	client  *river.Client[pgx.Tx]
 	pool    *pgxpool.Pool
 	stopped bool
 }
@@ -62,7 +60,7 @@ func startProcess(t *testing.T, url string, clk *testClock, modelURL string) *pr
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	tools, err := jobs.NewToolbox(publishTool(&publishLog{}))
+	toolbox, err := tools.NewToolbox(publishTool(&publishLog{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,10 +68,10 @@ func startProcess(t *testing.T, url string, clk *testClock, modelURL string) *pr
 		"researcher/SKILL.md": {Data: []byte(testSkills)},
 	}, "")
 	p := &process{pool: pool}
-	p.rt = &jobs.Runtime{
+	p.rt = newRuntime(t, jobs.Config{
 		Pool:         pool,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Tools:        tools,
+		Tools:        toolbox,
 		Skills:       func() agent.SkillSet { return skills },
 		DefaultModel: "compatible:scripted",
 		Getenv: func(k string) string {
@@ -85,12 +83,9 @@ func startProcess(t *testing.T, url string, clk *testClock, modelURL string) *pr
 		ModelRetry:     agent.RetryPolicy{Attempts: 3, Base: time.Millisecond, Max: 5 * time.Millisecond},
 		HeartbeatEvery: 100 * time.Millisecond,
 		StaleAfter:     time.Second,
-	}
-	p.client, err = jobs.NewClient(p.rt, jobs.ClientConfig{ScheduleEvery: 50 * time.Millisecond, Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.client.Start(ctx); err != nil {
+		ScheduleEvery:  50 * time.Millisecond, Now: clk.Now,
+	})
+	if err := p.rt.StartWorkers(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.stop(t) })
@@ -104,7 +99,7 @@ func (p *process) stop(t *testing.T) {
 	p.stopped = true
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := jobs.Stop(ctx, p.client); err != nil {
+	if err := p.rt.StopWorkers(ctx); err != nil {
 		t.Errorf("stop: %v", err)
 	}
 }
