@@ -475,7 +475,7 @@ func (p *skillParser) parse(root *yaml.Node, folder string) {
 		p.errorf(nameNode, "name is empty")
 	case utf8.RuneCountInString(sk.Name) > MaxSkillNameLen:
 		p.errorf(nameNode, "name %q is longer than %d characters", sk.Name, MaxSkillNameLen)
-	case !validSkillName(sk.Name):
+	case !ValidSkillName(sk.Name):
 		p.errorf(nameNode, "name %q must be lowercase letters, digits and hyphens, without a leading, trailing or double hyphen", sk.Name)
 	case sk.Name != folder:
 		p.errorf(nameNode, "name %q must match the folder name %q", sk.Name, folder)
@@ -800,8 +800,12 @@ func checkCron(expr string) error {
 	return nil
 }
 
-func validSkillName(s string) bool {
-	if s == "" || s[0] == '-' || s[len(s)-1] == '-' || strings.Contains(s, "--") {
+// ValidSkillName reports whether s is a skill name as the Agent Skills
+// format has it: lowercase letters, digits and hyphens, at most
+// MaxSkillNameLen, no leading, trailing or double hyphen. It is also the
+// skill's folder name.
+func ValidSkillName(s string) bool {
+	if s == "" || len(s) > MaxSkillNameLen || s[0] == '-' || s[len(s)-1] == '-' || strings.Contains(s, "--") {
 		return false
 	}
 	for _, r := range s {

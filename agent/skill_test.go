@@ -254,3 +254,17 @@ func TestLoadSkillsWithoutCustomDir(t *testing.T) {
 		t.Errorf("errors = %v, want the custom path reported as not a directory", set.Errors)
 	}
 }
+
+// One rule for a skill's name, for SKILL.md, plugins and the settings form.
+func TestValidSkillName(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("a", agent.MaxSkillNameLen)
+	for name, want := range map[string]bool{
+		"researcher": true, "weekly-report-2": true, long: true, "a": true,
+		"": false, "-a": false, "a-": false, "a--b": false, "Foo": false, "a_b": false, "a b": false, long + "a": false,
+	} {
+		if got := agent.ValidSkillName(name); got != want {
+			t.Errorf("ValidSkillName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

@@ -502,11 +502,6 @@ func (h *Handler) endUserSessions(w http.ResponseWriter, r *http.Request) error 
 	return settingsDone(w, r, "sessions", "users")
 }
 
-// skillNamePattern is a skill folder name as the Agent Skills format
-// allows it. Checking it first also keeps a name from leaving the skills
-// folder ("..", "/").
-var skillNamePattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?$`)
-
 // skillEditPage renders the custom skill form.
 func (h *Handler) skillEditPage(w http.ResponseWriter, r *http.Request, status int, p views.SkillEdit) error {
 	ctx := r.Context()
@@ -542,7 +537,7 @@ func (h *Handler) newSkill(w http.ResponseWriter, r *http.Request) error {
 // replacing it.
 func (h *Handler) editSkill(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("name")
-	if h.ext == nil || !skillNamePattern.MatchString(name) {
+	if h.ext == nil || !agent.ValidSkillName(name) {
 		return notFound
 	}
 	p := views.SkillEdit{Name: views.Field{Value: name}, Editing: true}
@@ -599,7 +594,7 @@ func (h *Handler) saveSkill(w http.ResponseWriter, r *http.Request) error {
 	name := strings.TrimSpace(r.FormValue("name"))
 	content := r.FormValue("content")
 	p := views.SkillEdit{Name: views.Field{Value: name}, Content: views.Field{Value: content}}
-	if _, ok := h.skill(name); ok && skillNamePattern.MatchString(name) {
+	if _, ok := h.skill(name); ok && agent.ValidSkillName(name) {
 		p.Editing = true
 	}
 	if f, _, err := r.FormFile("file"); err == nil {
@@ -613,8 +608,8 @@ func (h *Handler) saveSkill(w http.ResponseWriter, r *http.Request) error {
 			p.Content.Value = content
 		}
 	}
-	if !skillNamePattern.MatchString(name) {
-		p.Name.Error = "Lowercase letters, digits and hyphens, at most 64, not starting or ending with a hyphen."
+	if !agent.ValidSkillName(name) {
+		p.Name.Error = "Lowercase letters, digits and hyphens, at most 64, without a leading, trailing or double hyphen."
 		p.Editing = false
 		return h.skillEditPage(w, r, http.StatusUnprocessableEntity, p)
 	}
@@ -654,7 +649,7 @@ func (h *Handler) saveSkill(w http.ResponseWriter, r *http.Request) error {
 func (h *Handler) deleteSkill(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	name := r.PathValue("name")
-	if h.ext == nil || !skillNamePattern.MatchString(name) {
+	if h.ext == nil || !agent.ValidSkillName(name) {
 		return notFound
 	}
 	if err := h.audited(ctx, "skill deleted", name, func(ctx context.Context, tx pgx.Tx) error { return h.ext.DeleteSkill(ctx, tx, name) }); err != nil {
