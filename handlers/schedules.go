@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"pizzabot/agent"
+	"pizzabot/cron"
 	"pizzabot/db"
 	"pizzabot/jobs"
 	"pizzabot/views"
@@ -85,13 +86,13 @@ func (h *Handler) checkSchedule(in db.ScheduleFields, prev *db.Schedule, now tim
 			probs["skill"] = fmt.Sprintf("There is no skill named %q.", f.Skill)
 		}
 	}
-	c, err := jobs.ParseCron(f.Cron, f.Timezone, now)
-	var ce *jobs.CronError
+	c, err := cron.Parse(f.Cron, f.Timezone, now)
+	var ce *cron.Error
 	if errors.As(err, &ce) {
 		probs[ce.Field] = ce.Msg
 		if ce.Field == "cron" && f.Timezone != "" {
 			// Report a bad zone too, not only once the expression is fixed.
-			if _, zerr := jobs.ParseCron("@daily", f.Timezone, now); errors.As(zerr, &ce) {
+			if _, zerr := cron.Parse("@daily", f.Timezone, now); errors.As(zerr, &ce) {
 				probs[ce.Field] = ce.Msg
 			}
 		}
@@ -115,12 +116,12 @@ func previewFires(expr, tz string, now time.Time) views.SchedulePreview {
 	if strings.TrimSpace(expr) == "" {
 		return p
 	}
-	c, err := jobs.ParseCron(expr, tz, now)
-	var ce *jobs.CronError
+	c, err := cron.Parse(expr, tz, now)
+	var ce *cron.Error
 	if errors.As(err, &ce) {
 		if ce.Field == "cron" {
 			p.CronError = ce.Msg
-			if _, zerr := jobs.ParseCron("@daily", tz, now); errors.As(zerr, &ce) {
+			if _, zerr := cron.Parse("@daily", tz, now); errors.As(zerr, &ce) {
 				p.ZoneError = ce.Msg
 			}
 		} else {
@@ -480,7 +481,7 @@ func toAPISchedule(s db.Schedule, now time.Time) apiSchedule {
 	}
 	if next := nextFire(s); !next.IsZero() {
 		out.NextFires = append(out.NextFires, next.UTC())
-		if c, err := jobs.ParseCron(s.Cron, s.Timezone, now); err == nil {
+		if c, err := cron.Parse(s.Cron, s.Timezone, now); err == nil {
 			for _, t := range c.NextN(next, 4) {
 				out.NextFires = append(out.NextFires, t.UTC())
 			}
