@@ -25,6 +25,7 @@ import (
 	"pizzabot/jobs"
 	"pizzabot/live"
 	"pizzabot/metrics"
+	"pizzabot/triggers"
 	"pizzabot/views"
 )
 
@@ -104,6 +105,8 @@ type Handler struct {
 
 	ext *jobs.Extensions
 
+	hooks *triggers.Receiver
+
 	admission    *admission
 	metrics      *metrics.Metrics
 	databaseDown func() *Unavailable
@@ -141,6 +144,10 @@ func New(d Deps) http.Handler {
 	if h.ready == nil {
 		h.ready = func(ctx context.Context) error { return h.pool.Ping(ctx) }
 	}
+	h.hooks = triggers.NewReceiver(triggers.Config{
+		Pool: h.pool, Runs: h.runs, Skills: h.triggerSkills, Logger: h.log, Status: hookStatus,
+		Now: func() time.Time { return h.now() },
+	})
 	mux := http.NewServeMux()
 	h.routes(mux)
 
