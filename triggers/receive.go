@@ -85,7 +85,7 @@ type Config struct {
 	Now func() time.Time
 	// Status is the HTTP status a delivery of that kind is answered with;
 	// err is the runtime's refusal of a RunRefused, nil otherwise. The
-	// handler chooses: the receiver records it.
+	// handler chooses, the receiver records it. Required.
 	Status func(k Kind, err error) int
 }
 
@@ -124,9 +124,9 @@ type Call struct {
 	RequestID string
 }
 
-// errNoWebhook answers a URL that names no webhook: an unknown token and a
+// noWebhook answers a URL that names no webhook: an unknown token and a
 // token of another skill look the same to the caller.
-const errNoWebhook = "there is no webhook at this URL"
+const noWebhook = "there is no webhook at this URL"
 
 // Receive takes one delivery. It returns a Result when the delivery was
 // taken, a *Refusal when it was refused (recorded among the deliveries of
@@ -152,14 +152,14 @@ func (rc *Receiver) Receive(ctx context.Context, c Call) (Result, error) {
 		return d.reject(WrongMethod, "use POST, not "+c.Method)
 	}
 	if !d.found {
-		return Result{}, rc.refusal(NotFound, errNoWebhook, nil)
+		return Result{}, rc.refusal(NotFound, noWebhook, nil)
 	}
 	if d.wh.Skill != c.Skill {
 		// The owner sees which skill the URL named among the deliveries.
 		if _, err := d.reject(NotFound, fmt.Sprintf("the URL names the skill %q, but this token is for %q", c.Skill, d.wh.Skill)); !isKind(err, NotFound) {
 			return Result{}, err
 		}
-		return Result{}, rc.refusal(NotFound, errNoWebhook, nil)
+		return Result{}, rc.refusal(NotFound, noWebhook, nil)
 	}
 	if _, ok := rc.cfg.Skills().Get(c.Skill); !ok {
 		return d.reject(NotFound, "the skill "+c.Skill+" no longer exists")
