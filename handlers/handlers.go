@@ -29,6 +29,7 @@ import (
 	"pizzabot/live"
 	"pizzabot/metrics"
 	"pizzabot/tools"
+	"pizzabot/triggers"
 	"pizzabot/views"
 )
 
@@ -130,6 +131,8 @@ type Handler struct {
 
 	ext *extensions.Extensions
 
+	hooks *triggers.Receiver
+
 	admission    *admission
 	metrics      *metrics.Metrics
 	databaseDown func() *Unavailable
@@ -167,6 +170,10 @@ func New(d Deps) http.Handler {
 	if h.ready == nil {
 		h.ready = func(ctx context.Context) error { return h.pool.Ping(ctx) }
 	}
+	h.hooks = triggers.NewReceiver(triggers.Config{
+		Pool: h.pool, Runs: h.runs, Skills: h.triggerSkills, Logger: h.log, Status: hookStatus,
+		Now: func() time.Time { return h.now() },
+	})
 	mux := http.NewServeMux()
 	h.routes(mux)
 

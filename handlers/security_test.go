@@ -478,17 +478,26 @@ func TestAdminEmailNeedsVerification(t *testing.T) {
 // is closed when the server ends it.
 func (b *authBundle) openStream(c *http.Client) <-chan struct{} {
 	b.t.Helper()
+	return b.openStreamAt(c, "/events", map[string]string{"Sec-Fetch-Site": "same-origin"})
+}
+
+// openStreamAt opens the event stream at path with the headers, and
+// returns a channel that is closed when the server ends it.
+func (b *authBundle) openStreamAt(c *http.Client, path string, hdr map[string]string) <-chan struct{} {
+	b.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	b.t.Cleanup(cancel)
-	req, _ := http.NewRequestWithContext(ctx, "GET", b.srv.URL+"/events", nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", b.srv.URL+path, nil)
 	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
 	resp, err := c.Do(req)
 	if err != nil {
 		b.t.Fatal(err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		b.t.Fatalf("GET /events = %d", resp.StatusCode)
+		b.t.Fatalf("GET %s = %d", path, resp.StatusCode)
 	}
 	ended := make(chan struct{})
 	go func() {
@@ -534,6 +543,29 @@ func TestEventStreamEndsWithItsSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitEnded(t, ended, "its user was disabled", 5*time.Second)
+}
+
+// TestAPIEventStreamEndsWithItsToken: the API's event stream, opened with
+// a token, ends when the token is revoked, as a page's ends with its
+// session.
+func TestAPIEventStreamEndsWithItsToken(t *testing.T) {
+	t.Parallel()
+	b := authSetup(t, authOptions{live: true, recheck: 200 * time.Millisecond})
+	alice := b.signIn(aliceIdP)
+	resp, body := b.post(alice, "/tokens", url.Values{"name": {"watch"}, "expiry": {"30"}})
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create token = %d: %s", resp.StatusCode, body)
+	}
+	ended := b.openStreamAt(b.browser(), "/api/v1/events", bearer(tokenPattern.FindString(body)))
+	select {
+	case <-ended:
+		t.Fatal("the stream ended by itself")
+	case <-time.After(500 * time.Millisecond):
+	}
+	if _, err := b.pool.Exec(b.ctx, `DELETE FROM api_tokens WHERE user_id = $1`, b.user("alice-sub").ID); err != nil {
+		t.Fatal(err)
+	}
+	waitEnded(t, ended, "its token was revoked", 5*time.Second)
 }
 
 func TestEventStreamEndsAtSessionExpiry(t *testing.T) {
