@@ -178,7 +178,7 @@ func everyDay(rows []db.UsageRow, from, to time.Time) []db.UsageRow {
 
 // skillNames are the skills available now, for the budget form.
 func (h *Handler) skillNames() []string {
-	if h.runs == nil || h.runs.Skills == nil {
+	if h.runs == nil {
 		return nil
 	}
 	var names []string

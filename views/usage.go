@@ -193,3 +193,14 @@ func usageSkillLabel(s string) string {
 
 // periodLabel is "per day" or "per month".
 func periodLabel(p string) string { return "per " + p }
+
+// accountLabel names a user in the budget form: "Ana (ana@example.com)".
+func accountLabel(u db.UserAccount) string {
+	switch {
+	case u.Email != "" && u.Name != "":
+		return u.Name + " (" + u.Email + ")"
+	case u.Email != "":
+		return u.Email
+	}
+	return u.Name
+}

@@ -2077,14 +2077,4 @@ func fieldError(id string, f Field) templ.Component {
 	})
 }
 
-func accountLabel(u db.UserAccount) string {
-	switch {
-	case u.Email != "" && u.Name != "":
-		return u.Name + " (" + u.Email + ")"
-	case u.Email != "":
-		return u.Email
-	}
-	return u.Name
-}
-
 var _ = templruntime.GeneratedTemplate
