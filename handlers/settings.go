@@ -16,7 +16,7 @@ import (
 
 	"pizzabot/agent"
 	"pizzabot/db"
-	"pizzabot/jobs"
+	"pizzabot/refusal"
 	"pizzabot/views"
 )
 
@@ -637,10 +637,9 @@ func (h *Handler) saveSkill(w http.ResponseWriter, r *http.Request) error {
 	err = h.audited(ctx, "skill saved", name, func(ctx context.Context, tx pgx.Tx) error {
 		return h.ext.SaveSkill(ctx, tx, userFrom(ctx), name, []byte(content))
 	})
-	var ue *jobs.UserError
-	if errors.As(err, &ue) {
-		p.Name.Error = ue.Msg
-		return h.skillEditPage(w, r, ue.Status, p)
+	if ref, ok := refusal.As(err); ok {
+		p.Name.Error = ref.Msg
+		return h.skillEditPage(w, r, refusalStatus(ref.Kind), p)
 	}
 	if err != nil {
 		return err
@@ -700,9 +699,8 @@ func (h *Handler) installSkills(w http.ResponseWriter, r *http.Request) error {
 		}
 		return db.AddAudit(ctx, tx, userFrom(ctx), "skills installed", strings.Join(names, ", "))
 	})
-	var ue *jobs.UserError
-	if errors.As(err, &ue) {
-		return h.skillInstallError(w, r, ue.Msg)
+	if ref, ok := refusal.As(err); ok {
+		return h.skillInstallError(w, r, ref.Msg)
 	}
 	if err != nil {
 		return fmt.Errorf("install skills: %w", err)

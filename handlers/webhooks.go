@@ -24,6 +24,7 @@ import (
 
 	"pizzabot/db"
 	"pizzabot/jobs"
+	"pizzabot/refusal"
 	"pizzabot/views"
 )
 
@@ -502,9 +503,8 @@ func (h *Handler) receive(w http.ResponseWriter, r *http.Request) error {
 		}
 		return db.SetDeliveryThread(ctx, tx, d.ID, thread.ID)
 	})
-	var ue *jobs.UserError
-	if errors.As(err, &ue) {
-		return reject(ue.Status, ue.Msg)
+	if ref, ok := refusal.As(err); ok {
+		return reject(refusalStatus(ref.Kind), ref.Msg)
 	}
 	if err != nil {
 		return err

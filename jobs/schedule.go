@@ -15,6 +15,7 @@ import (
 	"github.com/robfig/cron/v3"
 
 	"pizzabot/db"
+	"pizzabot/refusal"
 )
 
 // Cron is a schedule's cron expression read in its time zone.
@@ -277,16 +278,16 @@ func (rt *Runtime) fire(ctx context.Context, tx pgx.Tx, s db.Schedule, now time.
 		TriggerAt:   rec.DueAt,
 		TriggerRef:  scheduleRef(s, c, rec),
 	})
-	var ue *UserError
+	refused, isRefusal := refusal.As(err)
 	switch {
 	case err == nil:
 		if err := sp.Commit(ctx); err != nil {
 			return err
 		}
 		rec.ThreadID = &t.ID
-	case errors.As(err, &ue):
+	case isRefusal:
 		_ = sp.Rollback(ctx)
-		rec.Outcome, rec.Detail = db.FireFailed, "The run could not start: "+ue.Msg+"."
+		rec.Outcome, rec.Detail = db.FireFailed, "The run could not start: "+refused.Msg+"."
 	default:
 		return err
 	}
