@@ -366,6 +366,17 @@ func publishScript(title string) scriptmodel.Script {
 	}}
 }
 
+// publishTwoScript asks to publish two briefs at once, then ends.
+func publishTwoScript() scriptmodel.Script {
+	return scriptmodel.Script{Rules: []scriptmodel.Rule{
+		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{{ToolCalls: []scriptmodel.ScriptToolCall{
+			{ID: "a", Name: "publish_brief", Arguments: `{"title":"One"}`},
+			{ID: "b", Name: "publish_brief", Arguments: `{"title":"Two"}`},
+		}}}},
+		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Both handled."}}},
+	}}
+}
+
 func TestAPICreatePollAndRead(t *testing.T) {
 	t.Parallel()
 	b, _ := apiSetup(t, scriptmodel.Script{Default: &scriptmodel.Reply{Content: "The answer is 42."}})
@@ -637,13 +648,7 @@ func TestAPIRefusedDecisionsChangeNothing(t *testing.T) {
 
 func TestAPIDecideOneByOne(t *testing.T) {
 	t.Parallel()
-	b, run := apiSetup(t, scriptmodel.Script{Rules: []scriptmodel.Rule{
-		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{{ToolCalls: []scriptmodel.ScriptToolCall{
-			{ID: "a", Name: "publish_brief", Arguments: `{"title":"One"}`},
-			{ID: "b", Name: "publish_brief", Arguments: `{"title":"Two"}`},
-		}}}},
-		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Both handled."}}},
-	}})
+	b, run := apiSetup(t, publishTwoScript())
 	th := b.apiStart("alice", map[string]any{"prompt": "publish two", "skill": "researcher"})
 	th = b.apiWait("alice", th.ID, db.StatusWaiting)
 	if len(th.Pending) != 2 {
@@ -680,13 +685,7 @@ func TestAPIDecideOneByOne(t *testing.T) {
 // calls read before deciding answers 200 to both when both read first.
 func TestAPIDecideConcurrently(t *testing.T) {
 	t.Parallel()
-	b, _ := apiSetup(t, scriptmodel.Script{Rules: []scriptmodel.Rule{
-		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{{ToolCalls: []scriptmodel.ScriptToolCall{
-			{ID: "a", Name: "publish_brief", Arguments: `{"title":"One"}`},
-			{ID: "b", Name: "publish_brief", Arguments: `{"title":"Two"}`},
-		}}}},
-		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Both handled."}}},
-	}})
+	b, _ := apiSetup(t, publishTwoScript())
 	const runs = 6
 	threads := make([]wireThread, runs)
 	for i := range threads {
