@@ -370,20 +370,21 @@ func (h *Handler) addOrigin(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	raw := r.PostForm.Get("origin")
+	// The form's refusals: not an origin, or one trusted already.
 	origin, err := NormalizeOrigin(raw)
 	if err == nil {
 		err = h.audited(ctx, "origin allowed", origin, func(ctx context.Context, tx pgx.Tx) error { return db.AddAllowedOrigin(ctx, tx, origin) })
+		if err != nil && !errors.Is(err, db.ErrOriginExists) {
+			return err
+		}
 	}
-	if errors.Is(err, db.ErrOriginExists) || (err != nil && strings.Contains(err.Error(), "is not an origin")) {
+	if err != nil {
 		p, lerr := h.loadSettings(r)
 		if lerr != nil {
 			return lerr
 		}
 		p.NewOrigin = views.Field{Value: raw, Error: err.Error()}
 		return h.render(w, r, http.StatusUnprocessableEntity, views.SettingsPage(p))
-	}
-	if err != nil {
-		return err
 	}
 	return settingsDone(w, r, "origin", "origins")
 }
