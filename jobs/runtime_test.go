@@ -180,8 +180,8 @@ func setupSkillSet(t testing.TB, script scriptmodel.Script, skills agent.SkillSe
 func (b *bundle) wait(t testing.TB, id int64, status string) db.Thread {
 	t.Helper()
 	// A bound on a hang, not a speed target: under -race on a loaded
-	// machine a run whose tool compiles PDFium takes well over 20 s.
-	deadline := time.Now().Add(90 * time.Second)
+	// machine a run whose tool compiles PDFium took over 110 s (load 20).
+	deadline := time.Now().Add(240 * time.Second)
 	for {
 		th, err := db.GetThread(context.Background(), b.pool, b.user.ID, id)
 		if err != nil {
