@@ -2,7 +2,7 @@
 // of refusal, the field of the request it is about (when there is one) and
 // a message for the person, written to be shown as it is.
 //
-// The services (jobs, extensions, tools) return refusals and know nothing
+// The services (jobs, extensions) return refusals and know nothing
 // of HTTP; handlers choose the status from the Kind, in one place, and a
 // form puts the message next to the Field. Any error that is not a refusal
 // is a failure of the server, not of the request.
