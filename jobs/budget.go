@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"pizzabot/db"
+	"pizzabot/refusal"
 )
 
 // Budgets (docs/team.md#usage-and-budgets; the tables are db/budgets.go's).
@@ -110,18 +111,18 @@ func (rt *Runtime) ResumeWithinBudget(ctx context.Context, tx pgx.Tx) ([]int64, 
 // approved, until that call's step commits.
 func (rt *Runtime) ApproveBudgetOnce(ctx context.Context, tx pgx.Tx, admin db.User, threadID int64) (db.BudgetHold, error) {
 	if !admin.IsAdmin {
-		return db.BudgetHold{}, userErr(403, "only an admin can approve a run past its budget")
+		return db.BudgetHold{}, refusal.New(refusal.Invalid, "", "only an admin can approve a run past its budget")
 	}
 	h, err := db.LockBudgetHold(ctx, tx, threadID)
 	if errors.Is(err, db.ErrNotFound) {
-		return db.BudgetHold{}, userErr(409, "thread %d is not waiting on a budget", threadID)
+		return db.BudgetHold{}, refusal.New(refusal.Conflict, "", "thread %d is not waiting on a budget", threadID)
 	}
 	if err != nil {
 		return db.BudgetHold{}, err
 	}
 	if err := db.ApproveBudgetHold(ctx, tx, threadID, admin.ID); err != nil {
 		if errors.Is(err, db.ErrHoldApproved) {
-			return db.BudgetHold{}, userErr(409, "thread %d was approved past its budget already", threadID)
+			return db.BudgetHold{}, refusal.New(refusal.Conflict, "", "thread %d was approved past its budget already", threadID)
 		}
 		return db.BudgetHold{}, err
 	}
