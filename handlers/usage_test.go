@@ -321,6 +321,11 @@ func TestBudgetHoldFromThePages(t *testing.T) {
 	if got := b.get("alice", "/threads/"+itoa(id)).text("thread-cost"); got != "$0.0080" {
 		t.Errorf("thread cost = %q", got)
 	}
+	// A run no budget holds is not approved past one.
+	r = b.post("carol", "/settings/usage/holds/"+itoa(id)+"/approve", form()).wantStatus(http.StatusConflict)
+	if !strings.Contains(r.body(), "is not waiting on a budget") {
+		t.Errorf("approving a finished run: %s", r.text("error-message"))
+	}
 }
 
 // waitFor polls cond for up to 20 seconds.
