@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -21,6 +22,7 @@ import (
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
 	"pizzabot/handlers"
+	"pizzabot/internal/eventually"
 	"pizzabot/jobs"
 )
 
@@ -338,17 +340,15 @@ type wireList struct {
 // status, as a client would, and returns it.
 func (b *bundle) apiWait(user string, id int64, status string) wireThread {
 	b.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		th := b.apiGet(user, "/api/v1/threads/"+itoa(id)).want(http.StatusOK).thread()
-		if th.Status == status {
-			return th
+	var th wireThread
+	eventually.Ok(b.t, 20*time.Second, func() error {
+		th = b.apiGet(user, "/api/v1/threads/"+itoa(id)).want(http.StatusOK).thread()
+		if th.Status != status {
+			return fmt.Errorf("thread %d is %s (error %v), want %s", id, th.Status, th.Error, status)
 		}
-		if time.Now().After(deadline) {
-			b.t.Fatalf("thread %d is %s (error %v), want %s", id, th.Status, th.Error, status)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return th
 }
 
 // apiStart starts a thread through the API as user.

@@ -1,6 +1,7 @@
 package handlers_test
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
+	"pizzabot/internal/eventually"
 )
 
 // delegateScript: a run without a skill delegates to strict, whose
@@ -33,14 +35,13 @@ func TestAPISubagentWaitsOnParent(t *testing.T) {
 	b, run := apiSetup(t, delegateScript())
 	parent := b.apiStart("alice", map[string]any{"prompt": "Get the brief out"})
 	var th wireThread
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	eventually.Ok(t, 20*time.Second, func() error {
 		th = b.apiGet("alice", "/api/v1/threads/"+itoa(parent.ID)).want(http.StatusOK).thread()
-		if len(th.Pending) > 0 || time.Now().After(deadline) {
-			break
+		if len(th.Pending) == 0 {
+			return fmt.Errorf("parent pending = %+v (status %s)", th.Pending, th.Status)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if len(th.Pending) != 1 {
 		t.Fatalf("parent pending = %+v (status %s)", th.Pending, th.Status)
 	}

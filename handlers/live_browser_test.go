@@ -29,6 +29,7 @@ import (
 	"pizzabot/db"
 	"pizzabot/db/dbtest"
 	"pizzabot/handlers"
+	"pizzabot/internal/eventually"
 	"pizzabot/jobs"
 	"pizzabot/live"
 )
@@ -199,16 +200,11 @@ func (ls *liveServer) start() {
 		Live:         broker,
 	})
 	var ln net.Listener
-	var err error
-	for i := 0; i < 50; i++ { // the old socket may linger a moment
-		if ln, err = net.Listen("tcp", ls.addr); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
-		ls.t.Fatal(err)
-	}
+	eventually.Ok(ls.t, 5*time.Second, func() error { // the old socket may linger a moment
+		var err error
+		ln, err = net.Listen("tcp", ls.addr)
+		return err
+	})
 	ls.addr = ln.Addr().String()
 	ls.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	ls.srv.RegisterOnShutdown(broker.Close)
@@ -322,20 +318,18 @@ func (tb *tab) eval(js string) any {
 // wait polls a JavaScript condition until it holds.
 func (tb *tab) wait(cond string) {
 	tb.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	eventually.Ok(tb.t, 30*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(tb.ctx, 5*time.Second)
 		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool]("!!("+cond+")"))
 		cancel()
 		if err == nil && ok {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
+		return eventually.Lazy(func() string {
 			html, _ := chromedp.Run(tb.ctx, chromedp.OuterHTML(chromedp.CSS("main")))
-			tb.t.Fatalf("%s: waited 30s for %s (err %v); main:\n%.3000s", tb.name, cond, err, html)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+			return fmt.Sprintf("%s: waited for %s (err %v); main:\n%.3000s", tb.name, cond, err, html)
+		})
+	})
 }
 
 // notReloaded fails if the tab's page was loaded again since it opened.
@@ -470,18 +464,14 @@ func TestLiveInboxInBrowser(t *testing.T) {
 
 func waitStatus(t *testing.T, pool *pgxpool.Pool, u db.User, id int64, status string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	eventually.Ok(t, 30*time.Second, func() error {
 		th, err := db.GetThread(context.Background(), pool, u.ID, id)
 		if err != nil && !errors.Is(err, db.ErrNotFound) {
 			t.Fatal(err)
 		}
-		if th.Status == status {
-			return
+		if th.Status != status {
+			return fmt.Errorf("thread %d is %s, want %s", id, th.Status, status)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("thread %d is %s, want %s", id, th.Status, status)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -20,6 +20,7 @@ import (
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
 	"pizzabot/handlers"
+	"pizzabot/internal/eventually"
 	"pizzabot/jobs"
 )
 
@@ -187,17 +188,15 @@ func (rb *runBundle) start(prompt, skill string) int64 {
 // wait polls until alice's thread reaches status.
 func (rb *runBundle) wait(id int64, status string) db.Thread {
 	rb.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		th := rb.reload(rb.alice, id)
-		if th.Status == status {
-			return th
+	var th db.Thread
+	eventually.Ok(rb.t, 20*time.Second, func() error {
+		th = rb.reload(rb.alice, id)
+		if th.Status != status {
+			return fmt.Errorf("thread %d is %s (error %q), want %s", id, th.Status, th.Error, status)
 		}
-		if time.Now().After(deadline) {
-			rb.t.Fatalf("thread %d is %s (error %q), want %s", id, th.Status, th.Error, status)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return th
 }
 
 // pending returns the ids of the calls the thread page offers to decide.

@@ -25,9 +25,15 @@ func Ok(t testing.TB, limit time.Duration, cond func() error) {
 			t.Fatalf("after %v: %v", limit, err)
 		}
 		time.Sleep(pause)
-		pause = min(2*pause, 100*time.Millisecond)
+		pause = min(2*pause, 50*time.Millisecond)
 	}
 }
+
+// Lazy is an error whose message is made only when the test fails: for a
+// costly account of the state (a page's HTML, a server's output).
+type Lazy func() string
+
+func (l Lazy) Error() string { return l() }
 
 // True polls cond until it holds and fails the test saying what did not
 // happen once limit has passed.

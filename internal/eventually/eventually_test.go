@@ -59,3 +59,29 @@ func TestTrueSaysWhatDidNotHappen(t *testing.T) {
 		t.Errorf("failure = %q", r.msg)
 	}
 }
+
+func TestLazyMessageMadeOnlyOnFailure(t *testing.T) {
+	t.Parallel()
+	made := 0
+	lazy := eventually.Lazy(func() string { made++; return "the oven's state" })
+	n := 0
+	eventually.Ok(t, time.Minute, func() error {
+		if n++; n < 3 {
+			return lazy
+		}
+		return nil
+	})
+	if made != 0 {
+		t.Errorf("the message was made %d times while waiting", made)
+	}
+	r := &recorder{TB: t}
+	eventually.Ok(r, 0, func() error {
+		if r.msg != "" {
+			return nil
+		}
+		return lazy
+	})
+	if r.msg != "after 0s: the oven's state" || made != 1 {
+		t.Errorf("failure = %q, message made %d times", r.msg, made)
+	}
+}
