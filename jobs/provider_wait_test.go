@@ -9,7 +9,7 @@ import (
 
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
-	wait "pizzabot/internal/eventually" // jobs_test has an eventually of its own until the harness lands
+	"pizzabot/internal/eventually"
 )
 
 // The test runtime's retry policy waits at most 5 ms in a worker: any
@@ -53,7 +53,7 @@ func TestSnoozedStepHoldsNoWorkerNorLease(t *testing.T) {
 	th := b.start(t, "hi", "")
 	// The job sleeps for the ten minutes asked, and the run waits, running
 	// and without a lease, so that no rescue sweep takes it early.
-	wait.Ok(t, time.Minute, func() error {
+	eventually.Ok(t, time.Minute, func() error {
 		var state string
 		var sleeps time.Duration
 		err := b.pool.QueryRow(context.Background(), `SELECT state, scheduled_at - now() FROM river_job
