@@ -61,7 +61,7 @@ func TestAPISubagentWaitsOnParent(t *testing.T) {
 	// A decision the call does not allow is refused through the parent too.
 	b.apiPost("alice", "/api/v1/threads/"+itoa(parent.ID)+"/decisions",
 		map[string]any{"decisions": []any{map[string]any{"id": p.ID, "type": "edit", "arguments": map[string]any{"title": "x"}}}}).wantError(http.StatusBadRequest)
-	if got := run.published.got(); len(got) != 0 {
+	if got := run.published.Got(); len(got) != 0 {
 		t.Fatalf("published %v before approval", got)
 	}
 
@@ -71,7 +71,7 @@ func TestAPISubagentWaitsOnParent(t *testing.T) {
 		t.Errorf("answer is thread %d, want the parent", got.ID)
 	}
 	th = b.apiWait("alice", parent.ID, db.StatusDone)
-	if got := run.published.got(); strings.Join(got, ",") != "Child brief" {
+	if got := run.published.Got(); strings.Join(got, ",") != "Child brief" {
 		t.Errorf("published %v", got)
 	}
 	if len(th.Pending) != 0 {

@@ -20,6 +20,7 @@ import (
 	"pizzabot/db/dbtest"
 	"pizzabot/handlers"
 	"pizzabot/jobs"
+	"pizzabot/jobs/jobstest"
 	"pizzabot/tools"
 )
 
@@ -68,7 +69,7 @@ func setup(t *testing.T, opts ...func(*handlers.Deps)) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deps.Runs = newRuntime(t, jobs.Config{Pool: pool, Logger: deps.Logger, Tools: toolbox})
+	deps.Runs = jobstest.New(t, jobs.Config{Pool: pool, Logger: deps.Logger, Tools: toolbox})
 	for _, o := range opts {
 		o(&deps)
 	}

@@ -3,13 +3,11 @@ package handlers_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
@@ -31,6 +29,7 @@ import (
 	"pizzabot/handlers"
 	"pizzabot/internal/eventually"
 	"pizzabot/jobs"
+	"pizzabot/jobs/jobstest"
 	"pizzabot/live"
 	"pizzabot/tools"
 )
@@ -132,48 +131,30 @@ func setupLiveBrowser(t *testing.T, gate *finishGate) *liveServer {
 	if ls.alice, err = db.UpsertUser(ctx, ls.pool, "https://idp.test", "alice", "alice@example.com", "Alice", false); err != nil {
 		t.Fatal(err)
 	}
-	model := httptest.NewServer(gate.wrap(scriptmodel.New(liveScript).Handler()))
-	t.Cleanup(model.Close)
-	t.Cleanup(gate.release) // let a held step end before the model server closes
-	toolbox, err := tools.NewToolbox(tools.Tool{
-		Spec: agent.ToolSpec{
-			Name: "publish_brief", Description: "Publish a brief.",
-			Parameters: []byte(`{"type":"object","properties":{"title":{"type":"string"}},"required":["title"]}`),
-		},
-		Call: func(_ context.Context, _ tools.Run, args map[string]any) (string, error) {
-			return fmt.Sprintf("published %v", args["title"]), nil
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	skills := agent.LoadSkills(fstest.MapFS{"researcher/SKILL.md": {Data: []byte(liveSkill)}}, "")
-	ls.rt = newRuntime(t, jobs.Config{
-		Pool: ls.pool, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tools: toolbox,
-		Skills:       func() agent.SkillSet { return skills },
-		DefaultModel: "compatible:scripted",
-		Getenv: func(k string) string {
-			if k == "COMPATIBLE_BASE_URL" {
-				return model.URL + "/v1"
-			}
-			return ""
+	h := jobstest.Start(t, jobstest.Options{
+		Config: jobs.Config{
+			Pool: ls.pool,
+			OnDelta: func(threadID int64, text string, reset bool) {
+				ls.current.Load().PublishDelta(threadID, text, reset)
+			},
+			MaxWorkers: 10,
 		},
-		ModelRetry:     agent.RetryPolicy{Attempts: 3, Base: time.Millisecond, Max: 5 * time.Millisecond},
-		HeartbeatEvery: 100 * time.Millisecond,
-		StaleAfter:     time.Second,
-		OnDelta: func(threadID int64, text string, reset bool) {
-			ls.current.Load().PublishDelta(threadID, text, reset)
-		},
-		MaxWorkers: 10,
+		Script:    liveScript,
+		WrapModel: gate.wrap,
+		Tools: []tools.Tool{{
+			Spec: agent.ToolSpec{
+				Name: "publish_brief", Description: "Publish a brief.",
+				Parameters: []byte(`{"type":"object","properties":{"title":{"type":"string"}},"required":["title"]}`),
+			},
+			Call: func(_ context.Context, _ tools.Run, args map[string]any) (string, error) {
+				return fmt.Sprintf("published %v", args["title"]), nil
+			},
+		}},
+		Skills: skills,
 	})
-	if err := ls.rt.StartWorkers(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = ls.rt.StopWorkers(sctx)
-	})
+	ls.rt = h.Runtime
+	t.Cleanup(gate.release) // let a held step end before the workers stop and the model server closes
 	ls.addr = "127.0.0.1:0"
 	ls.start()
 	t.Cleanup(ls.stop)
@@ -442,7 +423,7 @@ func TestLiveInboxInBrowser(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitStatus(t, ls.pool, ls.alice, th.ID, db.StatusDone)
+		jobstest.Wait(t, ls.pool, ls.alice, th.ID, db.StatusDone)
 		ls.start()
 		all.wait(row(th.ID) + `?.dataset.status === "done"`)
 		unread.wait(row(th.ID))
@@ -457,19 +438,5 @@ func TestLiveInboxInBrowser(t *testing.T) {
 		for _, tb := range []*tab{all, unread} {
 			tb.notReloaded()
 		}
-	})
-}
-
-func waitStatus(t *testing.T, pool *pgxpool.Pool, u db.User, id int64, status string) {
-	t.Helper()
-	eventually.Ok(t, 30*time.Second, func() error {
-		th, err := db.GetThread(context.Background(), pool, u.ID, id)
-		if err != nil && !errors.Is(err, db.ErrNotFound) {
-			t.Fatal(err)
-		}
-		if th.Status != status {
-			return fmt.Errorf("thread %d is %s, want %s", id, th.Status, status)
-		}
-		return nil
 	})
 }

@@ -22,6 +22,7 @@ import (
 	"pizzabot/handlers"
 	"pizzabot/internal/eventually"
 	"pizzabot/jobs"
+	"pizzabot/jobs/jobstest"
 	"pizzabot/tools"
 )
 
@@ -65,7 +66,7 @@ func mcpSetupRuns(t *testing.T, env map[string]string) (*bundle, *extensions.Ext
 			t.Fatal(err)
 		}
 		toolbox.AddSource(extensions.MCPTools(ext.Manager))
-		runs = newRuntime(t, jobs.Config{Pool: d.Pool, Logger: d.Logger, Tools: toolbox, Skills: ext.Skills})
+		runs = jobstest.New(t, jobs.Config{Pool: d.Pool, Logger: d.Logger, Tools: toolbox, Skills: ext.Skills})
 		d.Runs = runs
 		d.Extensions = ext
 		ext.Start(context.Background())

@@ -23,6 +23,7 @@ import (
 	"pizzabot/handlers"
 	"pizzabot/handlers/oidctest"
 	"pizzabot/jobs"
+	"pizzabot/jobs/jobstest"
 	"pizzabot/tools"
 )
 
@@ -95,7 +96,7 @@ func localServer(t *testing.T) (*authBundle, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs := newRuntime(t, jobs.Config{Pool: pool, Logger: slog.New(slog.DiscardHandler), Tools: toolbox})
+	runs := jobstest.New(t, jobs.Config{Pool: pool, Logger: slog.New(slog.DiscardHandler), Tools: toolbox})
 	srv := httptest.NewServer(handlers.New(handlers.Deps{Pool: pool, Auth: auth, Runs: runs, DataRoot: t.TempDir(),
 		JobsUI: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "river ui") })}))
 	t.Cleanup(srv.Close)
