@@ -26,29 +26,7 @@ import (
 
 // The API tests drive the JSON API over the real handler, with a real
 // runtime behind it where runs must move: a started River client and the
-// scripted model server, as in jobs/runtime_test.go.
-
-const apiTestSkills = `---
-name: researcher
-description: Gathers material and publishes a brief.
-allowed-tools: write_file read_file publish_brief
-interruptOn:
-  publish_brief: true
----
-Research the topic, then publish a brief.
-`
-
-const apiStrictSkill = `---
-name: strict
-description: Publishes only with approval or rejection.
-allowed-tools: [publish_brief]
-interruptOn:
-  publish_brief:
-    allowedDecisions: [approve, reject]
-    description: Publishing is visible to the whole company
----
-Publish.
-`
+// scripted model server (jobs/jobstest).
 
 // apiRun is the real runtime behind an API test's server.
 type apiRun struct {
@@ -66,21 +44,9 @@ type apiRun struct {
 func apiSetup(t *testing.T, script scriptmodel.Script, extra ...tools.Tool) (*bundle, *apiRun) {
 	t.Helper()
 	run := &apiRun{published: &jobstest.Recorder{}}
-	publish := tools.Tool{
-		Spec: agent.ToolSpec{
-			Name:        "publish_brief",
-			Description: "Publish a brief to the company.",
-			Parameters:  []byte(`{"type":"object","properties":{"title":{"type":"string","minLength":1}},"required":["title"]}`),
-		},
-		Call: func(_ context.Context, _ tools.Run, args map[string]any) (string, error) {
-			title, _ := args["title"].(string)
-			run.published.Add(title)
-			return "published " + title, nil
-		},
-	}
 	skills := agent.LoadSkills(fstest.MapFS{
-		"researcher/SKILL.md": {Data: []byte(apiTestSkills)},
-		"strict/SKILL.md":     {Data: []byte(apiStrictSkill)},
+		"researcher/SKILL.md": {Data: []byte(jobstest.ResearcherSkill)},
+		"strict/SKILL.md":     {Data: []byte(jobstest.StrictSkill)},
 	}, "")
 	if len(skills.Errors) > 0 {
 		t.Fatalf("skills: %v", skills.Errors)
@@ -93,7 +59,7 @@ func apiSetup(t *testing.T, script scriptmodel.Script, extra ...tools.Tool) (*bu
 				ModelRetry: agent.RetryPolicy{Attempts: 1, Base: time.Millisecond, Max: time.Millisecond},
 			},
 			Script: script,
-			Tools:  append([]tools.Tool{publish}, extra...),
+			Tools:  append([]tools.Tool{jobstest.PublishTool(run.published)}, extra...),
 			Skills: skills,
 		})
 		run.rt, run.model = run.h.Runtime, run.h.Model

@@ -754,11 +754,7 @@ func TestLocalUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	toolbox, err := tools.NewToolbox()
-	if err != nil {
-		t.Fatal(err)
-	}
-	runs := jobstest.New(t, jobs.Config{Pool: pool, Logger: slog.New(slog.DiscardHandler), Tools: toolbox})
+	runs := jobstest.New(t, jobs.Config{Pool: pool}) // the built-in tools
 	srv := httptest.NewServer(handlers.New(handlers.Deps{Pool: pool, Auth: auth, Runs: runs}))
 	t.Cleanup(srv.Close)
 	b := &authBundle{t: t, ctx: ctx, pool: pool, srv: srv}

@@ -23,26 +23,8 @@ import (
 
 // The skills of the run tests.
 var runSkills = fstest.MapFS{
-	"researcher/SKILL.md": {Data: []byte(`---
-name: researcher
-description: Gathers material and publishes a brief.
-allowed-tools: write_file read_file publish_brief
-interruptOn:
-  publish_brief: true
----
-Research the topic, then publish a brief.
-`)},
-	"strict/SKILL.md": {Data: []byte(`---
-name: strict
-description: Publishes only with approval or rejection.
-allowed-tools: [publish_brief]
-interruptOn:
-  publish_brief:
-    allowedDecisions: [approve, reject]
-    description: Publishing is visible to the whole company
----
-Publish.
-`)},
+	"researcher/SKILL.md": {Data: []byte(jobstest.ResearcherSkill)},
+	"strict/SKILL.md":     {Data: []byte(jobstest.StrictSkill)},
 	"pair/SKILL.md": {Data: []byte(`---
 name: pair
 description: Publishes and takes notes, both with approval.

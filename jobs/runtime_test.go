@@ -48,50 +48,13 @@ func (b *bundle) currentSkills() agent.SkillSet {
 	return fn()
 }
 
-const testSkills = `---
-name: researcher
-description: Gathers material and publishes a brief.
-allowed-tools: write_file read_file publish_brief
-interruptOn:
-  publish_brief: true
----
-Research the topic, then publish a brief.
-`
-
-const strictSkill = `---
-name: strict
-description: Publishes only with approval or rejection.
-allowed-tools: [publish_brief]
-interruptOn:
-  publish_brief:
-    allowedDecisions: [approve, reject]
-    description: Publishing is visible to the whole company
----
-Publish.
-`
-
-func publishTool(log *jobstest.Recorder) tools.Tool {
-	return tools.Tool{
-		Spec: agent.ToolSpec{
-			Name:        "publish_brief",
-			Description: "Publish a brief to the company.",
-			Parameters:  []byte(`{"type":"object","properties":{"title":{"type":"string","minLength":1}},"required":["title"]}`),
-		},
-		Call: func(_ context.Context, _ tools.Run, args map[string]any) (string, error) {
-			title, _ := args["title"].(string)
-			log.Add(title)
-			return "published " + title, nil
-		},
-	}
-}
-
 // setup starts a runtime with a River client on a fresh database, answering
 // with a scripted model.
 func setup(t testing.TB, script scriptmodel.Script, extra ...tools.Tool) *bundle {
 	t.Helper()
 	return setupWith(t, script, fstest.MapFS{
-		"researcher/SKILL.md": {Data: []byte(testSkills)},
-		"strict/SKILL.md":     {Data: []byte(strictSkill)},
+		"researcher/SKILL.md": {Data: []byte(jobstest.ResearcherSkill)},
+		"strict/SKILL.md":     {Data: []byte(jobstest.StrictSkill)},
 	}, extra...)
 }
 
@@ -113,7 +76,7 @@ func setupSkillSet(t testing.TB, script scriptmodel.Script, skills agent.SkillSe
 	h := jobstest.Start(t, jobstest.Options{
 		Config: jobs.Config{Skills: b.currentSkills, MaxWorkers: 100},
 		Script: script,
-		Tools:  append([]tools.Tool{publishTool(b.publish)}, extra...),
+		Tools:  append([]tools.Tool{jobstest.PublishTool(b.publish)}, extra...),
 	})
 	b.pool, b.rt, b.model = h.Pool, h.Runtime, h.Model
 	b.addUsers(t)

@@ -62,12 +62,12 @@ func startProcess(t *testing.T, url string, clk *testClock, modelURL string) *pr
 	}
 	t.Cleanup(pool.Close)
 	skills := agent.LoadSkills(fstest.MapFS{
-		"researcher/SKILL.md": {Data: []byte(testSkills)},
+		"researcher/SKILL.md": {Data: []byte(jobstest.ResearcherSkill)},
 	}, "")
 	h := jobstest.Start(t, jobstest.Options{
 		Config:   jobs.Config{Pool: pool, ScheduleEvery: 50 * time.Millisecond, Now: clk.Now, MaxWorkers: 100},
 		ModelURL: modelURL + "/v1",
-		Tools:    []tools.Tool{publishTool(&jobstest.Recorder{})},
+		Tools:    []tools.Tool{jobstest.PublishTool(&jobstest.Recorder{})},
 		Skills:   skills,
 	})
 	p := &process{rt: h.Runtime, h: h, pool: pool}

@@ -93,7 +93,7 @@ func setupSubagents(t *testing.T, script scriptmodel.Script) *bundle {
 	h := jobstest.Start(t, jobstest.Options{
 		Config: jobs.Config{ModelRetry: agent.RetryPolicy{Attempts: 2, Base: time.Millisecond, Max: 5 * time.Millisecond}},
 		Script: script,
-		Tools:  []tools.Tool{publishTool(b.publish), browserTool()},
+		Tools:  []tools.Tool{jobstest.PublishTool(b.publish), browserTool()},
 		Skills: skills,
 	})
 	b.pool, b.rt, b.model = h.Pool, h.Runtime, h.Model

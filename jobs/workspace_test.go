@@ -77,7 +77,7 @@ func wsSetup(t *testing.T, ws tools.Workspace, script func(b *wsBundle) scriptmo
 	h := jobstest.Start(t, jobstest.Options{
 		Config: jobs.Config{Pool: b.pool, StaleAfter: 5 * time.Second},
 		Script: script(b),
-		Tools:  append([]tools.Tool{publishTool(b.publish), notifyTool(b.notify)}, tools.WorkspaceTools(ws)...),
+		Tools:  append([]tools.Tool{jobstest.PublishTool(b.publish), notifyTool(b.notify)}, tools.WorkspaceTools(ws)...),
 		Skills: skills,
 	})
 	b.rt, b.model = h.Runtime, h.Model
