@@ -209,7 +209,7 @@ func TestKillDuringToolCallAsksTheUser(t *testing.T) {
 	if n := b.charges(t); n != 1 {
 		t.Fatalf("the call ran %d times before anyone decided", n)
 	}
-	if err := b.Runtime.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: calls[0].ID, Type: "retry"}}); err != nil {
+	if _, err := b.Runtime.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: calls[0].ID, Type: "retry"}}); err != nil {
 		t.Fatal(err)
 	}
 	eventually.True(t, 30*time.Second, "waiting for the run to finish", func() bool { return b.thread(t, th.ID).Status == db.StatusDone })

@@ -16,6 +16,7 @@ import (
 	"pizzabot/internal/eventually"
 	"pizzabot/jobs"
 	"pizzabot/jobs/jobstest"
+	"pizzabot/refusal"
 	"pizzabot/tools"
 )
 
@@ -426,7 +427,7 @@ func TestTaskApprovalSurfacesOnTheParent(t *testing.T) {
 
 	// Deciding on the child's call resumes the child, and takes the parent
 	// out of Action in the same transaction.
-	if err := b.rt.Decide(ctx, b.user, publisher.ID, []jobs.DecisionInput{{CallID: pending[0].ID, Type: "edit", Arguments: `{"title":"Pizza report, final"}`}}); err != nil {
+	if _, err := b.rt.Decide(ctx, b.user, publisher.ID, []jobs.DecisionInput{{CallID: pending[0].ID, Type: "edit", Arguments: `{"title":"Pizza report, final"}`}}); err != nil {
 		t.Fatal(err)
 	}
 	if th := b.reload(t, parent.ID); th.Status == db.StatusWaiting {
@@ -555,11 +556,10 @@ func TestFailedSubagentGivesTheParentAnError(t *testing.T) {
 	}
 	// A sub-agent is not retried or continued on its own: its parent has
 	// moved on from its end.
-	var ue *jobs.UserError
-	if err := b.rt.Retry(ctx, b.user, kids[0].ID); !errors.As(err, &ue) || ue.Status != 409 {
+	if _, err := b.rt.Retry(ctx, b.user, kids[0].ID); !refusal.Is(err, refusal.Conflict) {
 		t.Errorf("retry of the child = %v", err)
 	}
-	if err := b.rt.Reply(ctx, b.user, kids[0].ID, "try again"); !errors.As(err, &ue) || ue.Status != 409 {
+	if err := b.rt.Reply(ctx, b.user, kids[0].ID, "try again"); !refusal.Is(err, refusal.Conflict) {
 		t.Errorf("reply to the child = %v", err)
 	}
 	assertOnlyInQueues(t, b, parent.ID)
