@@ -1,6 +1,10 @@
-// Package handlers serves Pizza Bot's web interface: the inbox, threads and
-// folders as server-rendered pages that htmx enhances, the static assets and
-// the health checks. routes.go is the table of contents.
+// Package handlers is Pizza Bot's HTTP layer: the inbox, threads, folders,
+// schedules, webhooks and settings as server-rendered pages that htmx
+// enhances, the live event streams, the JSON API (/api/v1), the webhook
+// endpoint, the static assets and the health checks. routes.go is the table
+// of contents. The rules live elsewhere: runs in jobs (seen through the Runs
+// interface), schedule and webhook rules in triggers, edit forms in argform,
+// storage in db; a handler reads the request, calls them and renders.
 //
 // Every handler returns an error to one adapter, which renders it: an
 // httpError is a 4xx message for the user, a service's refusal
