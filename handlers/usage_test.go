@@ -10,6 +10,7 @@ import (
 
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
+	"pizzabot/internal/eventually"
 )
 
 // usageScript answers with n tag_items calls, then a final answer; every
@@ -283,7 +284,7 @@ func TestBudgetHoldFromThePages(t *testing.T) {
 		t.Fatalf("held runs = %d rows", len(rows))
 	}
 	b.post("carol", "/settings/usage/holds/"+itoa(id)+"/approve", form("return", "/settings/usage")).wantStatus(http.StatusSeeOther)
-	waitFor(t, func() bool { return len(rb.model.Requests()) == 2 })
+	eventually.True(t, 20*time.Second, "the approved call is made", func() bool { return len(rb.model.Requests()) == 2 })
 	rb.wait(id, db.StatusWaiting)
 	time.Sleep(200 * time.Millisecond)
 	if n := len(rb.model.Requests()); n != 2 {
@@ -325,18 +326,6 @@ func TestBudgetHoldFromThePages(t *testing.T) {
 	r = b.post("carol", "/settings/usage/holds/"+itoa(id)+"/approve", form()).wantStatus(http.StatusConflict)
 	if !strings.Contains(r.body(), "is not waiting on a budget") {
 		t.Errorf("approving a finished run: %s", r.text("error-message"))
-	}
-}
-
-// waitFor polls cond for up to 20 seconds.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("timed out")
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

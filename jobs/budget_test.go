@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
+	"pizzabot/internal/eventually"
 )
 
 // Every scripted call of the budget tests reports 1,000 tokens in and 500
@@ -219,13 +221,9 @@ func TestBudgetApproveOnce(t *testing.T) {
 
 func waitRequests(t *testing.T, b *bundle, n int) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for len(b.model.Requests()) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("the model got %d requests, want %d", len(b.model.Requests()), n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually.True(t, 30*time.Second, fmt.Sprintf("the model gets %d requests", n), func() bool {
+		return len(b.model.Requests()) >= n
+	})
 }
 
 // TestUsageReport sums the calls of two users' runs by user, skill, day
