@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -257,5 +258,44 @@ func TestKillBetweenStepsRedoesNoCommittedStep(t *testing.T) {
 	reqs := b.Model.Requests()
 	if n := len(reqs); n != 3 {
 		t.Errorf("model calls = %d, want 3 (first step once, the interrupted one again)", n)
+	}
+}
+
+// A step whose commit the database refuses is retried by River with its
+// backoff, keeping its lease, and finishes once the fault is gone; it is not
+// taken for a shutdown and handed back at once (a hot loop that never
+// recorded the error).
+func TestStepErrorIsRetried(t *testing.T) {
+	t.Parallel()
+	b := setup(t, scriptmodel.Script{Default: &scriptmodel.Reply{Content: "the answer"}})
+	ctx := context.Background()
+	// The fault: the database refuses the model's answer.
+	if _, err := b.pool.Exec(ctx, `
+		CREATE FUNCTION refuse_answer() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.role = 'assistant' THEN RAISE EXCEPTION 'disk on fire'; END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER refuse_answer BEFORE INSERT ON messages FOR EACH ROW EXECUTE FUNCTION refuse_answer();`); err != nil {
+		t.Fatal(err)
+	}
+	th := b.start(t, "hi", "")
+	var errs int
+	eventually.Ok(t, time.Minute, func() error {
+		if err := b.pool.QueryRow(ctx, `SELECT coalesce(max(cardinality(errors)), 0) FROM river_job
+			WHERE kind = 'run_step' AND (args->>'thread_id')::bigint = $1`, th.ID).Scan(&errs); err != nil {
+			return err
+		}
+		if errs == 0 {
+			return errors.New("no error recorded on the step job")
+		}
+		return nil
+	})
+	if _, err := b.pool.Exec(ctx, `DROP TRIGGER refuse_answer ON messages`); err != nil {
+		t.Fatal(err)
+	}
+	th = b.wait(t, th.ID, db.StatusDone)
+	if got := last(b.messages(t, th.ID)).Content; got != "the answer" {
+		t.Errorf("answer = %q", got)
 	}
 }

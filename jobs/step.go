@@ -72,6 +72,10 @@ func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
 		return river.JobSnooze(rt.staleAfter())
 	}
 
+	// jobCtx is River's: it ends at shutdown or when River cancels the job.
+	// ctx, derived, also ends when the heartbeat loses the lease, and is
+	// cancelled below once the step is over.
+	jobCtx := ctx
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	hbDone := make(chan struct{})
@@ -106,7 +110,7 @@ func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
 		}
 		rt.cfg.Logger.Info("model provider asked to wait", "thread_id", a.ThreadID, "wait", wait.after)
 		return river.JobSnooze(wait.after)
-	case ctx.Err() != nil:
+	case jobCtx.Err() != nil:
 		rt.cfg.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "handed_back")
 		// Shutdown (or River's own cancel): hand the run back at once. A
 		// tool call cut off here stays "running" and the next job treats
@@ -118,6 +122,10 @@ func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
 		}
 		return river.JobSnooze(0)
 	}
+	// Any other error (the database refused a commit, a query failed):
+	// River retries the job with its backoff, which takes the lease again
+	// (it is still this job's). Should the retries come later than
+	// StaleAfter, the rescue sweep hands the run to a new job instead.
 	rt.cfg.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "error")
 	return err
 }
