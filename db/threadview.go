@@ -28,6 +28,9 @@ type ThreadView struct {
 	// Subagents are the threads it delegated to, oldest first, each with
 	// its conversation, calls and usage.
 	Subagents []SubagentView
+	// Budget is the budget hold its run waits on (budgets.go); nil when
+	// it does not.
+	Budget *BudgetHold
 }
 
 // SubagentView is a sub-agent's part of its parent's ThreadView.
@@ -60,6 +63,13 @@ func ReadThreadView(ctx context.Context, pool *pgxpool.Pool, userID, threadID in
 		}
 		if v.Attachments, err = ListAttachments(ctx, tx, userID, threadID); err != nil {
 			return err
+		}
+		if bh := v.Thread.BudgetHold; bh != nil && bh.ThreadID == threadID {
+			h, err := GetBudgetHold(ctx, tx, userID, threadID)
+			if err != nil {
+				return err
+			}
+			v.Budget = &h
 		}
 		if id := v.Thread.ParentThreadID; id != nil {
 			p, err := GetThread(ctx, tx, userID, *id)

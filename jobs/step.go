@@ -295,6 +295,14 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 	if err != nil {
 		return rt.fail(ctx, jobID, a, started, t.Model, err.Error())
 	}
+	// A budget the call would reach stops the run here, before the call:
+	// it waits in Action on a budget hold, committed with the lease check
+	// (budget.go). A crash before that commit leaves the run running, and
+	// the next job checks again; after it, the run waits.
+	budget, err := rt.checkBudget(ctx, jobID, a, v.Budget)
+	if err != nil || budget == budgetStopped {
+		return err
+	}
 	rules, err := rt.gateRules(ctx, rt.cfg.Pool, t) // no transaction is held here
 	if err != nil {
 		return err
@@ -355,6 +363,11 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 		}
 		db.QueueInsertStep(b, db.Step{ThreadID: t.ID, Kind: "model", Model: t.Model,
 			PromptTokens: out.Usage.PromptTokens, CompletionTokens: out.Usage.CompletionTokens, StartedAt: started})
+		if budget == budgetApproved {
+			// The call an admin let past the budget is made: the
+			// approval is used. A crash before this commit keeps it.
+			db.QueueDeleteBudgetHold(b, t.ID)
+		}
 		return nil
 	}
 	return rt.commitBatch(ctx, jobID, a, first, func(ctx context.Context, tx pgx.Tx) error {
