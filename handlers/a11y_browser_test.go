@@ -252,6 +252,9 @@ func seedA11y(t *testing.T, ts *triageServer) []a11yPage {
 	ts.post("admin", "/settings/mcp", form("name", "crm", "config", `{"type": "http", "url": "http://127.0.0.1:1/mcp"}`))
 	ts.post("admin", "/settings/skills", form("name", "notes", "accept_warnings", "1", "content",
 		"---\nname: notes\ndescription: Keeps meeting notes.\n---\nWrite the notes as a list.\n"))
+	// After the runs, so that no budget stops them.
+	ts.post("admin", "/settings/usage/prices", form("model", "compatible:scripted", "input", "0.40", "output", "1.60"))
+	ts.post("admin", "/settings/usage/budgets", form("subject", "skill:researcher", "period", "month", "limit", "50"))
 
 	thread := func(id int64) string { return "/threads/" + itoa(id) }
 	rowsShown := `document.querySelector('[data-testid="thread-row"]')`
@@ -340,6 +343,7 @@ func seedA11y(t *testing.T, ts *triageServer) []a11yPage {
 				}
 			}, `document.querySelector('[data-testid="token-created"]')`)},
 		{name: "settings", user: "admin", path: "/settings", ready: `document.querySelector(".settings-section")`},
+		{name: "settings-usage", user: "admin", path: "/settings/usage", ready: `document.querySelector('[data-testid="usage-chart"], [data-testid="usage-total"]')`},
 		{name: "settings-grants", user: "admin", path: "/settings/grants", ready: `document.querySelector("main form")`},
 		{name: "settings-mcp", user: "admin", path: "/settings/mcp", ready: `document.querySelector('[data-testid="mcp-server-row"]')`},
 		{name: "settings-mcp-edit", user: "admin", path: "/settings/mcp/crm/edit", ready: `document.querySelector("main form")`},

@@ -6,13 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"pizzabot/db"
 	"pizzabot/jobs"
@@ -174,6 +173,10 @@ type apiUsage struct {
 	Steps            int64 `json:"steps"`
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
+	// CostUSD is what the thread's model calls cost (docs/team.md);
+	// UnpricedCalls counts those of models without a price, at 0.
+	CostUSD       float64 `json:"cost_usd"`
+	UnpricedCalls int64   `json:"unpriced_calls"`
 }
 
 type apiCounts struct {
@@ -375,9 +378,8 @@ func (h *Handler) apiListThreads(w http.ResponseWriter, r *http.Request) error {
 		f.FolderID = folder.ID
 	}
 	if s := v.Get("trigger"); s != "" {
-		kinds := []string{db.TriggerManual, db.TriggerSchedule, db.TriggerCatchup, db.TriggerWebhook}
-		if !slices.Contains(kinds, s) {
-			return httpError{http.StatusBadRequest, fmt.Sprintf("trigger %q is not one of %s", s, strings.Join(kinds, ", "))}
+		if !slices.Contains(db.TriggerKinds, s) {
+			return httpError{http.StatusBadRequest, fmt.Sprintf("trigger %q is not one of %s", s, strings.Join(db.TriggerKinds, ", "))}
 		}
 		f.Trigger = s
 	}
@@ -460,51 +462,23 @@ func (h *Handler) apiShowThread(w http.ResponseWriter, r *http.Request) error {
 	}
 	// One snapshot, so that a step committing meanwhile cannot show a
 	// pending call without the message that asked for it.
-	var (
-		t     db.Thread
-		msgs  []db.Message
-		calls []db.ToolCallRow
-		kids  []db.ToolCallRow // the waiting calls of its sub-agents
-		usage db.Usage
-		as    []db.Attachment
-	)
-	opts := pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
-	err = db.InTxOptions(ctx, h.pool, opts, func(ctx context.Context, tx pgx.Tx) error {
-		var err error
-		if t, err = db.GetThread(ctx, tx, user.ID, id); err != nil {
-			return err
-		}
-		if msgs, err = db.ListMessages(ctx, tx, user.ID, id); err != nil {
-			return err
-		}
-		if calls, err = db.ListToolCalls(ctx, tx, user.ID, id); err != nil {
-			return err
-		}
-		if kids, err = subagentWaits(ctx, tx, user.ID, id); err != nil {
-			return err
-		}
-		if usage, err = db.ThreadUsage(ctx, tx, user.ID, id); err != nil {
-			return err
-		}
-		as, err = db.ListAttachments(ctx, tx, user.ID, id)
-		return err
-	})
+	v, err := db.ReadThreadView(ctx, h.pool, user.ID, id)
 	if err != nil {
 		return threadErr(err)
 	}
-
 	out := apiThreadDetail{
-		apiThread: toAPIThread(t),
-		Model:     t.Model,
-		Error:     optional(t.Error),
-		Messages:  make([]apiMessage, 0, len(msgs)),
+		apiThread: toAPIThread(v.Thread),
+		Model:     v.Thread.Model,
+		Error:     optional(v.Thread.Error),
+		Messages:  make([]apiMessage, 0, len(v.Messages)),
 		Pending:   []apiPending{},
 		Decisions: []apiDecision{},
-		Usage:     apiUsage{Steps: usage.Steps, PromptTokens: usage.PromptTokens, CompletionTokens: usage.CompletionTokens},
+		Usage: apiUsage{Steps: v.Usage.Steps, PromptTokens: v.Usage.PromptTokens, CompletionTokens: v.Usage.CompletionTokens,
+			CostUSD: math.Round(v.Usage.Cost.Dollars()*1e6) / 1e6, UnpricedCalls: v.Usage.Unpriced},
 
-		Attachments: toAPIAttachments(as),
+		Attachments: toAPIAttachments(v.Attachments),
 	}
-	for _, m := range msgs {
+	for _, m := range v.Messages {
 		am := apiMessage{ID: m.ID, Role: m.Role, Content: m.Content, CreatedAt: m.CreatedAt.UTC()}
 		for _, c := range m.ToolCalls {
 			am.ToolCalls = append(am.ToolCalls, apiToolCall{ID: c.ID, Name: c.Name, Arguments: apiArguments(c.Arguments)})
@@ -515,15 +489,15 @@ func (h *Handler) apiShowThread(w http.ResponseWriter, r *http.Request) error {
 		}
 		out.Messages = append(out.Messages, am)
 	}
-	for _, c := range calls {
-		if c.State == db.CallPending || c.State == db.CallUnknown {
+	for _, c := range v.Calls {
+		if c.AwaitsDecision() {
 			out.Pending = append(out.Pending, toAPIPending(c))
 		}
 		if c.Decision != "" && c.DecidedAt != nil {
 			out.Decisions = append(out.Decisions, toAPIDecision(c))
 		}
 	}
-	for _, c := range kids {
+	for _, c := range waitingSubagentCalls(v.Subagents) {
 		out.Pending = append(out.Pending, toAPIPending(c))
 	}
 	return writeJSON(w, http.StatusOK, out)
@@ -541,18 +515,27 @@ func subagentWaits(ctx context.Context, q db.Querier, userID, parentID int64) ([
 	if err != nil {
 		return nil, err
 	}
-	var out []db.ToolCallRow
+	subs := make([]db.SubagentView, 0, len(kids))
 	for _, k := range kids {
-		if k.Status != db.StatusWaiting {
+		subs = append(subs, db.SubagentView{Thread: k, Calls: byKid[k.ID]})
+	}
+	return waitingSubagentCalls(subs), nil
+}
+
+// waitingSubagentCalls returns the calls waiting sub-agents wait at.
+func waitingSubagentCalls(subs []db.SubagentView) []db.ToolCallRow {
+	var out []db.ToolCallRow
+	for _, k := range subs {
+		if k.Thread.Status != db.StatusWaiting {
 			continue
 		}
-		for _, c := range byKid[k.ID] {
-			if c.State == db.CallPending || c.State == db.CallUnknown {
+		for _, c := range k.Calls {
+			if c.AwaitsDecision() {
 				out = append(out, c)
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 func toAPIPending(c db.ToolCallRow) apiPending {
@@ -612,13 +595,6 @@ type apiDecisionInput struct {
 	InnerSeq *int `json:"inner_seq"`
 }
 
-// decisionTypes are the decisions the API knows; which of them a call takes
-// is its allowed_decisions.
-var decisionTypes = []string{
-	db.DecisionApprove, db.DecisionEdit, db.DecisionReject,
-	db.DecisionRespond, db.DecisionRetry, db.DecisionSkip,
-}
-
 // apiDecide applies decisions to the calls waiting in a thread:
 // POST /api/v1/threads/{id}/decisions. Calls may be decided together or one
 // by one: once none waits the run resumes (202); while others wait the
@@ -645,24 +621,11 @@ func (h *Handler) apiDecide(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return threadErr(err)
 	}
-	// Whether these decisions resume the run: they do when they cover every
-	// call waiting now. Read before deciding, so that the answer does not
-	// depend on how far the resumed run got by the time we look.
-	waiting, err := h.waitingCalls(ctx, user.ID, target)
+	out, err := h.runs.Decide(ctx, user, target, in)
 	if err != nil {
 		return threadErr(err)
 	}
-	for _, d := range in {
-		delete(waiting, d.CallID)
-	}
-	if err := h.runs.Decide(ctx, user, target, in); err != nil {
-		return threadErr(err)
-	}
-	status := http.StatusOK
-	if len(waiting) == 0 {
-		status = http.StatusAccepted
-	}
-	return h.apiThreadAfter(w, r, id, status)
+	return h.apiThreadAfter(w, r, id, resumedStatus(out))
 }
 
 // decisionTarget returns the thread whose calls the decisions are for: the
@@ -696,22 +659,16 @@ func (h *Handler) decisionTarget(ctx context.Context, userID, id int64, in []job
 	return target, nil
 }
 
-// waitingCalls returns the ids of the thread's calls that wait for a person.
-func (h *Handler) waitingCalls(ctx context.Context, userID, threadID int64) (map[int64]bool, error) {
-	if _, err := db.GetThread(ctx, h.pool, userID, threadID); err != nil {
-		return nil, err
+// resumedStatus is the answer to a change that may have resumed the run:
+// 202 when the runtime queued its next step, 200 when it still waits for a
+// person. The runtime says which, from inside the transaction that
+// decided, so the answer does not depend on how far the resumed run got or
+// on decisions made meanwhile in another tab.
+func resumedStatus(out jobs.Outcome) int {
+	if out.Resumed {
+		return http.StatusAccepted
 	}
-	calls, err := db.ListToolCalls(ctx, h.pool, userID, threadID)
-	if err != nil {
-		return nil, err
-	}
-	waiting := map[int64]bool{}
-	for _, c := range calls {
-		if c.State == db.CallPending || c.State == db.CallUnknown {
-			waiting[c.ID] = true
-		}
-	}
-	return waiting, nil
+	return http.StatusOK
 }
 
 // decisionInputs checks the decisions of a request and turns them into the
@@ -728,8 +685,8 @@ func decisionInputs(ds []apiDecisionInput) ([]jobs.DecisionInput, error) {
 		if d.ID <= 0 {
 			return nil, bad(i, `"id" is missing: use the id of a call in the thread's "pending"`)
 		}
-		if !slices.Contains(decisionTypes, d.Type) {
-			return nil, bad(i, `"type" %q is not one of %s`, d.Type, strings.Join(decisionTypes, ", "))
+		if !db.IsDecision(d.Type) {
+			return nil, bad(i, `"type" %q is not one of %s`, d.Type, strings.Join(db.Decisions, ", "))
 		}
 		in := jobs.DecisionInput{CallID: d.ID, Type: d.Type, Message: d.Message, InnerSeq: d.InnerSeq}
 		hasArgs := len(d.Arguments) > 0 && string(d.Arguments) != "null"
@@ -791,19 +748,8 @@ func (h *Handler) apiCancel(w http.ResponseWriter, r *http.Request) error {
 // goes back to waiting for them (200); any other is queued (202).
 func (h *Handler) apiRetry(w http.ResponseWriter, r *http.Request) error {
 	return h.apiThreadChange(w, r, func(ctx context.Context, user db.User, id int64) (int, error) {
-		// The runtime's own rule, read before it acts: a run with calls
-		// waiting for a person goes back to waiting instead of running.
-		waiting, err := h.waitingCalls(ctx, user.ID, id)
-		if err != nil {
-			return 0, err
-		}
-		if err := h.runs.Retry(ctx, user, id); err != nil {
-			return 0, err
-		}
-		if len(waiting) > 0 {
-			return http.StatusOK, nil
-		}
-		return http.StatusAccepted, nil
+		out, err := h.runs.Retry(ctx, user, id)
+		return resumedStatus(out), err
 	})
 }
 

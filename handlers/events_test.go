@@ -1,170 +1,16 @@
 package handlers_test
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"pizzabot/db"
-	"pizzabot/handlers"
-	"pizzabot/live"
+	"pizzabot/internal/eventually"
 )
-
-// sseEvent is one message of an event stream, or an id-only record (event
-// and data empty).
-type sseEvent struct {
-	event, data, id string
-}
-
-// eventStream is an open GET /events.
-type eventStream struct {
-	t      *testing.T
-	resp   *http.Response
-	events chan sseEvent
-	done   chan struct{}
-}
-
-// liveBundle is a test server with live updates on.
-type liveBundle struct {
-	*bundle
-	broker *live.Broker
-	url    string
-}
-
-func setupLive(t *testing.T) *liveBundle {
-	t.Helper()
-	var broker *live.Broker
-	b := setup(t, func(d *handlers.Deps) {
-		broker = live.New(d.Pool, live.Options{FlushEvery: 20 * time.Millisecond})
-		if err := broker.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(broker.Close)
-		d.Live = broker
-	})
-	srv := httptest.NewServer(b.srv)
-	t.Cleanup(srv.Close)
-	return &liveBundle{bundle: b, broker: broker, url: srv.URL}
-}
-
-// open connects user's event stream with the query and Last-Event-ID.
-func (b *liveBundle) open(user, query, lastID string) *eventStream {
-	b.t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.url+"/events?"+query, nil)
-	req.Header.Set("X-Test-User", user)
-	req.Header.Set("Accept", "text/event-stream")
-	if lastID != "" {
-		req.Header.Set("Last-Event-ID", lastID)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	s := &eventStream{t: b.t, resp: resp, events: make(chan sseEvent, 100), done: make(chan struct{})}
-	b.t.Cleanup(func() {
-		cancel()
-		resp.Body.Close()
-	})
-	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		b.t.Fatalf("GET /events: %s %s", resp.Status, resp.Header.Get("Content-Type"))
-	}
-	go func() {
-		defer close(s.done)
-		r := bufio.NewReader(resp.Body)
-		var ev sseEvent
-		var data []string
-		for {
-			line, err := r.ReadString('\n')
-			if err != nil {
-				return
-			}
-			line = strings.TrimSuffix(line, "\n")
-			switch {
-			case line == "":
-				ev.data = strings.Join(data, "\n")
-				if ev.event != "" || ev.id != "" {
-					s.events <- ev
-				}
-				ev, data = sseEvent{}, nil
-			case strings.HasPrefix(line, ":"), strings.HasPrefix(line, "retry:"):
-			case strings.HasPrefix(line, "event: "):
-				ev.event = strings.TrimPrefix(line, "event: ")
-			case strings.HasPrefix(line, "data: "):
-				data = append(data, strings.TrimPrefix(line, "data: "))
-			case strings.HasPrefix(line, "id: "):
-				ev.id = strings.TrimPrefix(line, "id: ")
-			}
-		}
-	}()
-	return s
-}
-
-// liveWait bounds the wait for a live event. Events wait for the oldest
-// transaction open anywhere in the (shared) test cluster, which another
-// package's test may hold for seconds: a bound on a hang, not a speed target.
-const liveWait = 45 * time.Second
-
-// next returns the next message, failing after a while.
-func (s *eventStream) next() sseEvent {
-	s.t.Helper()
-	select {
-	case ev := <-s.events:
-		return ev
-	case <-s.done:
-		s.t.Fatal("the stream ended")
-	case <-time.After(liveWait):
-		s.t.Fatalf("no message within %v", liveWait)
-	}
-	return sseEvent{}
-}
-
-// until reads messages until one with an id, and returns them all.
-func (s *eventStream) until() []sseEvent {
-	s.t.Helper()
-	var out []sseEvent
-	for {
-		ev := s.next()
-		out = append(out, ev)
-		if ev.id != "" {
-			return out
-		}
-	}
-}
-
-// quiet fails if a message arrives for a moment. A bare id (the log moved
-// on without anything for this page) is not a message.
-func (s *eventStream) quiet(d time.Duration) {
-	s.t.Helper()
-	deadline := time.After(d)
-	for {
-		select {
-		case ev := <-s.events:
-			if ev.event != "" {
-				s.t.Fatalf("unexpected message %+v", ev)
-			}
-		case <-deadline:
-			return
-		}
-	}
-}
-
-func find(evs []sseEvent, event string) (sseEvent, bool) {
-	for _, e := range evs {
-		if e.event == event {
-			return e, true
-		}
-	}
-	return sseEvent{}, false
-}
-
-func since(b *liveBundle) string { return "since=" + b.broker.Position().String() }
 
 // A change reaches its owner's streams as the rows, counts and notification
 // the page needs, and nobody else's stream.
@@ -391,16 +237,8 @@ func TestEventStreamRefreshesActivityPanel(t *testing.T) {
 	if _, err := db.AddMessage(b.ctx, b.pool, db.Message{ThreadID: child, Role: db.RoleAssistant, Content: "Found three sources."}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.After(10 * time.Second)
-	for {
-		select {
-		case <-deadline:
-			t.Fatal("no update of the Activity panel after the sub-agent's message")
-		default:
-		}
+	eventually.True(t, 10*time.Second, "no update of the Activity panel after the sub-agent's message", func() bool {
 		u, ok := find(s.until(), "update")
-		if ok && strings.Contains(u.data, `id="thread-activity"`) && strings.Contains(u.data, "Found three sources.") {
-			return
-		}
-	}
+		return ok && strings.Contains(u.data, `id="thread-activity"`) && strings.Contains(u.data, "Found three sources.")
+	})
 }

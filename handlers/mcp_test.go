@@ -4,6 +4,7 @@ import (
 	"archive/zip"
 	"bytes"
 	"context"
+	"fmt"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
@@ -17,18 +18,22 @@ import (
 	"pizzabot/agent/mcpclient"
 	"pizzabot/agent/mcpclient/mcptest"
 	"pizzabot/db"
+	"pizzabot/extensions"
 	"pizzabot/handlers"
+	"pizzabot/internal/eventually"
 	"pizzabot/jobs"
+	"pizzabot/jobs/jobstest"
+	"pizzabot/tools"
 )
 
 // mcpSetup is setup with Extensions on a fresh data root, and a user
 // "admin" (X-Test-User: admin) who administers the server.
-func mcpSetup(t *testing.T, env map[string]string) (*bundle, *jobs.Extensions) {
+func mcpSetup(t *testing.T, env map[string]string) (*bundle, *extensions.Extensions) {
 	b, ext, _ := mcpSetupRuns(t, env)
 	return b, ext
 }
 
-func mcpSetupRuns(t *testing.T, env map[string]string) (*bundle, *jobs.Extensions, *jobs.Runtime) {
+func mcpSetupRuns(t *testing.T, env map[string]string) (*bundle, *extensions.Extensions, *jobs.Runtime) {
 	t.Helper()
 	root := t.TempDir()
 	if f, ok := env["mcp.json"]; ok {
@@ -36,10 +41,9 @@ func mcpSetupRuns(t *testing.T, env map[string]string) (*bundle, *jobs.Extension
 			t.Fatal(err)
 		}
 	}
-	var ext *jobs.Extensions
+	var ext *extensions.Extensions
 	var runs *jobs.Runtime
 	b := setup(t, func(d *handlers.Deps) {
-		runs = d.Runs
 		admin, err := db.UpsertUser(context.Background(), d.Pool, "https://idp.test", "admin", "admin@example.com", "Ada", true)
 		if err != nil {
 			t.Fatal(err)
@@ -52,13 +56,18 @@ func mcpSetupRuns(t *testing.T, env map[string]string) (*bundle, *jobs.Extension
 			return members(r)
 		}
 		opts := mcpclient.Options{MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}
-		ext = &jobs.Extensions{
+		ext = &extensions.Extensions{
 			Pool: d.Pool, DataRoot: root, BuiltinSkills: fstest.MapFS{},
 			Lookup:  func(k string) (string, bool) { v, ok := env[k]; return v, ok },
 			Manager: mcpclient.New(opts), ProbeOptions: opts, RefreshEvery: time.Hour,
 		}
-		d.Runs.Tools.AddSource(jobs.MCPTools(ext.Manager))
-		d.Runs.Skills = ext.Skills
+		toolbox, err := tools.NewToolbox()
+		if err != nil {
+			t.Fatal(err)
+		}
+		toolbox.AddSource(extensions.MCPTools(ext.Manager))
+		runs = jobstest.New(t, jobs.Config{Pool: d.Pool, Logger: d.Logger, Tools: toolbox, Skills: ext.Skills})
+		d.Runs = runs
 		d.Extensions = ext
 		ext.Start(context.Background())
 		t.Cleanup(ext.Close)
@@ -67,25 +76,23 @@ func mcpSetupRuns(t *testing.T, env map[string]string) (*bundle, *jobs.Extension
 }
 
 // serverRow returns the state and text of a server's row, polling until
-// want appears in its state (or the deadline).
-func serverRow(t *testing.T, b *bundle, name, wantState string) (string, string) {
+// want appears in its state.
+func serverRow(t *testing.T, b *bundle, name, wantState string) (state, row string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	eventually.Ok(t, 20*time.Second, func() error {
 		resp := b.get("admin", "/settings/mcp").wantStatus(http.StatusOK)
 		for _, n := range resp.all("mcp-server-row") {
 			if attr(n, "data-server") == name {
-				state := attr(n, "data-state")
-				if state == wantState || time.Now().After(deadline) {
-					return state, text(n)
+				state, row = attr(n, "data-state"), text(n)
+				if state != wantState {
+					return fmt.Errorf("server %s is %s, want %s: %s", name, state, wantState, row)
 				}
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no row for server %s:\n%s", name, resp.body())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("no row for server %s:\n%s", name, resp.body())
+	})
+	return state, row
 }
 
 func TestMCPSettingsPage(t *testing.T) {
@@ -128,6 +135,26 @@ func TestMCPSettingsPage(t *testing.T) {
 		resp := b.post("admin", "/settings/mcp", form("name", c.name, "config", c.config)).wantStatus(http.StatusUnprocessableEntity)
 		if errs := strings.Join(resp.texts("field-error"), " | "); !strings.Contains(errs, c.want) {
 			t.Errorf("%s %s: errors %q, want %q", c.name, c.config, errs, c.want)
+		}
+	}
+
+	// Each refusal stands next to the field it is about (refusal.Error.Field),
+	// whatever its words: a name kept for plugins is the name's fault though
+	// its message does not say "name"; an invalid variable name is the
+	// configuration's though it does.
+	fields := []struct{ name, config, wantInvalid, wantValid string }{
+		{"web", `{"command": "x"}`, "mcp-name", "mcp-config"},
+		{"bad name", `{"command": "x"}`, "mcp-name", "mcp-config"},
+		{"plugin_x", `{"command": "x"}`, "mcp-name", "mcp-config"},
+		{"envy", `{"command": "x", "env": {"A=B": "v"}}`, "mcp-config", "mcp-name"},
+	}
+	for _, c := range fields {
+		resp := b.post("admin", "/settings/mcp", form("name", c.name, "config", c.config)).wantStatus(http.StatusUnprocessableEntity)
+		if n := resp.byID(c.wantInvalid); n == nil || attr(n, "aria-invalid") != "true" {
+			t.Errorf("%s %s: #%s is not marked invalid; errors %q", c.name, c.config, c.wantInvalid, resp.texts("field-error"))
+		}
+		if n := resp.byID(c.wantValid); n == nil || attr(n, "aria-invalid") == "true" {
+			t.Errorf("%s %s: #%s is marked invalid; errors %q", c.name, c.config, c.wantValid, resp.texts("field-error"))
 		}
 	}
 

@@ -191,8 +191,8 @@ func TestDecideFromQueueInBrowser(t *testing.T) {
 	action.wait(count("action") + ` === "0" && !document.title.startsWith("(")`)
 	ts.wait(last, db.StatusDone)
 	for _, title := range []string{"Research brief", "Launch brief"} {
-		if !slices.Contains(ts.published.got(), title) {
-			t.Errorf("published %v, want %q", ts.published.got(), title)
+		if !slices.Contains(ts.published.Got(), title) {
+			t.Errorf("published %v, want %q", ts.published.Got(), title)
 		}
 	}
 	action.notReloaded()

@@ -150,7 +150,7 @@ func TestDecideInRow(t *testing.T) {
 			t.Errorf("flash = %q", got)
 		}
 		rb.wait(id, db.StatusDone)
-		if got := rb.published.got(); !slices.Contains(got, "Research brief") {
+		if got := rb.published.Got(); !slices.Contains(got, "Research brief") {
 			t.Errorf("published %v", got)
 		}
 	})

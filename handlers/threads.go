@@ -10,6 +10,7 @@ import (
 
 	"pizzabot/db"
 	"pizzabot/jobs"
+	"pizzabot/refusal"
 	"pizzabot/views"
 )
 
@@ -49,33 +50,27 @@ func (h *Handler) showThread(w http.ResponseWriter, r *http.Request) error {
 // user's threads (db.ErrNotFound for another's), with the approval forms of
 // its waiting calls as the tool schemas make them. back is where the header's
 // back link goes ("" for the inbox). The live parts of the page (see
-// views.ThreadView) are rendered again from it alone.
+// views.ThreadView) are rendered again from it alone. The thread's parts
+// come from one snapshot (db.ReadThreadView), as the API's do; the folders
+// of the move menu are the user's, not the thread's, and read after it.
 func (h *Handler) loadThreadView(ctx context.Context, user db.User, id int64, back string) (views.ThreadView, error) {
-	t, err := db.GetThread(ctx, h.pool, user.ID, id)
+	tv, err := db.ReadThreadView(ctx, h.pool, user.ID, id)
 	if err != nil {
 		return views.ThreadView{}, err
 	}
-	v := views.ThreadView{Thread: t, Back: back}
-	if v.Messages, err = db.ListMessages(ctx, h.pool, user.ID, id); err != nil {
-		return views.ThreadView{}, err
-	}
-	if v.Calls, err = db.ListToolCalls(ctx, h.pool, user.ID, id); err != nil {
-		return views.ThreadView{}, err
-	}
-	if v.Usage, err = db.ThreadUsage(ctx, h.pool, user.ID, id); err != nil {
-		return views.ThreadView{}, err
+	v := views.ThreadView{
+		Thread: tv.Thread, Messages: tv.Messages, Calls: tv.Calls, Usage: tv.Usage,
+		Attachments: tv.Attachments, Parent: tv.Parent, Back: back,
 	}
 	if v.Folders, err = db.ListFolders(ctx, h.pool, user.ID); err != nil {
 		return views.ThreadView{}, err
 	}
-	if v.Attachments, err = db.ListAttachments(ctx, h.pool, user.ID, id); err != nil {
-		return views.ThreadView{}, err
-	}
+	// An admin sees "Approve once" on a run a budget stopped.
+	v.Budget, v.Admin = tv.Budget, user.IsAdmin
 	v.Forms = h.decisionForms(v)
-	// The sub-agents it delegated to, or the thread that delegated it.
-	if err := h.loadActivity(ctx, user, &v); err != nil {
-		return views.ThreadView{}, err
-	}
+	// The sub-agents it delegated to, each a complete view of its own with
+	// its approval forms (activity.go).
+	v.Subagents = h.subagentViews(v, tv.Subagents)
 	return v, nil
 }
 
@@ -117,16 +112,14 @@ func (h *Handler) composeForm(w http.ResponseWriter, r *http.Request) error {
 // fillSkills lists the skills in the compose form: those that can run, those
 // missing a tool, and those that failed to load.
 func (h *Handler) fillSkills(p *views.Compose) {
-	if h.runs == nil || h.runs.Skills == nil {
+	if h.runs == nil {
 		return
 	}
 	set := h.runs.Skills()
 	for i := range set.Skills {
 		s := &set.Skills[i]
 		c := views.SkillChoice{Name: s.Name, Description: s.Description}
-		if h.runs.Tools != nil {
-			c.Missing = h.runs.Tools.Missing(s)
-		}
+		c.Missing = h.runs.Toolbox().Missing(s)
 		p.Skills = append(p.Skills, c)
 	}
 	for _, e := range set.Errors {
@@ -141,9 +134,6 @@ func (h *Handler) fillSkills(p *views.Compose) {
 		p.SkillErrors = append(p.SkillErrors, views.SkillProblem{Name: name, Error: msg})
 	}
 }
-
-// maxPromptBytes is the longest prompt accepted from the form.
-const maxPromptBytes = 100 << 10
 
 // createThread starts a thread from the new-thread form and sends the user
 // to it, with the files chosen attached. A refused form comes back with the
@@ -174,8 +164,8 @@ func (h *Handler) createThread(w http.ResponseWriter, r *http.Request) error {
 	switch {
 	case prompt == "":
 		form.Prompt.Error = "Write what the agent should do."
-	case len(prompt) > maxPromptBytes:
-		form.Prompt.Error = fmt.Sprintf("The prompt is %d KB; the limit is %d KB.", (len(prompt)+1023)>>10, maxPromptBytes>>10)
+	case len(prompt) > jobs.MaxPrompt:
+		form.Prompt.Error = fmt.Sprintf("The prompt is %d KB; the limit is %d KB.", (len(prompt)+1023)>>10, jobs.MaxPrompt>>10)
 	}
 	_, form.Files.Error = checkUploads(files)
 	var folderID *int64
@@ -193,21 +183,21 @@ func (h *Handler) createThread(w http.ResponseWriter, r *http.Request) error {
 		}
 		t, err := h.startThread(ctx, user, prompt, folderID, form.Skill.Value, uploads)
 		closeUploads()
-		var ue *jobs.UserError
+		ref, refused := refusal.As(err)
 		switch {
 		case err == nil:
 			return seeOther(w, r, "/threads/"+strconv.FormatInt(t.ID, 10))
-		case errors.As(err, &ue) && ue.Status == http.StatusRequestEntityTooLarge && len(files) > 0:
-			// A file the size checked above let through (the
-			// prompt's limit is checked above too).
-			form.Files.Error = sentence(ue.Msg)
 		case errors.Is(err, db.ErrNotFound):
 			// Deleted in another tab, or never the user's: same answer.
 			form.Folder.Error = "That folder does not exist any more. Choose another."
-		case errors.As(err, &ue) && form.Skill.Value != "" && ue.Status == http.StatusBadRequest:
-			// The prompt was checked above, so the refusal is the skill's:
-			// gone, or missing a tool since the form was shown.
-			form.Skill.Error = sentence(ue.Msg)
+		case refused && ref.Field == "prompt":
+			form.Prompt.Error = sentence(ref.Msg)
+		case refused && ref.Field == "files":
+			// A file the checks above let through.
+			form.Files.Error = sentence(ref.Msg)
+		case refused && ref.Field == "skill":
+			// Gone, or missing a tool since the form was shown.
+			form.Skill.Error = sentence(ref.Msg)
 		default:
 			return err
 		}
@@ -232,7 +222,7 @@ func (h *Handler) createThread(w http.ResponseWriter, r *http.Request) error {
 // attachments and queues its run, in one transaction: the one place the web
 // interface starts runs. folderID, when set, must be one of the user's
 // folders (db.ErrNotFound otherwise); skill, when set, must be a skill whose
-// tools are all connected (a *jobs.UserError otherwise).
+// tools are all connected (a *refusal.Error about "skill" otherwise).
 func (h *Handler) startThread(ctx context.Context, user db.User, prompt string, folderID *int64, skill string, files []jobs.Upload) (db.Thread, error) {
 	return h.runs.Start(ctx, user, jobs.StartRequest{Prompt: prompt, FolderID: folderID, Skill: skill, TriggerKind: db.TriggerManual, Files: files})
 }

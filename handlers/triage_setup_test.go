@@ -21,10 +21,13 @@ import (
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
 	"pizzabot/db/dbtest"
+	"pizzabot/extensions"
 	"pizzabot/handlers"
 	"pizzabot/handlers/oidctest"
 	"pizzabot/jobs"
+	"pizzabot/jobs/jobstest"
 	"pizzabot/live"
+	"pizzabot/tools"
 )
 
 // triageServer is the server of the accessibility and queue-decision
@@ -43,7 +46,7 @@ type triageServer struct {
 	// urls are the base URLs signed in as "admin", "member" and
 	// "disabled", and "signin" for a signed-out visitor on a server with SSO.
 	urls      map[string]string
-	published *pageToolLog
+	published *jobstest.Recorder
 	// hold keeps the "Keep thinking" runs running until the test ends.
 	hold chan struct{}
 }
@@ -89,7 +92,7 @@ func triageScript(hold chan struct{}) scriptmodel.Script {
 func setupTriage(t *testing.T) *triageServer {
 	t.Helper()
 	ctx := context.Background()
-	ts := &triageServer{t: t, ctx: ctx, pool: dbtest.New(t), published: &pageToolLog{}, hold: make(chan struct{}), urls: map[string]string{}}
+	ts := &triageServer{t: t, ctx: ctx, pool: dbtest.New(t), published: &jobstest.Recorder{}, hold: make(chan struct{}), urls: map[string]string{}}
 	var err error
 	if ts.admin, err = db.UpsertUser(ctx, ts.pool, "https://idp.test", "ada", "ada@example.com", "Ada Admin", true); err != nil {
 		t.Fatal(err)
@@ -108,71 +111,49 @@ func setupTriage(t *testing.T) *triageServer {
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 
-	model := httptest.NewServer(scriptmodel.New(triageScript(ts.hold)).Handler())
-	t.Cleanup(model.Close)
-	tools, err := jobs.NewToolbox(
-		jobs.Tool{
-			Spec: agent.ToolSpec{
-				Name:        "publish_brief",
-				Description: "Publish a brief to the company.",
-				Parameters: []byte(`{"type":"object","properties":{
-					"title":{"type":"string","minLength":1,"description":"The brief's title"},
-					"audience":{"type":"string","enum":["team","company"]},
-					"priority":{"type":"integer"},
-					"urgent":{"type":"boolean"}},
-					"required":["title"],"additionalProperties":false}`),
-			},
-			Call: func(_ context.Context, _ jobs.Run, args map[string]any) (string, error) {
-				ts.published.add(fmt.Sprint(args["title"]))
-				return fmt.Sprintf("published %v", args["title"]), nil
-			},
-		},
-		jobs.Tool{
-			Spec: agent.ToolSpec{
-				Name: "tag_items", Description: "Tag the items.",
-				Parameters: []byte(`{"type":"object","properties":{"tags":{"type":"array","items":{"type":"string"}}},"required":["tags"]}`),
-			},
-			Tx: func(_ context.Context, _ pgx.Tx, _ jobs.Run, args map[string]any) (string, error) {
-				return fmt.Sprintf("tagged %v", args["tags"]), nil
-			},
-		},
-	)
-	if err != nil {
-		t.Fatal(err)
-	}
 	opts := mcpclient.Options{MinBackoff: time.Second, MaxBackoff: time.Minute}
-	ext := &jobs.Extensions{
+	ext := &extensions.Extensions{
 		Pool: ts.pool, Logger: logger, DataRoot: t.TempDir(), BuiltinSkills: runSkills,
 		Lookup:  func(string) (string, bool) { return "", false },
 		Manager: mcpclient.New(opts), ProbeOptions: opts, RefreshEvery: time.Hour,
 	}
-	rt := &jobs.Runtime{
-		Pool: ts.pool, Logger: logger, Tools: tools,
-		Skills: ext.Skills, SkillVersion: ext.SkillVersion,
-		DefaultModel: "compatible:scripted",
-		Getenv: func(k string) string {
-			if k == "COMPATIBLE_BASE_URL" {
-				return model.URL + "/v1"
-			}
-			return ""
+	h := jobstest.Start(t, jobstest.Options{
+		Config: jobs.Config{
+			Pool: ts.pool, Logger: logger, Skills: ext.Skills, SkillVersion: ext.SkillVersion,
+			// A provider failure fails the run at once.
+			ModelRetry: agent.RetryPolicy{Attempts: 1, Base: time.Millisecond, Max: time.Millisecond},
 		},
-		ModelRetry:     agent.RetryPolicy{Attempts: 1, Base: time.Millisecond, Max: time.Millisecond},
-		HeartbeatEvery: 100 * time.Millisecond,
-		StaleAfter:     time.Second,
-	}
-	client, err := jobs.NewClient(rt, jobs.ClientConfig{MaxWorkers: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := client.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = jobs.Stop(sctx, client)
+		Script: triageScript(ts.hold),
+		Tools: []tools.Tool{
+			{
+				Spec: agent.ToolSpec{
+					Name:        "publish_brief",
+					Description: "Publish a brief to the company.",
+					Parameters: []byte(`{"type":"object","properties":{
+						"title":{"type":"string","minLength":1,"description":"The brief's title"},
+						"audience":{"type":"string","enum":["team","company"]},
+						"priority":{"type":"integer"},
+						"urgent":{"type":"boolean"}},
+						"required":["title"],"additionalProperties":false}`),
+				},
+				Call: func(_ context.Context, _ tools.Run, args map[string]any) (string, error) {
+					ts.published.Add(fmt.Sprint(args["title"]))
+					return fmt.Sprintf("published %v", args["title"]), nil
+				},
+			},
+			{
+				Spec: agent.ToolSpec{
+					Name: "tag_items", Description: "Tag the items.",
+					Parameters: []byte(`{"type":"object","properties":{"tags":{"type":"array","items":{"type":"string"}}},"required":["tags"]}`),
+				},
+				Tx: func(_ context.Context, _ pgx.Tx, _ tools.Run, args map[string]any) (string, error) {
+					return fmt.Sprintf("tagged %v", args["tags"]), nil
+				},
+			},
+		},
 	})
-	t.Cleanup(func() { close(ts.hold) }) // before the client stops: a held run ends
+	rt := h.Runtime
+	t.Cleanup(func() { close(ts.hold) }) // before the workers stop: a held run ends
 	ext.Start(ctx)
 	t.Cleanup(ext.Close)
 	broker := live.New(ts.pool, live.Options{FlushEvery: 20 * time.Millisecond})

@@ -14,6 +14,7 @@ import (
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
 	"pizzabot/jobs"
+	"pizzabot/tools"
 )
 
 // setPolicy stores the server's tool policy, as the settings page does.
@@ -91,7 +92,7 @@ func TestPolicySubagentInheritsParentGates(t *testing.T) {
 		t.Fatalf("children = %+v", kids)
 	}
 	child := b.wait(t, kids[0].ID, db.StatusWaiting)
-	if got := b.publish.got(); len(got) != 0 {
+	if got := b.publish.Got(); len(got) != 0 {
 		t.Fatalf("the sub-agent published without approval: %v", got)
 	}
 	cs := b.pending(t, child.ID)
@@ -109,11 +110,11 @@ func TestPolicySubagentInheritsParentGates(t *testing.T) {
 		t.Errorf("description = %q", c.Description)
 	}
 
-	if err := b.rt.Decide(context.Background(), b.user, child.ID, []jobs.DecisionInput{{CallID: c.ID, Type: db.DecisionApprove}}); err != nil {
+	if _, err := b.rt.Decide(context.Background(), b.user, child.ID, []jobs.DecisionInput{{CallID: c.ID, Type: db.DecisionApprove}}); err != nil {
 		t.Fatal(err)
 	}
 	b.wait(t, parent.ID, db.StatusDone)
-	if got := b.publish.got(); strings.Join(got, ",") != "Leak" {
+	if got := b.publish.Got(); strings.Join(got, ",") != "Leak" {
 		t.Errorf("published %v, want once after the approval", got)
 	}
 }
@@ -133,7 +134,7 @@ func TestPolicyDefaultAsksForOutsideEffects(t *testing.T) {
 			scriptmodel.ScriptToolCall{ID: "w", Name: "write_host_file", Arguments: `{"path":"` + filepath.Join(dir, "out.txt") + `","content":"written"}`},
 		)},
 		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: say("Done.")},
-	}}, gateSkills, jobs.WorkspaceTools(jobs.Workspace{})...)
+	}}, gateSkills, tools.WorkspaceTools(tools.Workspace{})...)
 	if _, err := db.AddGrant(context.Background(), b.pool, dir, true, b.user.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +156,7 @@ func TestPolicyDefaultAsksForOutsideEffects(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "out.txt")); !os.IsNotExist(err) {
 		t.Fatalf("the file was written before approval (stat: %v)", err)
 	}
-	if err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: waiting[0].ID, Type: db.DecisionApprove}}); err != nil {
+	if _, err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: waiting[0].ID, Type: db.DecisionApprove}}); err != nil {
 		t.Fatal(err)
 	}
 	b.wait(t, th.ID, db.StatusDone)
@@ -176,7 +177,7 @@ func TestPolicyDenyHidesAndRefuses(t *testing.T) {
 		{Match: scriptmodel.Match{LastUserContains: "from a script"}, Replies: []scriptmodel.Reply{callJS("js",
 			`let r; try { tools.call("publish_brief", {title: "JS"}); r = "ran" } catch (e) { r = "refused: " + e.message } r`, 0)}},
 		{Match: scriptmodel.Match{LastRole: "user"}, Replies: publishCall("p1", "Denied")},
-	}}, gateSkills, jobs.WorkspaceTools(jobs.Workspace{})...)
+	}}, gateSkills, tools.WorkspaceTools(tools.Workspace{})...)
 	setPolicy(t, b.pool, `{"permissions": {"allow": ["publish_brief", "*"], "deny": ["publish_*"]}}`)
 
 	for _, skill := range []string{"", "loose"} {
@@ -193,7 +194,7 @@ func TestPolicyDenyHidesAndRefuses(t *testing.T) {
 	if len(res) != 1 || !strings.Contains(res[0].Content, "refused: Tool publish_brief is not allowed on this server (server policy: deny publish_*)") {
 		t.Errorf("script results = %+v", res)
 	}
-	if got := b.publish.got(); len(got) != 0 {
+	if got := b.publish.Got(); len(got) != 0 {
 		t.Errorf("a denied tool ran: %v", got)
 	}
 	for i, names := range offered(b.model.Requests(), "") {
@@ -219,12 +220,12 @@ func TestPolicySkillCannotLoosen(t *testing.T) {
 	if len(cs) != 1 || cs[0].GateReason != "server policy: ask publish_brief" {
 		t.Fatalf("pending = %+v", cs)
 	}
-	if got := b.publish.got(); len(got) != 0 {
+	if got := b.publish.Got(); len(got) != 0 {
 		t.Fatalf("published without approval: %v", got)
 	}
 	b.decide(t, th.ID, db.DecisionReject)
 	b.wait(t, th.ID, db.StatusDone)
-	if got := b.publish.got(); len(got) != 0 {
+	if got := b.publish.Got(); len(got) != 0 {
 		t.Errorf("published after a rejection: %v", got)
 	}
 }
@@ -236,7 +237,7 @@ func TestPolicyGatesRunJSInnerCalls(t *testing.T) {
 	b := setupWith(t, scriptmodel.Script{Rules: []scriptmodel.Rule{
 		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{callJS("js", `tools.call("publish_brief", {title: "From JS"})`, 0)}},
 		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: say("Done.")},
-	}}, gateSkills, jobs.WorkspaceTools(jobs.Workspace{})...)
+	}}, gateSkills, tools.WorkspaceTools(tools.Workspace{})...)
 
 	th := b.start(t, "Publish from a script.", "")
 	b.wait(t, th.ID, db.StatusWaiting)
@@ -244,12 +245,12 @@ func TestPolicyGatesRunJSInnerCalls(t *testing.T) {
 	if len(cs) != 1 || cs[0].Name != "run_js" || !strings.HasPrefix(cs[0].GateReason, "server policy default: publish_brief") {
 		t.Fatalf("pending = %+v", cs)
 	}
-	if got := b.publish.got(); len(got) != 0 {
+	if got := b.publish.Got(); len(got) != 0 {
 		t.Fatalf("the script published without approval: %v", got)
 	}
 	b.decide(t, th.ID, db.DecisionApprove)
 	b.wait(t, th.ID, db.StatusDone)
-	if got := b.publish.got(); strings.Join(got, ",") != "From JS" {
+	if got := b.publish.Got(); strings.Join(got, ",") != "From JS" {
 		t.Errorf("published %v, want once after approval", got)
 	}
 }
@@ -269,7 +270,7 @@ allowed-tools: mcp__go__echo
 ---
 Echo.
 `)}}, "")
-	b.rt.Skills = func() agent.SkillSet { return skills }
+	b.useSkills(func() agent.SkillSet { return skills })
 	setPolicy(t, b.pool, `{"permissions": {"allow": ["mcp__*"], "ask": ["mcp__go__*"]}}`)
 	b.connected(t, "go")
 
@@ -283,5 +284,27 @@ Echo.
 	b.wait(t, th.ID, db.StatusDone)
 	if res := toolResults(b.messages(t, th.ID)); len(res) != 1 || res[0].Content != "echo: hi" {
 		t.Errorf("results = %+v", res)
+	}
+}
+
+// TestSkillDecisionsAreRunDecisions holds the decisions a SKILL.md's
+// interruptOn may allow (agent, which imports nothing of ours) to the
+// decisions a run stores and applies (db): the same names, so that every
+// decision a skill offers is one Decide takes.
+func TestSkillDecisionsAreRunDecisions(t *testing.T) {
+	t.Parallel()
+	for _, d := range agent.Decisions {
+		if !db.IsDecision(d) {
+			t.Errorf("interruptOn allows %q, which the runtime does not know", d)
+		}
+	}
+	pairs := [][2]string{
+		{agent.DecisionApprove, db.DecisionApprove}, {agent.DecisionEdit, db.DecisionEdit},
+		{agent.DecisionReject, db.DecisionReject}, {agent.DecisionRespond, db.DecisionRespond},
+	}
+	for _, p := range pairs {
+		if p[0] != p[1] {
+			t.Errorf("agent names %q what db names %q", p[0], p[1])
+		}
 	}
 }

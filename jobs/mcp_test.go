@@ -4,6 +4,7 @@ import (
 	"archive/zip"
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,14 +21,17 @@ import (
 	"pizzabot/agent/mcpclient/mcptest"
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
+	"pizzabot/extensions"
+	"pizzabot/internal/eventually"
 	"pizzabot/jobs"
+	"pizzabot/tools"
 )
 
 // mcpBundle is a runtime whose toolbox offers the tools of real MCP
 // servers, configured through Extensions.
 type mcpBundle struct {
 	*bundle
-	ext  *jobs.Extensions
+	ext  *extensions.Extensions
 	root string
 	// env is the servers' environment; the extensions read it from their
 	// reload goroutine (a settings change reloads on NOTIFY), so it is
@@ -55,7 +59,7 @@ func setupMCP(t *testing.T, script scriptmodel.Script, mcpJSON string) *mcpBundl
 		}
 	}
 	opts := mcpclient.Options{MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, CallTimeout: 15 * time.Second}
-	b.ext = &jobs.Extensions{
+	b.ext = &extensions.Extensions{
 		Pool:          b.pool,
 		DataRoot:      b.root,
 		BuiltinSkills: fstest.MapFS{},
@@ -69,7 +73,7 @@ func setupMCP(t *testing.T, script scriptmodel.Script, mcpJSON string) *mcpBundl
 		ProbeOptions: opts,
 		RefreshEvery: time.Hour,
 	}
-	b.rt.Tools.AddSource(jobs.MCPTools(b.ext.Manager))
+	b.rt.Toolbox().AddSource(extensions.MCPTools(b.ext.Manager))
 	b.ext.Start(context.Background())
 	t.Cleanup(b.ext.Close)
 	return b
@@ -78,16 +82,16 @@ func setupMCP(t *testing.T, script scriptmodel.Script, mcpJSON string) *mcpBundl
 // connected waits until the named server is connected.
 func (b *mcpBundle) connected(t *testing.T, name string) mcpclient.Status {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if st, ok := b.ext.Status()[name]; ok && st.State == mcpclient.StateConnected {
-			return st
+	var st mcpclient.Status
+	eventually.Ok(t, 30*time.Second, func() error {
+		sts := b.ext.Status()
+		var ok bool
+		if st, ok = sts[name]; ok && st.State == mcpclient.StateConnected {
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server %s did not connect: %+v; config: %+v", name, b.ext.Status(), b.ext.State())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("server %s did not connect: %+v; config: %+v", name, sts, b.ext.State())
+	})
+	return st
 }
 
 func (b *mcpBundle) reload(t *testing.T) {
@@ -160,7 +164,7 @@ func TestMCPToolsInARun(t *testing.T) {
 		t.Errorf("final answer = %q", last(ms).Content)
 	}
 	// The model was offered the servers' tools with their schemas.
-	tool, ok := b.rt.Tools.Get("mcp__go__echo")
+	tool, ok := b.rt.Toolbox().Get("mcp__go__echo")
 	if !ok || tool.Call == nil || tool.Tx != nil || !strings.Contains(string(tool.Spec.Parameters), `"text"`) {
 		t.Errorf("mcp__go__echo = %+v, %v", tool, ok)
 	}
@@ -185,17 +189,12 @@ func TestMCPServerKilledMidRun(t *testing.T) {
 
 	th := b.start(t, "Please take your time.", "")
 	// Wait until the slow call is running on the server, then kill it.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		calls := b.pending(t, th.ID)
-		if len(calls) == 1 && calls[0].State == db.CallRunning {
-			break
+	eventually.Ok(t, 20*time.Second, func() error {
+		if calls := b.pending(t, th.ID); len(calls) != 1 || calls[0].State != db.CallRunning {
+			return fmt.Errorf("the slow call never ran: %+v", calls)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the slow call never ran: %+v", calls)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	time.Sleep(100 * time.Millisecond) // the request reaches the server
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -239,15 +238,15 @@ func TestSkillMissingMCPToolIsHidden(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.reload(t) // deployed skills are read with the rest of the configuration
-	b.rt.Skills = b.ext.Skills
-	availability := func() jobs.SkillStatus {
-		for _, s := range b.rt.Tools.SkillAvailability(b.ext.Skills()) {
+	b.useSkills(b.ext.Skills)
+	availability := func() tools.SkillStatus {
+		for _, s := range b.rt.Toolbox().SkillAvailability(b.ext.Skills()) {
 			if s.Skill.Name == "echoer" {
 				return s
 			}
 		}
 		t.Fatal("no echoer skill")
-		return jobs.SkillStatus{}
+		return tools.SkillStatus{}
 	}
 	if s := availability(); s.Available() || strings.Join(s.Missing, ",") != "mcp__go__echo" {
 		t.Errorf("without the server: %+v", s.Missing)
@@ -366,7 +365,7 @@ func TestPluginInstallEnableDisable(t *testing.T) {
 	}}
 	b := setupMCP(t, script, "")
 	allowTools(t, b.pool, "mcp__plugin_greet_*") // MCP tools ask by default
-	b.rt.Skills = b.ext.Skills
+	b.useSkills(b.ext.Skills)
 	ctx := context.Background()
 
 	if _, err := b.ext.InstallPlugin(ctx, b.pool, b.user, bytes.NewReader(pluginZip(t)), "greet.zip", false); err != nil {

@@ -17,13 +17,15 @@ import (
 	"pizzabot/agent"
 	"pizzabot/db"
 	"pizzabot/metrics"
+	"pizzabot/refusal"
+	"pizzabot/tools"
 )
 
-// Runtime runs threads: it starts, continues, decides, cancels and retries
-// runs for the web and API handlers, and its step worker takes each step.
-// Every state change commits together with the job that acts on it.
-type Runtime struct {
-	// Pool serves the step jobs, River and the sweeps.
+// Config is what a Runtime is built from (New): the pools, the tools and
+// skills runs use, the models' settings, and the River client's tuning.
+type Config struct {
+
+	// Pool serves the step jobs, River and the sweeps (required).
 	Pool *pgxpool.Pool
 	// RequestPool, when set, serves the calls people make (Start, Reply,
 	// Retry, Cancel, Decide), apart from Pool: a hundred busy steps never
@@ -31,7 +33,7 @@ type Runtime struct {
 	// step from its heartbeat.
 	RequestPool *pgxpool.Pool
 	Logger      *slog.Logger
-	Tools       *Toolbox
+	Tools       *tools.Toolbox
 	// Skills returns the skills available now.
 	Skills func() agent.SkillSet
 	// SkillVersion loads a version of a stored custom skill, current or
@@ -72,6 +74,26 @@ type Runtime struct {
 	HeartbeatEvery time.Duration
 	StaleAfter     time.Duration
 
+	// MaxWorkers bounds the steps one process runs at once (default 100).
+	MaxWorkers int
+	// ScheduleEvery is how often the leader looks for due schedules
+	// (default ScheduleEvery); Now is the schedules' clock (default
+	// time.Now). Tests shorten the one and drive the other.
+	ScheduleEvery time.Duration
+	Now           func() time.Time
+	// ClientID names the River client; a process with a Liveness passes
+	// its ClientID, so that its step jobs are handed over as soon as it
+	// dies (SweepDead). Empty: River's random id, and only heartbeats tell
+	// whether its steps live.
+	ClientID string
+}
+
+// Runtime runs threads: it starts, continues, decides, cancels and retries
+// runs for the web and API handlers, and its River client's workers take
+// each step. Every state change commits together with the job that acts on
+// it. Build it with New; it is not changed after.
+type Runtime struct {
+	cfg    Config
 	client *river.Client[pgx.Tx]
 
 	modelsMu sync.Mutex
@@ -85,16 +107,13 @@ type cachedModel struct {
 	model       *agent.Model
 }
 
-// UserError is a refusal to show the user as is (HTTP 4xx).
-type UserError struct {
-	Status int
-	Msg    string
-}
-
-func (e *UserError) Error() string { return e.Msg }
-
-func userErr(status int, format string, args ...any) error {
-	return &UserError{Status: status, Msg: fmt.Sprintf(format, args...)}
+// Outcome is what a decision or a retry did to the run, decided in the
+// transaction that did it.
+type Outcome struct {
+	// Resumed reports that the run was queued to take its next step;
+	// false when it still waits for a person (other calls wait for a
+	// decision, or a retried run had stopped for one).
+	Resumed bool
 }
 
 // MaxPrompt is the longest prompt or reply, in bytes.
@@ -127,19 +146,19 @@ func (rt *Runtime) Start(ctx context.Context, user db.User, req StartRequest) (d
 		return db.Thread{}, err
 	}
 	if len(req.Files) > 0 {
-		rt.notePDFPages(ctx, rt.requestPool(), user.ID, t.ID) // pdf.go: after the commit
+		tools.NotePDFPages(ctx, rt.requestPool(), rt.cfg.Logger, user.ID, t.ID) // after the commit: PDFium is slow
 	}
 	return t, nil
 }
 
 // checkSkill refuses a skill that does not exist or lacks a tool.
 func (rt *Runtime) checkSkill(name string) error {
-	s, ok := rt.skills().Get(name)
+	s, ok := rt.Skills().Get(name)
 	if !ok {
-		return userErr(400, "there is no skill named %q", name)
+		return refusal.New(refusal.Invalid, "skill", "there is no skill named %q", name)
 	}
-	if missing := rt.Tools.Missing(s); len(missing) > 0 {
-		return userErr(400, "skill %q is unavailable: it needs %s, which is not connected", name, strings.Join(missing, ", "))
+	if missing := rt.cfg.Tools.Missing(s); len(missing) > 0 {
+		return refusal.New(refusal.Invalid, "skill", "skill %q is unavailable: it needs %s, which is not connected", name, strings.Join(missing, ", "))
 	}
 	return nil
 }
@@ -148,7 +167,7 @@ func (rt *Runtime) checkSkill(name string) error {
 // "model"), or "" for the default. The spec was checked when the skill was
 // loaded; whether its provider has a key shows when the run calls it.
 func (rt *Runtime) skillModel(name string) string {
-	if s, ok := rt.skills().Get(name); ok {
+	if s, ok := rt.Skills().Get(name); ok {
 		return s.Model
 	}
 	return ""
@@ -162,10 +181,10 @@ func (rt *Runtime) ModelSpec(ctx context.Context, q db.Querier) string {
 
 // requestPool is the pool of the calls people make.
 func (rt *Runtime) requestPool() *pgxpool.Pool {
-	if rt.RequestPool != nil {
-		return rt.RequestPool
+	if rt.cfg.RequestPool != nil {
+		return rt.cfg.RequestPool
 	}
-	return rt.Pool
+	return rt.cfg.Pool
 }
 
 // runSkill returns the skill named name as the run of thread threadID sees
@@ -176,13 +195,13 @@ func (rt *Runtime) requestPool() *pgxpool.Pool {
 // meanwhile does not change a run under way. Built-in and deployed skills
 // change only with the deployment and are used as they are now. A pinned
 // version pruned meanwhile (jobs/prune.go: the thread had ended more than
-// PinRetention ago, and got a reply) gives way to the current one.
+// db.PinRetention ago, and got a reply) gives way to the current one.
 func (rt *Runtime) runSkill(ctx context.Context, q db.Querier, threadID int64, name string) (*agent.Skill, bool, error) {
-	s, ok := rt.skills().Get(name)
+	s, ok := rt.Skills().Get(name)
 	if ok && s.Source != agent.SourceCustom && s.Source != agent.SourcePlugin {
 		return s, ok, nil
 	}
-	if rt.SkillVersion != nil && (!ok || s.Source == agent.SourceCustom) {
+	if rt.cfg.SkillVersion != nil && (!ok || s.Source == agent.SourceCustom) {
 		v, err := db.ThreadSkillVersion(ctx, q, threadID)
 		if err != nil {
 			return nil, false, err
@@ -191,18 +210,18 @@ func (rt *Runtime) runSkill(ctx context.Context, q db.Querier, threadID int64, n
 			if ok && s.Version == v {
 				return s, ok, nil
 			}
-			pinned, err := rt.SkillVersion(ctx, q, v)
+			pinned, err := rt.cfg.SkillVersion(ctx, q, v)
 			if err == nil {
 				return pinned, true, nil
 			}
 			if !errors.Is(err, db.ErrNotFound) {
 				return nil, false, err
 			}
-			rt.Logger.Warn("pinned skill version is gone, using the current one", "thread_id", threadID, "skill", name, "version", v, "current", ok)
+			rt.cfg.Logger.Warn("pinned skill version is gone, using the current one", "thread_id", threadID, "skill", name, "version", v, "current", ok)
 			return s, ok, nil
 		}
 	}
-	if rt.PluginSkillVersion != nil && (!ok || s.Source == agent.SourcePlugin) {
+	if rt.cfg.PluginSkillVersion != nil && (!ok || s.Source == agent.SourcePlugin) {
 		plugin, v, err := db.ThreadPluginVersion(ctx, q, threadID)
 		if err != nil {
 			return nil, false, err
@@ -212,23 +231,40 @@ func (rt *Runtime) runSkill(ctx context.Context, q db.Querier, threadID int64, n
 		if v == "" || (ok && (s.Plugin != plugin || s.Version == v)) {
 			return s, ok, nil
 		}
-		pinned, err := rt.PluginSkillVersion(ctx, q, v, name)
+		pinned, err := rt.cfg.PluginSkillVersion(ctx, q, v, name)
 		if err == nil {
 			return pinned, true, nil
 		}
 		if !errors.Is(err, db.ErrNotFound) {
 			return nil, false, err
 		}
-		rt.Logger.Warn("pinned plugin version is gone, using the current one", "thread_id", threadID, "skill", name, "plugin", plugin, "version", v, "current", ok)
+		rt.cfg.Logger.Warn("pinned plugin version is gone, using the current one", "thread_id", threadID, "skill", name, "plugin", plugin, "version", v, "current", ok)
 	}
 	return s, ok, nil
 }
 
-func (rt *Runtime) skills() agent.SkillSet {
-	if rt.Skills == nil {
+// Skills returns the skills available now.
+func (rt *Runtime) Skills() agent.SkillSet {
+	if rt.cfg.Skills == nil {
 		return agent.SkillSet{}
 	}
-	return rt.Skills()
+	return rt.cfg.Skills()
+}
+
+// Toolbox is the tools runs may be offered.
+func (rt *Runtime) Toolbox() *tools.Toolbox { return rt.cfg.Tools }
+
+// DefaultModel is the model spec of the configuration (PIZZA_MODEL), which
+// the settings page may override (ModelSpec).
+func (rt *Runtime) DefaultModel() string { return rt.cfg.DefaultModel }
+
+// Getenv reads a variable of the environment runs see (provider keys and
+// base URLs); "" when there is none.
+func (rt *Runtime) Getenv(name string) string {
+	if rt.cfg.Getenv == nil {
+		return ""
+	}
+	return rt.cfg.Getenv(name)
 }
 
 // advance moves the thread's run to its next generation and queues the step
@@ -250,10 +286,10 @@ func (rt *Runtime) advance(ctx context.Context, tx pgx.Tx, threadID int64) error
 func (rt *Runtime) Reply(ctx context.Context, user db.User, threadID int64, content string) error {
 	content = strings.TrimSpace(content)
 	if content == "" {
-		return userErr(400, "the message is empty")
+		return refusal.New(refusal.Invalid, "message", "the message is empty")
 	}
 	if len(content) > MaxPrompt {
-		return userErr(413, "the message is longer than %d KB", MaxPrompt>>10)
+		return refusal.New(refusal.TooLarge, "message", "the message is longer than %d KB", MaxPrompt>>10)
 	}
 	return db.InTx(ctx, rt.requestPool(), func(ctx context.Context, tx pgx.Tx) error {
 		t, err := db.LockThread(ctx, tx, user.ID, threadID)
@@ -265,9 +301,14 @@ func (rt *Runtime) Reply(ctx context.Context, user db.User, threadID int64, cont
 		}
 		switch t.Status {
 		case db.StatusRunning:
-			return userErr(409, "the run is still going: wait for it to finish or cancel it")
+			return refusal.New(refusal.Conflict, "", "the run is still going: wait for it to finish or cancel it")
 		case db.StatusWaiting:
-			return userErr(409, "the run is waiting for your decision: decide the pending calls first")
+			if h, err := db.GetBudgetHold(ctx, tx, user.ID, t.ID); err == nil {
+				return refusal.New(refusal.Conflict, "", "%s. An admin can raise the budget or approve one more call", strings.TrimSuffix(h.Summary, "."))
+			} else if !errors.Is(err, db.ErrNotFound) {
+				return err
+			}
+			return refusal.New(refusal.Conflict, "", "the run is waiting for your decision: decide the pending calls first")
 		}
 		if _, err := db.AddMessage(ctx, tx, db.Message{ThreadID: t.ID, Role: db.RoleUser, Content: content}); err != nil {
 			return err
@@ -279,9 +320,12 @@ func (rt *Runtime) Reply(ctx context.Context, user db.User, threadID int64, cont
 	})
 }
 
-// Retry runs a failed or cancelled thread again from its last committed step.
-func (rt *Runtime) Retry(ctx context.Context, user db.User, threadID int64) error {
-	return db.InTx(ctx, rt.requestPool(), func(ctx context.Context, tx pgx.Tx) error {
+// Retry runs a failed or cancelled thread again from its last committed
+// step. A run that had stopped for a person goes back to waiting for them
+// (not Resumed); any other is queued (Resumed).
+func (rt *Runtime) Retry(ctx context.Context, user db.User, threadID int64) (Outcome, error) {
+	var out Outcome
+	err := db.InTx(ctx, rt.requestPool(), func(ctx context.Context, tx pgx.Tx) error {
 		t, err := db.LockThread(ctx, tx, user.ID, threadID)
 		if err != nil {
 			return err
@@ -290,20 +334,25 @@ func (rt *Runtime) Retry(ctx context.Context, user db.User, threadID int64) erro
 			return errSubagentThread
 		}
 		if t.Status != db.StatusFailed && t.Status != db.StatusCancelled {
-			return userErr(409, "only a failed or cancelled run can be retried (this one is %s)", t.Status)
+			return refusal.New(refusal.Conflict, "", "only a failed or cancelled run can be retried (this one is %s)", t.Status)
 		}
 		open, err := db.OpenToolCalls(ctx, tx, t.ID)
 		if err != nil {
 			return err
 		}
 		for _, c := range open {
-			if c.State == db.CallPending || c.State == db.CallUnknown {
+			if c.AwaitsDecision() {
 				// It stopped for a human: go back to waiting for them.
 				return db.EndRun(ctx, tx, t.ID, db.StatusWaiting, "")
 			}
 		}
+		out.Resumed = true
 		return rt.advance(ctx, tx, t.ID)
 	})
+	if err != nil {
+		return Outcome{}, err
+	}
+	return out, nil
 }
 
 // Cancel stops a running or waiting run, and its sub-agents with it. Calls
@@ -323,7 +372,7 @@ func (rt *Runtime) Cancel(ctx context.Context, user db.User, threadID int64) err
 			return err
 		}
 		if t.Finished() {
-			return userErr(409, "the run has already ended (%s)", t.Status)
+			return refusal.New(refusal.Conflict, "", "the run has already ended (%s)", t.Status)
 		}
 		var leaseJob *int64
 		if err := tx.QueryRow(ctx, `SELECT run_lease_job FROM threads WHERE id = $1`, t.ID).Scan(&leaseJob); err != nil {
@@ -364,7 +413,7 @@ func (rt *Runtime) Cancel(ctx context.Context, user db.User, threadID int64) err
 		}
 		// Interrupt the step at once; it would notice at its next heartbeat anyway.
 		if _, err := rt.client.JobCancel(ctx, job); err != nil && !errors.Is(err, river.ErrNotFound) {
-			rt.Logger.Warn("cancel step job", "thread_id", threadID, "job_id", job, "err", err)
+			rt.cfg.Logger.Warn("cancel step job", "thread_id", threadID, "job_id", job, "err", err)
 		}
 	}
 	return nil
@@ -394,18 +443,21 @@ type DecisionInput struct {
 }
 
 // Decide applies a person's decisions to the waiting calls of a thread. Calls
-// may be decided together or one by one; the run resumes when none waits.
-func (rt *Runtime) Decide(ctx context.Context, user db.User, threadID int64, decisions []DecisionInput) error {
+// may be decided together or one by one; the run resumes (Outcome.Resumed)
+// when none waits any more. A refused decision changes nothing, not even the
+// others of the same request (one transaction).
+func (rt *Runtime) Decide(ctx context.Context, user db.User, threadID int64, decisions []DecisionInput) (Outcome, error) {
 	if len(decisions) == 0 {
-		return userErr(400, "no decisions given")
+		return Outcome{}, refusal.New(refusal.Invalid, "", "no decisions given")
 	}
-	return db.InTx(ctx, rt.requestPool(), func(ctx context.Context, tx pgx.Tx) error {
+	var out Outcome
+	err := db.InTx(ctx, rt.requestPool(), func(ctx context.Context, tx pgx.Tx) error {
 		t, err := db.LockThread(ctx, tx, user.ID, threadID)
 		if err != nil {
 			return err
 		}
 		if t.Status != db.StatusWaiting {
-			return userErr(409, "the run is not waiting for a decision (it is %s)", t.Status)
+			return refusal.New(refusal.Conflict, "", "the run is not waiting for a decision (it is %s)", t.Status)
 		}
 		open, err := db.OpenToolCalls(ctx, tx, t.ID)
 		if err != nil {
@@ -413,7 +465,7 @@ func (rt *Runtime) Decide(ctx context.Context, user db.User, threadID int64, dec
 		}
 		byID := map[int64]db.ToolCallRow{}
 		for _, c := range open {
-			if c.State == db.CallPending || c.State == db.CallUnknown {
+			if c.AwaitsDecision() {
 				byID[c.ID] = c
 			}
 		}
@@ -421,7 +473,7 @@ func (rt *Runtime) Decide(ctx context.Context, user db.User, threadID int64, dec
 		for _, d := range decisions {
 			c, ok := byID[d.CallID]
 			if !ok || seen[d.CallID] {
-				return userErr(404, "call %d is not waiting for a decision", d.CallID)
+				return refusal.New(refusal.NotFound, "", "call %d is not waiting for a decision", d.CallID)
 			}
 			seen[d.CallID] = true
 			if err := rt.decide(ctx, tx, user, c, d); err != nil {
@@ -434,9 +486,14 @@ func (rt *Runtime) Decide(ctx context.Context, user db.User, threadID int64, dec
 		if err := rt.advance(ctx, tx, t.ID); err != nil {
 			return err
 		}
+		out.Resumed = true
 		// A sub-agent going on may take its parent out of Action (task.go).
 		return rt.resumeParent(ctx, tx, t)
 	})
+	if err != nil {
+		return Outcome{}, err
+	}
+	return out, nil
 }
 
 func (rt *Runtime) decide(ctx context.Context, tx pgx.Tx, user db.User, c db.ToolCallRow, d DecisionInput) error {
@@ -445,17 +502,13 @@ func (rt *Runtime) decide(ctx context.Context, tx pgx.Tx, user db.User, c db.Too
 		// (it runs nothing), but one that names another is stale too.
 		switch {
 		case d.InnerSeq == nil:
-			return userErr(400, "call %d is a script waiting at its call number %d (%s): say which call you decide on (inner_seq %d) after reading its arguments", c.ID, c.InnerCall.Seq+1, c.InnerCall.Tool, c.InnerCall.Seq)
+			return refusal.New(refusal.Invalid, "inner_seq", "call %d is a script waiting at its call number %d (%s): say which call you decide on (inner_seq %d) after reading its arguments", c.ID, c.InnerCall.Seq+1, c.InnerCall.Tool, c.InnerCall.Seq)
 		case *d.InnerSeq != c.InnerCall.Seq:
-			return userErr(409, "the script has stopped at another call since you looked (now %s, its call number %d): read it and decide again", c.InnerCall.Tool, c.InnerCall.Seq+1)
+			return refusal.New(refusal.Conflict, "inner_seq", "the script has stopped at another call since you looked (now %s, its call number %d): read it and decide again", c.InnerCall.Tool, c.InnerCall.Seq+1)
 		}
 	}
-	allowed := false
-	for _, a := range c.AllowedDecisions {
-		allowed = allowed || a == d.Type
-	}
-	if !allowed {
-		return userErr(400, "decision %q is not allowed for %s (allowed: %s)", d.Type, c.Name, strings.Join(c.AllowedDecisions, ", "))
+	if !c.Allows(d.Type) {
+		return refusal.New(refusal.Invalid, "decision", "decision %q is not allowed for %s (allowed: %s)", d.Type, c.Name, strings.Join(c.AllowedDecisions, ", "))
 	}
 	rec := db.Decision{CallID: c.ID, Type: d.Type, Message: strings.TrimSpace(d.Message), UserID: user.ID}
 	who := displayName(user)
@@ -463,12 +516,12 @@ func (rt *Runtime) decide(ctx context.Context, tx pgx.Tx, user db.User, c db.Too
 	case db.DecisionApprove, db.DecisionRetry:
 		return db.RecordDecision(ctx, tx, rec, db.CallReady)
 	case db.DecisionEdit:
-		tool, ok := rt.Tools.Get(c.Name)
+		tool, ok := rt.cfg.Tools.Get(c.Name)
 		if !ok {
-			return userErr(400, "tool %s is no longer available", c.Name)
+			return refusal.New(refusal.Invalid, "", "tool %s is no longer available", c.Name)
 		}
 		if _, err := tool.Spec.ValidateArguments(d.Arguments); err != nil {
-			return userErr(400, "edited arguments: %v", err)
+			return refusal.New(refusal.Invalid, "arguments", "edited arguments: %v", err)
 		}
 		args := d.Arguments
 		rec.EditedArguments = &args
@@ -484,7 +537,7 @@ func (rt *Runtime) decide(ctx context.Context, tx pgx.Tx, user db.User, c db.Too
 		return db.CompleteToolCall(ctx, tx, c, result, true)
 	case db.DecisionRespond:
 		if rec.Message == "" {
-			return userErr(400, "the answer is empty")
+			return refusal.New(refusal.Invalid, "message", "the answer is empty")
 		}
 		if err := db.RecordDecision(ctx, tx, rec, db.CallReady); err != nil {
 			return err
@@ -497,7 +550,7 @@ func (rt *Runtime) decide(ctx context.Context, tx pgx.Tx, user db.User, c db.Too
 		return db.CompleteToolCall(ctx, tx, c,
 			"The server stopped while this call was running, so its outcome is unknown; "+who+" chose not to run it again. Check its effect before relying on it.", true)
 	}
-	return userErr(400, "unknown decision %q", d.Type)
+	return refusal.New(refusal.Invalid, "decision", "unknown decision %q", d.Type)
 }
 
 // defaultModel is the model spec of a new thread: the one chosen on the
@@ -508,16 +561,16 @@ func (rt *Runtime) defaultModel(ctx context.Context, q db.Querier) string {
 	m, err := db.GetServerSetting(ctx, q, db.SettingDefaultModel)
 	switch {
 	case err != nil:
-		rt.Logger.WarnContext(ctx, "read the default model from the settings", "err", err)
+		rt.cfg.Logger.WarnContext(ctx, "read the default model from the settings", "err", err)
 	case m != "":
 		return m
 	}
-	return rt.DefaultModel
+	return rt.cfg.DefaultModel
 }
 
 // model returns the client for a model spec, built once per base URL and
 // key: the environment, overlaid with the provider's settings.
-func (rt *Runtime) model(spec string) (*agent.Model, error) {
+func (rt *Runtime) model(ctx context.Context, spec string) (*agent.Model, error) {
 	if spec == "" {
 		return nil, errors.New("no model is configured: set PIZZA_MODEL to <provider>:<model-id>, e.g. openai:gpt-4.1-mini, or choose one in the settings")
 	}
@@ -525,14 +578,14 @@ func (rt *Runtime) model(spec string) (*agent.Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	getenv := rt.Getenv
+	getenv := rt.cfg.Getenv
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
 	p, _ := agent.LookupProvider(ms.Provider)
-	if rt.ProviderSettings != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		baseURL, keyEnv, key, err := rt.ProviderSettings(ctx, p.Name)
+	if rt.cfg.ProviderSettings != nil {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		baseURL, keyEnv, key, err := rt.cfg.ProviderSettings(ctx, p.Name)
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("read the settings of provider %s: %w", p.Name, err)
@@ -560,8 +613,8 @@ func (rt *Runtime) model(spec string) (*agent.Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rt.ModelRetry != (agent.RetryPolicy{}) {
-		m.Retry = rt.ModelRetry
+	if rt.cfg.ModelRetry != (agent.RetryPolicy{}) {
+		m.Retry = rt.cfg.ModelRetry
 	}
 	if rt.models == nil {
 		rt.models = map[string]cachedModel{}

@@ -3,107 +3,64 @@ package jobs_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"testing/fstest"
-	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 
 	"pizzabot/agent"
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
 	"pizzabot/db/dbtest"
 	"pizzabot/jobs"
+	"pizzabot/jobs/jobstest"
+	"pizzabot/refusal"
+	"pizzabot/tools"
 )
 
 func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
 
-// publishLog records the calls of the test's publish_brief tool, a tool with
-// effects outside the database.
-type publishLog struct {
-	mu     sync.Mutex
-	titles []string
-}
-
-func (p *publishLog) add(title string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.titles = append(p.titles, title)
-}
-
-func (p *publishLog) got() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]string(nil), p.titles...)
-}
-
 type bundle struct {
 	pool    *pgxpool.Pool
 	rt      *jobs.Runtime
-	client  *river.Client[pgx.Tx]
 	model   *scriptmodel.Server
 	user    db.User
 	other   db.User
-	publish *publishLog
+	publish *jobstest.Recorder
+
+	skillsMu sync.Mutex
+	skills   func() agent.SkillSet // what the runtime's Config.Skills returns
 }
 
-const testSkills = `---
-name: researcher
-description: Gathers material and publishes a brief.
-allowed-tools: write_file read_file publish_brief
-interruptOn:
-  publish_brief: true
----
-Research the topic, then publish a brief.
-`
+// useSkills changes the skills the runtime sees from now on.
+func (b *bundle) useSkills(fn func() agent.SkillSet) {
+	b.skillsMu.Lock()
+	defer b.skillsMu.Unlock()
+	b.skills = fn
+}
 
-const strictSkill = `---
-name: strict
-description: Publishes only with approval or rejection.
-allowed-tools: [publish_brief]
-interruptOn:
-  publish_brief:
-    allowedDecisions: [approve, reject]
-    description: Publishing is visible to the whole company
----
-Publish.
-`
-
-func publishTool(log *publishLog) jobs.Tool {
-	return jobs.Tool{
-		Spec: agent.ToolSpec{
-			Name:        "publish_brief",
-			Description: "Publish a brief to the company.",
-			Parameters:  []byte(`{"type":"object","properties":{"title":{"type":"string","minLength":1}},"required":["title"]}`),
-		},
-		Call: func(_ context.Context, _ jobs.Run, args map[string]any) (string, error) {
-			title, _ := args["title"].(string)
-			log.add(title)
-			return "published " + title, nil
-		},
-	}
+func (b *bundle) currentSkills() agent.SkillSet {
+	b.skillsMu.Lock()
+	fn := b.skills
+	b.skillsMu.Unlock()
+	return fn()
 }
 
 // setup starts a runtime with a River client on a fresh database, answering
 // with a scripted model.
-func setup(t testing.TB, script scriptmodel.Script, extra ...jobs.Tool) *bundle {
+func setup(t testing.TB, script scriptmodel.Script, extra ...tools.Tool) *bundle {
 	t.Helper()
 	return setupWith(t, script, fstest.MapFS{
-		"researcher/SKILL.md": {Data: []byte(testSkills)},
-		"strict/SKILL.md":     {Data: []byte(strictSkill)},
+		"researcher/SKILL.md": {Data: []byte(jobstest.ResearcherSkill)},
+		"strict/SKILL.md":     {Data: []byte(jobstest.StrictSkill)},
 	}, extra...)
 }
 
 // setupWith is setup with other skills.
-func setupWith(t testing.TB, script scriptmodel.Script, skillFiles fstest.MapFS, extra ...jobs.Tool) *bundle {
+func setupWith(t testing.TB, script scriptmodel.Script, skillFiles fstest.MapFS, extra ...tools.Tool) *bundle {
 	t.Helper()
 	skills := agent.LoadSkills(skillFiles, "")
 	if len(skills.Errors) > 0 {
@@ -113,74 +70,36 @@ func setupWith(t testing.TB, script scriptmodel.Script, skillFiles fstest.MapFS,
 }
 
 // setupSkillSet is setup with a loaded skill set (custom skills on disk).
-func setupSkillSet(t testing.TB, script scriptmodel.Script, skills agent.SkillSet, extra ...jobs.Tool) *bundle {
+func setupSkillSet(t testing.TB, script scriptmodel.Script, skills agent.SkillSet, extra ...tools.Tool) *bundle {
 	t.Helper()
-	ctx := context.Background()
-	b := &bundle{pool: dbtest.New(t), publish: &publishLog{}}
-	b.model = scriptmodel.New(script)
-	srv := httptest.NewServer(b.model.Handler())
-	t.Cleanup(srv.Close)
-
-	tools, err := jobs.NewToolbox(append([]jobs.Tool{publishTool(b.publish)}, extra...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.rt = &jobs.Runtime{
-		Pool:         b.pool,
-		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Tools:        tools,
-		Skills:       func() agent.SkillSet { return skills },
-		DefaultModel: "compatible:scripted",
-		Getenv: func(k string) string {
-			if k == "COMPATIBLE_BASE_URL" {
-				return srv.URL + "/v1"
-			}
-			return ""
-		},
-		ModelRetry:     agent.RetryPolicy{Attempts: 3, Base: time.Millisecond, Max: 5 * time.Millisecond},
-		HeartbeatEvery: 100 * time.Millisecond,
-		StaleAfter:     time.Second,
-	}
-	b.client, err = jobs.NewClient(b.rt, jobs.ClientConfig{MaxWorkers: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.client.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = jobs.Stop(sctx, b.client)
+	b := &bundle{publish: &jobstest.Recorder{}}
+	b.useSkills(func() agent.SkillSet { return skills })
+	h := jobstest.Start(t, jobstest.Options{
+		Config: jobs.Config{Skills: b.currentSkills, MaxWorkers: 100},
+		Script: script,
+		Tools:  append([]tools.Tool{jobstest.PublishTool(b.publish)}, extra...),
 	})
-	if b.user, err = db.UpsertUser(ctx, b.pool, "test", "alice", "alice@example.com", "Alice", false); err != nil {
-		t.Fatal(err)
-	}
-	if b.other, err = db.UpsertUser(ctx, b.pool, "test", "bob", "bob@example.com", "Bob", false); err != nil {
-		t.Fatal(err)
-	}
+	b.pool, b.rt, b.model = h.Pool, h.Runtime, h.Model
+	b.addUsers(t)
 	return b
+}
+
+// addUsers adds alice (b.user) and bob (b.other).
+func (b *bundle) addUsers(t testing.TB) {
+	t.Helper()
+	var err error
+	if b.user, err = db.UpsertUser(context.Background(), b.pool, "test", "alice", "alice@example.com", "Alice", false); err != nil {
+		t.Fatal(err)
+	}
+	if b.other, err = db.UpsertUser(context.Background(), b.pool, "test", "bob", "bob@example.com", "Bob", false); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // wait polls until the thread reaches status.
 func (b *bundle) wait(t testing.TB, id int64, status string) db.Thread {
 	t.Helper()
-	// A bound on a hang, not a speed target: under -race on a loaded
-	// machine a run whose tool compiles PDFium takes well over 20 s.
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		th, err := db.GetThread(context.Background(), b.pool, b.user.ID, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if th.Status == status {
-			return th
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("thread %d is %s (error %q), want %s", id, th.Status, th.Error, status)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return jobstest.Wait(t, b.pool, b.user, id, status)
 }
 
 func (b *bundle) start(t testing.TB, prompt, skill string) db.Thread {
@@ -308,15 +227,18 @@ func TestDecisions(t *testing.T) {
 			if tt.skill == "strict" && calls[0].Description != "Publishing is visible to the whole company" {
 				t.Errorf("description = %q", calls[0].Description)
 			}
-			if len(b.publish.got()) != 0 {
+			if len(b.publish.Got()) != 0 {
 				t.Fatal("tool ran before approval")
 			}
 			d := tt.decision
 			d.CallID = calls[0].ID
-			err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{d})
+			out, err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{d})
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("Decide error = %v, want %q", err, tt.wantErr)
+				}
+				if out.Resumed {
+					t.Error("a refused decision says the run resumed")
 				}
 				if got := b.wait(t, th.ID, db.StatusWaiting); got.Status != db.StatusWaiting {
 					t.Fatal("refused decision changed the run")
@@ -326,8 +248,11 @@ func TestDecisions(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if !out.Resumed {
+				t.Error("deciding the only waiting call did not resume the run")
+			}
 			b.wait(t, th.ID, db.StatusDone)
-			if got := b.publish.got(); strings.Join(got, ",") != strings.Join(tt.wantTitles, ",") {
+			if got := b.publish.Got(); strings.Join(got, ",") != strings.Join(tt.wantTitles, ",") {
 				t.Errorf("published %v, want %v", got, tt.wantTitles)
 			}
 			var result string
@@ -353,6 +278,58 @@ func TestDecisions(t *testing.T) {
 	}
 }
 
+// TestDecideAndRetryOutcomes checks what Decide and Retry say they did to
+// the run, which the API answers with (202 resumed, 200 still waiting):
+// decided in the transaction that acted, never guessed from a read before.
+func TestDecideAndRetryOutcomes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, scriptmodel.Script{Rules: []scriptmodel.Rule{
+		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{{ToolCalls: []scriptmodel.ScriptToolCall{
+			{ID: "a", Name: "publish_brief", Arguments: `{"title":"One"}`},
+			{ID: "b", Name: "publish_brief", Arguments: `{"title":"Two"}`},
+		}}}},
+		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Both handled."}}},
+	}})
+	ctx := context.Background()
+	th := b.start(t, "publish two", "researcher")
+	b.wait(t, th.ID, db.StatusWaiting)
+	calls := b.pending(t, th.ID)
+	if len(calls) != 2 {
+		t.Fatalf("pending = %+v", calls)
+	}
+
+	// A run that failed while its calls waited goes back to waiting.
+	if err := db.EndRun(ctx, b.pool, th.ID, db.StatusFailed, "interrupted"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := b.rt.Retry(ctx, b.user, th.ID)
+	if err != nil || out.Resumed {
+		t.Fatalf("retry of a run waiting for a person = %+v, %v; want not resumed", out, err)
+	}
+	if got := b.wait(t, th.ID, db.StatusWaiting); got.Status != db.StatusWaiting {
+		t.Fatalf("after the retry: %s", got.Status)
+	}
+
+	out, err = b.rt.Decide(ctx, b.user, th.ID, []jobs.DecisionInput{{CallID: calls[0].ID, Type: db.DecisionApprove}})
+	if err != nil || out.Resumed {
+		t.Fatalf("first of two decisions = %+v, %v; want not resumed", out, err)
+	}
+	out, err = b.rt.Decide(ctx, b.user, th.ID, []jobs.DecisionInput{{CallID: calls[1].ID, Type: db.DecisionReject}})
+	if err != nil || !out.Resumed {
+		t.Fatalf("last decision = %+v, %v; want resumed", out, err)
+	}
+	b.wait(t, th.ID, db.StatusDone)
+
+	// A failed run with no call waiting is queued.
+	if err := db.EndRun(ctx, b.pool, th.ID, db.StatusFailed, "interrupted"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err = b.rt.Retry(ctx, b.user, th.ID); err != nil || !out.Resumed {
+		t.Fatalf("retry of a failed run = %+v, %v; want resumed", out, err)
+	}
+	b.wait(t, th.ID, db.StatusDone)
+}
+
 func TestAskUser(t *testing.T) {
 	t.Parallel()
 	b := setup(t, scriptmodel.Script{Rules: []scriptmodel.Rule{
@@ -367,10 +344,10 @@ func TestAskUser(t *testing.T) {
 	if len(calls) != 1 || calls[0].WaitKind != db.WaitQuestion || calls[0].Description != "Which city?" {
 		t.Fatalf("pending = %+v", calls)
 	}
-	if err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: calls[0].ID, Type: "approve"}}); err == nil {
+	if _, err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: calls[0].ID, Type: "approve"}}); err == nil {
 		t.Error("approve on a question was accepted")
 	}
-	if err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: calls[0].ID, Type: "respond", Message: "Naples"}}); err != nil {
+	if _, err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: calls[0].ID, Type: "respond", Message: "Naples"}}); err != nil {
 		t.Fatal(err)
 	}
 	b.wait(t, th.ID, db.StatusDone)
@@ -434,12 +411,11 @@ func TestCancelWhileWaiting(t *testing.T) {
 	if open := b.pending(t, th.ID); len(open) != 0 {
 		t.Errorf("open calls after cancel: %+v", open)
 	}
-	if len(b.publish.got()) != 0 {
+	if len(b.publish.Got()) != 0 {
 		t.Error("cancelled call ran")
 	}
-	var ue *jobs.UserError
-	if err := b.rt.Cancel(context.Background(), b.user, th.ID); !errors.As(err, &ue) {
-		t.Errorf("second cancel = %v, want a user error", err)
+	if err := b.rt.Cancel(context.Background(), b.user, th.ID); !refusal.Is(err, refusal.Conflict) {
+		t.Errorf("second cancel = %v, want a conflict", err)
 	}
 	// The conversation can go on after a cancel: the model sees the
 	// cancelled call answered (the scripted server refuses a conversation
@@ -465,11 +441,13 @@ func TestUsersAreIsolated(t *testing.T) {
 	b.wait(t, th.ID, db.StatusWaiting)
 	calls := b.pending(t, th.ID)
 	ctx := context.Background()
+	_, decideErr := b.rt.Decide(ctx, b.other, th.ID, []jobs.DecisionInput{{CallID: calls[0].ID, Type: "approve"}})
+	_, retryErr := b.rt.Retry(ctx, b.other, th.ID)
 	checks := map[string]error{
-		"decide": b.rt.Decide(ctx, b.other, th.ID, []jobs.DecisionInput{{CallID: calls[0].ID, Type: "approve"}}),
+		"decide": decideErr,
 		"cancel": b.rt.Cancel(ctx, b.other, th.ID),
 		"reply":  b.rt.Reply(ctx, b.other, th.ID, "hi"),
-		"retry":  b.rt.Retry(ctx, b.other, th.ID),
+		"retry":  retryErr,
 	}
 	for name, err := range checks {
 		if !errors.Is(err, db.ErrNotFound) {

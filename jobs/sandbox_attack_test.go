@@ -2,7 +2,7 @@ package jobs_test
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +10,10 @@ import (
 	"pizzabot/agent"
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
+	"pizzabot/internal/eventually"
 	"pizzabot/jobs"
+	"pizzabot/refusal"
+	"pizzabot/tools"
 )
 
 // Attacks on run_js's approvals (issue 12): an approval must apply to
@@ -26,7 +29,7 @@ func TestSandboxAsyncGatedCallsOnlyTheShownOneRuns(t *testing.T) {
 		async function second() { tools.call("publish_brief", {title: "Unseen"}) }
 		first(); second();
 		"done"`
-	b := wsSetup(t, jobs.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
+	b := wsSetup(t, tools.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
 		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{callJS("s1", code, 0)}},
 		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Done."}}},
 	}}))
@@ -36,13 +39,13 @@ func TestSandboxAsyncGatedCallsOnlyTheShownOneRuns(t *testing.T) {
 	if in := c.InnerCall; in == nil || in.Seq != 0 || in.Tool != "publish_brief" || in.Arguments != `{"title":"Shown"}` {
 		t.Fatalf("the approval shows %+v, want the first call (Shown)", in)
 	}
-	if got := b.publish.got(); len(got) != 0 {
+	if got := b.publish.Got(); len(got) != 0 {
 		t.Fatalf("published before any approval: %v", got)
 	}
 
 	b.decide(t, th.ID, "approve")
 	b.wait(t, th.ID, db.StatusWaiting)
-	if got := b.publish.got(); strings.Join(got, ",") != "Shown" {
+	if got := b.publish.Got(); strings.Join(got, ",") != "Shown" {
 		t.Fatalf("published %v after approving Shown, want only Shown", got)
 	}
 	c = b.pending(t, th.ID)[0]
@@ -53,18 +56,17 @@ func TestSandboxAsyncGatedCallsOnlyTheShownOneRuns(t *testing.T) {
 	// A second tab still showing the first call approves: refused, since
 	// the script now waits at another call that tab never showed.
 	shown := 0
-	err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: c.ID, Type: db.DecisionApprove, InnerSeq: &shown}})
-	var ue *jobs.UserError
-	if !errors.As(err, &ue) || ue.Status != 409 {
+	_, err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: c.ID, Type: db.DecisionApprove, InnerSeq: &shown}})
+	if !refusal.Is(err, refusal.Conflict) {
 		t.Fatalf("a stale approval: %v, want a 409 refusal", err)
 	}
-	if err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: c.ID, Type: db.DecisionApprove}}); err == nil {
+	if _, err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: c.ID, Type: db.DecisionApprove}}); err == nil {
 		t.Fatal("an approval that names no inner call was accepted")
 	}
 
 	b.decide(t, th.ID, "reject")
 	b.wait(t, th.ID, db.StatusDone)
-	if got := b.publish.got(); strings.Join(got, ",") != "Shown" {
+	if got := b.publish.Got(); strings.Join(got, ",") != "Shown" {
 		t.Errorf("published %v, want only Shown", got)
 	}
 	// The journal ties the effect to the approval of exactly it.
@@ -85,7 +87,7 @@ func TestSandboxAsyncGatedCallsOnlyTheShownOneRuns(t *testing.T) {
 // gated call again, not run it.
 func TestSandboxRetryAfterCrashDoesNotRunAnUnseenCall(t *testing.T) {
 	t.Parallel()
-	b := wsSetup(t, jobs.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
+	b := wsSetup(t, tools.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
 		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{callJS("s1",
 			`tools.call("publish_brief", {title: "Unseen"})`, 0)}},
 		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Done."}}},
@@ -105,11 +107,11 @@ func TestSandboxRetryAfterCrashDoesNotRunAnUnseenCall(t *testing.T) {
 	if _, err := b.pool.Exec(ctx, crashedCallSQL, c.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.rt.Decide(ctx, b.user, th.ID, []jobs.DecisionInput{{CallID: c.ID, Type: db.DecisionRetry}}); err != nil {
+	if _, err := b.rt.Decide(ctx, b.user, th.ID, []jobs.DecisionInput{{CallID: c.ID, Type: db.DecisionRetry}}); err != nil {
 		t.Fatal(err)
 	}
 	b.wait(t, th.ID, db.StatusWaiting)
-	if got := b.publish.got(); len(got) != 0 {
+	if got := b.publish.Got(); len(got) != 0 {
 		t.Fatalf("a retry ran the gated call nobody was shown: published %v", got)
 	}
 	c = b.pending(t, th.ID)[0]
@@ -128,7 +130,7 @@ const crashedCallSQL = `UPDATE tool_calls SET state = 'unknown', wait_kind = 'un
 // first only, because an approval names the call's place in the script too.
 func TestSandboxApprovalCoversOneCallOfIdenticalOnes(t *testing.T) {
 	t.Parallel()
-	b := wsSetup(t, jobs.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
+	b := wsSetup(t, tools.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
 		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{callJS("s1",
 			`tools.call("publish_brief", {title: "Twice"}); tools.call("publish_brief", {title: "Twice"}); "ok"`, 0)}},
 		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Done."}}},
@@ -137,7 +139,7 @@ func TestSandboxApprovalCoversOneCallOfIdenticalOnes(t *testing.T) {
 	b.wait(t, th.ID, db.StatusWaiting)
 	b.decide(t, th.ID, "approve")
 	b.wait(t, th.ID, db.StatusWaiting)
-	if got := b.publish.got(); strings.Join(got, ",") != "Twice" {
+	if got := b.publish.Got(); strings.Join(got, ",") != "Twice" {
 		t.Fatalf("published %v after one approval, want once", got)
 	}
 	if in := b.pending(t, th.ID)[0].InnerCall; in == nil || in.Seq != 1 {
@@ -145,7 +147,7 @@ func TestSandboxApprovalCoversOneCallOfIdenticalOnes(t *testing.T) {
 	}
 	b.decide(t, th.ID, "approve")
 	b.wait(t, th.ID, db.StatusDone)
-	if got := b.publish.got(); strings.Join(got, ",") != "Twice,Twice" {
+	if got := b.publish.Got(); strings.Join(got, ",") != "Twice,Twice" {
 		t.Errorf("published %v, want twice after two approvals", got)
 	}
 }
@@ -161,20 +163,19 @@ const hostileMargin = 5 * time.Second
 // waitSlots waits until n sandbox slots are in use.
 func waitSlots(t *testing.T, n int, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for agent.SandboxSlotsInUse() != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d sandbox slots in use, want %d", agent.SandboxSlotsInUse(), n)
+	eventually.Ok(t, within, func() error {
+		if got := agent.SandboxSlotsInUse(); got != n {
+			return fmt.Errorf("%d sandbox slots in use, want %d", got, n)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // An async busy loop ends at its time limit, as a tool error, and gives its
 // slot back; a cancelled run's script and one running at shutdown end at
 // once. Not parallel: it counts the process's sandbox slots.
 func TestSandboxAsyncBusyLoopInARun(t *testing.T) {
-	b := wsSetup(t, jobs.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
+	b := wsSetup(t, tools.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
 		{Match: scriptmodel.Match{LastUserContains: "short", LastRole: "user"}, Replies: []scriptmodel.Reply{callJS("l1", asyncBusyLoop, 2)}},
 		{Match: scriptmodel.Match{LastUserContains: "long", LastRole: "user"}, Replies: []scriptmodel.Reply{callJS("l2", asyncBusyLoop, 120)}},
 		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "It failed."}}},
@@ -207,7 +208,7 @@ func TestSandboxAsyncBusyLoopInARun(t *testing.T) {
 	stopping := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if err := jobs.Stop(ctx, b.client); err != nil {
+	if err := b.rt.StopWorkers(ctx); err != nil {
 		t.Errorf("stop: %v", err)
 	}
 	if took := time.Since(stopping); took > time.Second+hostileMargin {

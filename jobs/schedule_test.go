@@ -2,9 +2,6 @@ package jobs_test
 
 import (
 	"context"
-	"errors"
-	"io"
-	"log/slog"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -12,15 +9,17 @@ import (
 	"testing/fstest"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 
 	"pizzabot/agent"
 	"pizzabot/agent/scriptmodel"
+	"pizzabot/cron"
 	"pizzabot/db"
 	"pizzabot/db/dbtest"
+	"pizzabot/internal/eventually"
 	"pizzabot/jobs"
+	"pizzabot/jobs/jobstest"
+	"pizzabot/tools"
 )
 
 // testClock is the schedules' clock in a test: it stands still until the
@@ -46,7 +45,7 @@ func (c *testClock) Set(t time.Time) {
 // own connection pool.
 type process struct {
 	rt      *jobs.Runtime
-	client  *river.Client[pgx.Tx]
+	h       *jobstest.Harness
 	pool    *pgxpool.Pool
 	stopped bool
 }
@@ -62,37 +61,16 @@ func startProcess(t *testing.T, url string, clk *testClock, modelURL string) *pr
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	tools, err := jobs.NewToolbox(publishTool(&publishLog{}))
-	if err != nil {
-		t.Fatal(err)
-	}
 	skills := agent.LoadSkills(fstest.MapFS{
-		"researcher/SKILL.md": {Data: []byte(testSkills)},
+		"researcher/SKILL.md": {Data: []byte(jobstest.ResearcherSkill)},
 	}, "")
-	p := &process{pool: pool}
-	p.rt = &jobs.Runtime{
-		Pool:         pool,
-		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Tools:        tools,
-		Skills:       func() agent.SkillSet { return skills },
-		DefaultModel: "compatible:scripted",
-		Getenv: func(k string) string {
-			if k == "COMPATIBLE_BASE_URL" {
-				return modelURL + "/v1"
-			}
-			return ""
-		},
-		ModelRetry:     agent.RetryPolicy{Attempts: 3, Base: time.Millisecond, Max: 5 * time.Millisecond},
-		HeartbeatEvery: 100 * time.Millisecond,
-		StaleAfter:     time.Second,
-	}
-	p.client, err = jobs.NewClient(p.rt, jobs.ClientConfig{ScheduleEvery: 50 * time.Millisecond, Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.client.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
+	h := jobstest.Start(t, jobstest.Options{
+		Config:   jobs.Config{Pool: pool, ScheduleEvery: 50 * time.Millisecond, Now: clk.Now, MaxWorkers: 100},
+		ModelURL: modelURL + "/v1",
+		Tools:    []tools.Tool{jobstest.PublishTool(&jobstest.Recorder{})},
+		Skills:   skills,
+	})
+	p := &process{rt: h.Runtime, h: h, pool: pool}
 	t.Cleanup(func() { p.stop(t) })
 	return p
 }
@@ -102,9 +80,7 @@ func (p *process) stop(t *testing.T) {
 		return
 	}
 	p.stopped = true
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := jobs.Stop(ctx, p.client); err != nil {
+	if err := p.h.StopWorkers(); err != nil {
 		t.Errorf("stop: %v", err)
 	}
 }
@@ -140,7 +116,7 @@ func newScheduleBundle(t *testing.T, script scriptmodel.Script, start time.Time)
 // next due time computed at the clock's time.
 func (b *scheduleBundle) schedule(t *testing.T, name, expr, tz string, edit func(*db.ScheduleFields)) db.Schedule {
 	t.Helper()
-	c, err := jobs.ParseCron(expr, tz, b.clk.Now())
+	c, err := cron.Parse(expr, tz, b.clk.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,18 +154,6 @@ func (b *scheduleBundle) threads(t *testing.T) []db.Thread {
 	return ts
 }
 
-// eventually polls cond until it holds, failing the test after 20s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func mustZone(t *testing.T, name string) *time.Location {
 	t.Helper()
 	loc, err := time.LoadLocation(name)
@@ -197,67 +161,6 @@ func mustZone(t *testing.T, name string) *time.Location {
 		t.Fatal(err)
 	}
 	return loc
-}
-
-func TestParseCron(t *testing.T) {
-	t.Parallel()
-	now := time.Date(2031, 3, 3, 6, 0, 0, 0, time.UTC)
-	tests := []struct {
-		expr, tz  string
-		wantField string // "" when valid
-		wantNext  time.Time
-	}{
-		{"0 8 * * 1-5", "Europe/Paris", "", time.Date(2031, 3, 3, 7, 0, 0, 0, time.UTC)},
-		{"  0   8 * * 1-5 ", " UTC ", "", time.Date(2031, 3, 3, 8, 0, 0, 0, time.UTC)},
-		{"@hourly", "UTC", "", time.Date(2031, 3, 3, 7, 0, 0, 0, time.UTC)},
-		{"@daily", "America/New_York", "", time.Date(2031, 3, 4, 5, 0, 0, 0, time.UTC)},
-		{"@every 90m", "UTC", "", now.Add(90 * time.Minute)},
-		{"@every 30s", "UTC", "cron", time.Time{}},
-		{"0 8 * *", "UTC", "cron", time.Time{}},
-		{"0 0 8 * * 1-5", "UTC", "cron", time.Time{}}, // seconds are not a field of ours
-		{"61 * * * *", "UTC", "cron", time.Time{}},
-		{"", "UTC", "cron", time.Time{}},
-		{"CRON_TZ=Asia/Tokyo 0 8 * * *", "UTC", "cron", time.Time{}},
-		{"0 0 30 2 *", "UTC", "cron", time.Time{}}, // February 30: never
-		{"0 8 * * *", "Mars/Olympus", "timezone", time.Time{}},
-		{"0 8 * * *", "", "timezone", time.Time{}},
-		{"0 8 * * *", "Local", "timezone", time.Time{}},
-	}
-	for _, tt := range tests {
-		c, err := jobs.ParseCron(tt.expr, tt.tz, now)
-		var ce *jobs.CronError
-		switch {
-		case tt.wantField == "" && err != nil:
-			t.Errorf("ParseCron(%q, %q) = %v, want ok", tt.expr, tt.tz, err)
-		case tt.wantField != "" && (!errors.As(err, &ce) || ce.Field != tt.wantField):
-			t.Errorf("ParseCron(%q, %q) = %v, want an error for %s", tt.expr, tt.tz, err, tt.wantField)
-		case tt.wantField == "":
-			if got := c.Next(now); !got.Equal(tt.wantNext) {
-				t.Errorf("ParseCron(%q, %q).Next = %v, want %v", tt.expr, tt.tz, got, tt.wantNext)
-			}
-		}
-	}
-}
-
-func TestCronFollowsItsZoneAcrossDST(t *testing.T) {
-	t.Parallel()
-	// Paris moves to summer time on Sunday March 30, 2031: 8:00 on weekdays
-	// is 07:00 UTC before and 06:00 UTC after.
-	c, err := jobs.ParseCron("0 8 * * 1-5", "Europe/Paris", time.Date(2031, 3, 27, 0, 0, 0, 0, time.UTC))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := c.NextN(time.Date(2031, 3, 27, 0, 0, 0, 0, time.UTC), 3)
-	want := []time.Time{
-		time.Date(2031, 3, 27, 7, 0, 0, 0, time.UTC),
-		time.Date(2031, 3, 28, 7, 0, 0, 0, time.UTC),
-		time.Date(2031, 3, 31, 6, 0, 0, 0, time.UTC),
-	}
-	for i := range want {
-		if i >= len(got) || !got[i].Equal(want[i]) {
-			t.Fatalf("next fires = %v, want %v", got, want)
-		}
-	}
 }
 
 func TestScheduleFiresAtItsTimes(t *testing.T) {
@@ -327,7 +230,7 @@ func TestScheduleFiresAtItsTimes(t *testing.T) {
 	}
 	// The runs really run, and the agent is told which fire it serves.
 	for id := range threads {
-		eventually(t, "the run to finish", func() bool {
+		eventually.True(t, 20*time.Second, "waiting for the run to finish", func() bool {
 			th, err := db.GetThread(ctx, b.pool, b.user.ID, id)
 			return err == nil && th.Status == db.StatusDone
 		})
@@ -359,7 +262,7 @@ func TestDowntimeAcrossThreeFiresRunsOneCatchUp(t *testing.T) {
 	// the elected leader.
 	first := startProcess(t, b.url, b.clk, b.model)
 	b.clk.Set(time.Date(2031, 3, 3, 8, 0, 2, 0, time.UTC))
-	eventually(t, "the 8:00 fire", func() bool { return len(b.fires(t, s)) == 1 })
+	eventually.True(t, 20*time.Second, "waiting for the 8:00 fire", func() bool { return len(b.fires(t, s)) == 1 })
 
 	// It goes down; 9:00, 10:00 and 11:00 pass.
 	first.stop(t)
@@ -371,7 +274,7 @@ func TestDowntimeAcrossThreeFiresRunsOneCatchUp(t *testing.T) {
 
 	// A server starts again: one catch-up for the three missed fires.
 	startProcess(t, b.url, b.clk, b.model)
-	eventually(t, "the catch-up", func() bool { return len(b.fires(t, s)) == 2 })
+	eventually.True(t, 20*time.Second, "waiting for the catch-up", func() bool { return len(b.fires(t, s)) == 2 })
 	time.Sleep(300 * time.Millisecond) // several more sweeps: still one
 	fires := b.fires(t, s)
 	if len(fires) != 2 {
@@ -396,7 +299,7 @@ func TestDowntimeAcrossThreeFiresRunsOneCatchUp(t *testing.T) {
 
 	// Then it continues on time.
 	b.clk.Set(time.Date(2031, 3, 3, 12, 0, 1, 0, time.UTC))
-	eventually(t, "the 12:00 fire", func() bool { return len(b.fires(t, s)) == 3 })
+	eventually.True(t, 20*time.Second, "waiting for the 12:00 fire", func() bool { return len(b.fires(t, s)) == 3 })
 	if f := b.fires(t, s)[2]; f.Outcome != db.FireStarted || !f.DueAt.Equal(time.Date(2031, 3, 3, 12, 0, 0, 0, time.UTC)) {
 		t.Errorf("fire after the catch-up = %+v, want 12:00 on time", f)
 	}
@@ -432,7 +335,7 @@ func TestTwoProcessesStartEachFireOnce(t *testing.T) {
 			}
 		}
 		wg.Wait()
-		eventually(t, "every schedule to fire", func() bool {
+		eventually.True(t, 20*time.Second, "waiting for every schedule to fire", func() bool {
 			var n int
 			err := b.pool.QueryRow(ctx, `SELECT count(*) FROM schedule_fires`).Scan(&n)
 			return err == nil && n == len(ss)*(m+1)
@@ -480,7 +383,7 @@ func TestScheduleSkipsWhilePreviousRunWaits(t *testing.T) {
 
 	fire(time.Date(2031, 3, 3, 8, 0, 1, 0, time.UTC))
 	first := b.fires(t, s)[0]
-	eventually(t, "the first run to wait for approval", func() bool {
+	eventually.True(t, 20*time.Second, "waiting for the first run to wait for approval", func() bool {
 		th, err := db.GetThread(ctx, b.pool, b.user.ID, *first.ThreadID)
 		return err == nil && th.Status == db.StatusWaiting
 	})

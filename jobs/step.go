@@ -8,10 +8,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
 	"pizzabot/agent"
 	"pizzabot/db"
+	"pizzabot/tools"
 )
 
 // StepArgs queue one step of a thread's run at a generation of it.
@@ -41,11 +43,25 @@ func (w *StepWorker) Timeout(*river.Job[StepArgs]) time.Duration { return StepTi
 // dead) or the user cancelled it: whatever this job computed is dropped.
 var errLeaseLost = errors.New("lease lost")
 
+// providerWaitLimit bounds how long a model step waits for a provider that
+// asks for more time than the retry policy waits in a worker (a 429 with a
+// long Retry-After), counted from the step job's creation: a wait that would
+// end past it fails the run instead.
+const providerWaitLimit = time.Hour
+
+// providerWait is a model step that must wait for its provider: nothing of
+// it was committed, and its job sleeps for after.
+type providerWait struct{ after time.Duration }
+
+func (w *providerWait) Error() string {
+	return fmt.Sprintf("the model provider asked to wait %s", w.after)
+}
+
 // Work runs the step under a lease on the thread, kept alive by heartbeats.
 func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
 	rt := w.rt
 	a := job.Args
-	outcome, err := db.TakeLease(ctx, rt.Pool, a.ThreadID, a.Gen, job.ID, rt.staleAfter())
+	outcome, err := db.TakeLease(ctx, rt.cfg.Pool, a.ThreadID, a.Gen, job.ID, rt.staleAfter())
 	if err != nil {
 		return err
 	}
@@ -56,6 +72,10 @@ func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
 		return river.JobSnooze(rt.staleAfter())
 	}
 
+	// jobCtx is River's: it ends at shutdown or when River cancels the job.
+	// ctx, derived, also ends when the heartbeat loses the lease, and is
+	// cancelled below once the step is over.
+	jobCtx := ctx
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	hbDone := make(chan struct{})
@@ -64,29 +84,49 @@ func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
 		rt.heartbeat(ctx, cancel, a.ThreadID, job.ID)
 	}()
 	began := time.Now()
-	err = rt.step(ctx, job.ID, a)
+	err = rt.step(ctx, job.ID, a, job.CreatedAt.Add(providerWaitLimit))
 	cancel(nil)
 	<-hbDone
+	var wait *providerWait
 	switch {
 	case err == nil:
-		rt.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "ok")
+		rt.cfg.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "ok")
 		return nil
 	case errors.Is(err, errLeaseLost) || errors.Is(context.Cause(ctx), errLeaseLost):
-		rt.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "lease_lost")
+		rt.cfg.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "lease_lost")
 		return nil
-	case ctx.Err() != nil:
-		rt.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "handed_back")
+	case errors.As(err, &wait):
+		rt.cfg.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "provider_wait")
+		// The provider asked for longer than a worker waits (a 429 with a
+		// long Retry-After): hand the run back and sleep the job, holding
+		// no worker. The run stays running; without a lease the rescue
+		// sweeps leave it alone, and the job takes it again when it wakes.
+		bg, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer done()
+		if rerr := db.ReleaseLease(bg, rt.cfg.Pool, a.ThreadID, job.ID); rerr != nil {
+			// The lease goes stale instead: the rescue sweep takes the
+			// run over after StaleAfter, earlier than asked but safe.
+			rt.cfg.Logger.Warn("release lease", "thread_id", a.ThreadID, "err", rerr)
+		}
+		rt.cfg.Logger.Info("model provider asked to wait", "thread_id", a.ThreadID, "wait", wait.after)
+		return river.JobSnooze(wait.after)
+	case jobCtx.Err() != nil:
+		rt.cfg.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "handed_back")
 		// Shutdown (or River's own cancel): hand the run back at once. A
 		// tool call cut off here stays "running" and the next job treats
 		// its outcome as unknown.
 		bg, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer done()
-		if rerr := db.ReleaseLease(bg, rt.Pool, a.ThreadID, job.ID); rerr != nil {
-			rt.Logger.Warn("release lease", "thread_id", a.ThreadID, "err", rerr)
+		if rerr := db.ReleaseLease(bg, rt.cfg.Pool, a.ThreadID, job.ID); rerr != nil {
+			rt.cfg.Logger.Warn("release lease", "thread_id", a.ThreadID, "err", rerr)
 		}
 		return river.JobSnooze(0)
 	}
-	rt.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "error")
+	// Any other error (the database refused a commit, a query failed):
+	// River retries the job with its backoff, which takes the lease again
+	// (it is still this job's). Should the retries come later than
+	// StaleAfter, the rescue sweep hands the run to a new job instead.
+	rt.cfg.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "error")
 	return err
 }
 
@@ -114,7 +154,7 @@ func modelOutcome(err error) string {
 
 // toolOutcome labels a tool call's result.
 func toolOutcome(err error) string {
-	var na *NeedsApproval
+	var na *tools.NeedsApproval
 	switch {
 	case err == nil:
 		return "ok"
@@ -125,15 +165,15 @@ func toolOutcome(err error) string {
 }
 
 func (rt *Runtime) staleAfter() time.Duration {
-	if rt.StaleAfter > 0 {
-		return rt.StaleAfter
+	if rt.cfg.StaleAfter > 0 {
+		return rt.cfg.StaleAfter
 	}
 	return 30 * time.Second
 }
 
 func (rt *Runtime) heartbeatEvery() time.Duration {
-	if rt.HeartbeatEvery > 0 {
-		return rt.HeartbeatEvery
+	if rt.cfg.HeartbeatEvery > 0 {
+		return rt.cfg.HeartbeatEvery
 	}
 	return 5 * time.Second
 }
@@ -148,10 +188,10 @@ func (rt *Runtime) heartbeat(ctx context.Context, cancel context.CancelCauseFunc
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			ok, err := db.Heartbeat(ctx, rt.Pool, threadID, jobID)
+			ok, err := db.Heartbeat(ctx, rt.cfg.Pool, threadID, jobID)
 			if err != nil {
 				if ctx.Err() == nil {
-					rt.Logger.Warn("heartbeat", "thread_id", threadID, "err", err)
+					rt.cfg.Logger.Warn("heartbeat", "thread_id", threadID, "err", err)
 				}
 				continue
 			}
@@ -167,7 +207,7 @@ func (rt *Runtime) heartbeat(ctx context.Context, cancel context.CancelCauseFunc
 // run. fn gets the transaction's context (db.InTx): a pool connection asked
 // for with it fails at once, so a Tx tool cannot take a second one.
 func (rt *Runtime) commit(ctx context.Context, jobID int64, a StepArgs, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	return db.InTx(ctx, rt.Pool, func(ctx context.Context, tx pgx.Tx) error {
+	return db.InTx(ctx, rt.cfg.Pool, func(ctx context.Context, tx pgx.Tx) error {
 		ok, err := db.HoldsLease(ctx, tx, a.ThreadID, a.Gen, jobID)
 		if err != nil {
 			return err
@@ -183,7 +223,7 @@ func (rt *Runtime) commit(ctx context.Context, jobID int64, a StepArgs, fn func(
 // server in one round trip with the lease check; fn then runs as in commit.
 // When the lease is lost the batch's writes are rolled back with the rest.
 func (rt *Runtime) commitBatch(ctx context.Context, jobID int64, a StepArgs, first func(b *pgx.Batch) error, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	return db.InTx(ctx, rt.Pool, func(ctx context.Context, tx pgx.Tx) error {
+	return db.InTx(ctx, rt.cfg.Pool, func(ctx context.Context, tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		var checked db.LeaseCheck
 		db.QueueHoldsLease(b, a.ThreadID, a.Gen, jobID, &checked)
@@ -204,16 +244,17 @@ func (rt *Runtime) commitBatch(ctx context.Context, jobID int64, a StepArgs, fir
 }
 
 // step decides what the run needs next: its open tool calls, or the model.
-// What it needs to know of the run is read at once (db.ReadRun).
-func (rt *Runtime) step(ctx context.Context, jobID int64, a StepArgs) error {
-	v, err := db.ReadRun(ctx, rt.Pool, a.ThreadID, imageTypes, maxImageSize)
+// What it needs to know of the run is read at once (db.ReadRun). A model
+// step may wait for its provider until waitUntil (providerWaitLimit).
+func (rt *Runtime) step(ctx context.Context, jobID int64, a StepArgs, waitUntil time.Time) error {
+	v, err := db.ReadRun(ctx, rt.cfg.Pool, a.ThreadID, tools.ImageTypes, tools.MaxImageSize)
 	if err != nil {
 		return err
 	}
 	if len(v.Open) > 0 {
 		return rt.toolStep(ctx, jobID, a, v.Thread.UserID, v.Open)
 	}
-	return rt.modelStep(ctx, jobID, a, v)
+	return rt.modelStep(ctx, jobID, a, v, waitUntil)
 }
 
 // fail ends the run as failed with a message the user sees in the thread.
@@ -228,7 +269,7 @@ func (rt *Runtime) fail(ctx context.Context, jobID int64, a StepArgs, started ti
 
 const baseSystemPrompt = `You are Pizza Bot, a background agent. The user handed you a task and left; they will read your final answer later in their inbox. Work autonomously with the tools you have, and finish with a clear, self-contained answer in Markdown. Ask the user (ask_user, when offered) only when you cannot proceed well without them.`
 
-func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.RunView) error {
+func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.RunView, waitUntil time.Time) error {
 	started := time.Now()
 	t := v.Thread
 	system := baseSystemPrompt
@@ -237,40 +278,48 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 	}
 	var skill *agent.Skill
 	if t.Skill != "" {
-		s, ok, err := rt.runSkill(ctx, rt.Pool, t.ID, t.Skill)
+		s, ok, err := rt.runSkill(ctx, rt.cfg.Pool, t.ID, t.Skill)
 		if err != nil {
 			return err
 		}
 		if !ok {
 			return rt.fail(ctx, jobID, a, started, t.Model, fmt.Sprintf("Skill %q is not available any more.", t.Skill))
 		}
-		if missing := rt.Tools.Missing(s); len(missing) > 0 {
+		if missing := rt.cfg.Tools.Missing(s); len(missing) > 0 {
 			return rt.fail(ctx, jobID, a, started, t.Model, fmt.Sprintf("Skill %q needs %s, which is not connected.", t.Skill, strings.Join(missing, ", ")))
 		}
 		skill = s
-		system += "\n\n# Skill: " + s.Name + "\n\n" + skillFolderPrompt(s) + "\n\n" + s.Body // tools_skills.go
+		system += "\n\n# Skill: " + s.Name + "\n\n" + tools.SkillFolderPrompt(s) + "\n\n" + s.Body
 	}
-	model, err := rt.model(t.Model)
+	model, err := rt.model(ctx, t.Model)
 	if err != nil {
 		return rt.fail(ctx, jobID, a, started, t.Model, err.Error())
 	}
-	rules, err := rt.gateRules(ctx, rt.Pool, t) // no transaction is held here
+	// A budget the call would reach stops the run here, before the call:
+	// it waits in Action on a budget hold, committed with the lease check
+	// (budget.go). A crash before that commit leaves the run running, and
+	// the next job checks again; after it, the run waits.
+	budget, err := rt.checkBudget(ctx, jobID, a, v.Budget)
+	if err != nil || budget == budgetStopped {
+		return err
+	}
+	rules, err := rt.gateRules(ctx, rt.cfg.Pool, t) // no transaction is held here
 	if err != nil {
 		return err
 	}
-	tools := rules.offered(rt.offerTask(t, rt.Tools.Offer(skill)))
+	tools := rules.offered(rt.offerTask(t, rt.cfg.Tools.Offer(skill)))
 	in := agent.StepInput{Model: model, System: system, Messages: toAgent(v.Messages), Tools: tools}
 	if v.Images > 0 {
 		if err := rt.attachImages(ctx, t, in.Messages); err != nil { // see images.go
 			return err
 		}
 	}
-	if rt.OnDelta != nil {
+	if rt.cfg.OnDelta != nil {
 		// Every model call starts its stream with a reset: receivers tell
 		// its text from text a previous call sent after its commit.
-		rt.OnDelta(t.ID, "", true)
-		in.OnDelta = func(s string) { rt.OnDelta(t.ID, s, false) }
-		in.OnReset = func() { rt.OnDelta(t.ID, "", true) }
+		rt.cfg.OnDelta(t.ID, "", true)
+		in.OnDelta = func(s string) { rt.cfg.OnDelta(t.ID, s, false) }
+		in.OnReset = func() { rt.cfg.OnDelta(t.ID, "", true) }
 	}
 	called := time.Now()
 	out, err := rt.stepShowingImages(ctx, t.ID, in)
@@ -278,15 +327,23 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 	if out != nil {
 		usage = out.Usage
 	}
-	rt.Metrics.ModelCall(providerOf(t.Model), modelOutcome(err), time.Since(called), usage.PromptTokens, usage.CompletionTokens)
+	rt.cfg.Metrics.ModelCall(providerOf(t.Model), modelOutcome(err), time.Since(called), usage.PromptTokens, usage.CompletionTokens)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		var pe *agent.ProviderError
 		if errors.As(err, &pe) {
+			if d, ok := model.LongWait(err); ok {
+				if time.Now().Add(d).Before(waitUntil) {
+					return &providerWait{after: d} // Work snoozes the job
+				}
+				return rt.fail(ctx, jobID, a, started, t.Model, fmt.Sprintf(
+					"The model provider asked to wait %s before trying again, past the %s a step waits for it: %s",
+					d, providerWaitLimit, pe.Error()))
+			}
 			if pe.Cause != nil { // the details users are not shown (URLs, addresses)
-				rt.Logger.WarnContext(ctx, "model provider failed", "thread_id", t.ID, "provider", pe.Provider, "err", pe.Cause)
+				rt.cfg.Logger.WarnContext(ctx, "model provider failed", "thread_id", t.ID, "provider", pe.Provider, "err", pe.Cause)
 			}
 			return rt.fail(ctx, jobID, a, started, t.Model, "The model provider failed: "+pe.Error())
 		}
@@ -306,6 +363,11 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 		}
 		db.QueueInsertStep(b, db.Step{ThreadID: t.ID, Kind: "model", Model: t.Model,
 			PromptTokens: out.Usage.PromptTokens, CompletionTokens: out.Usage.CompletionTokens, StartedAt: started})
+		if budget == budgetApproved {
+			// The call an admin let past the budget is made: the
+			// approval is used. A crash before this commit keeps it.
+			db.QueueDeleteBudgetHold(b, t.ID)
+		}
 		return nil
 	}
 	return rt.commitBatch(ctx, jobID, a, first, func(ctx context.Context, tx pgx.Tx) error {
@@ -321,7 +383,7 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 		waiting := false
 		for _, p := range out.Calls {
 			nc := db.NewToolCall{ThreadID: t.ID, MessageID: m.ID, CallID: p.Call.ID, Name: p.Call.Name, Arguments: p.Call.Arguments, State: db.CallReady}
-			tool, known := rt.Tools.Get(p.Call.Name)
+			tool, known := rt.cfg.Tools.Get(p.Call.Name)
 			g := rules.decide(p.Call.Name, tool, known) // gate.go
 			refusal := ""
 			switch {
@@ -347,7 +409,7 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 					return err
 				}
 			}
-			waiting = waiting || nc.State == db.CallPending
+			waiting = waiting || db.AwaitsDecision(nc.State)
 		}
 		if waiting {
 			return rt.endRun(ctx, tx, t.ID, db.StatusWaiting, "")
@@ -361,7 +423,7 @@ const unknownOutcome = "The server stopped while this call was running: it may o
 
 func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, userID int64, open []db.ToolCallRow) error {
 	started := time.Now()
-	run := Run{ThreadID: a.ThreadID, UserID: userID}
+	run := tools.Run{ThreadID: a.ThreadID, UserID: userID}
 	// Sub-agents first, so that they work while the other calls run.
 	if err := rt.delegate(ctx, jobID, a, open); err != nil {
 		return err
@@ -370,13 +432,13 @@ func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, userID
 		if skipInStep(c) {
 			continue // a sub-agent's to answer (task.go)
 		}
-		tool, known := rt.Tools.Get(c.Name)
-		switch c.State {
-		case db.CallPending, db.CallUnknown:
+		tool, known := rt.cfg.Tools.Get(c.Name)
+		switch {
+		case c.AwaitsDecision():
 			return rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
 				return rt.endRun(ctx, tx, a.ThreadID, db.StatusWaiting, "")
 			})
-		case db.CallRunning:
+		case c.State == db.CallRunning:
 			// The job that started this call died during it.
 			if known && (tool.Tx != nil || tool.Idempotent) {
 				break // safe to run again
@@ -402,7 +464,7 @@ func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, userID
 }
 
 // runCall executes one ready call and commits its result.
-func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run Run, c db.ToolCallRow, tool Tool, known bool) error {
+func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run tools.Run, c db.ToolCallRow, tool tools.Tool, known bool) error {
 	if !known || (tool.Tx == nil && tool.Call == nil) {
 		return rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
 			return db.CompleteToolCall(ctx, tx, c, fmt.Sprintf("tool %q is not available", c.Name), true)
@@ -410,7 +472,7 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run Run
 	}
 	// A policy that denies the tool now wins over an approval given
 	// before it changed. No transaction is held here.
-	if g, err := rt.gate(ctx, rt.Pool, a.ThreadID, c.Name); err != nil {
+	if g, err := rt.gate(ctx, rt.cfg.Pool, a.ThreadID, c.Name); err != nil {
 		return err
 	} else if g.Deny {
 		return rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
@@ -423,9 +485,9 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run Run
 			return db.CompleteToolCall(ctx, tx, c, err.Error(), true)
 		})
 	}
-	// Tools that need the runtime (run_js calling other tools) find it and
-	// this call in their context; see workspace.go.
-	ctx = rt.withCallEnv(ctx, jobID, a, c)
+	// Tools that need the run service (run_js calling other tools, reads
+	// outside the step's transaction) get it and this call explicitly.
+	run.Call, run.Host = c, &callHost{rt: rt, jobID: jobID, step: a}
 	if tool.Tx != nil {
 		return rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
 			// A savepoint: a failing tool must not abort the transaction
@@ -435,7 +497,7 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run Run
 				return err
 			}
 			result, terr := tool.Tx(ctx, sp, run, args)
-			rt.Metrics.ToolCall(c.Name, toolOutcome(terr))
+			rt.cfg.Metrics.ToolCall(c.Name, toolOutcome(terr))
 			if terr != nil {
 				if err := sp.Rollback(ctx); err != nil {
 					return err
@@ -461,7 +523,7 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run Run
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	rt.Metrics.ToolCall(c.Name, toolOutcome(terr))
+	rt.cfg.Metrics.ToolCall(c.Name, toolOutcome(terr))
 	return rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
 		if terr != nil {
 			return failCall(ctx, tx, c, terr) // an error result, or parked for approval
@@ -481,4 +543,47 @@ func toAgent(ms []db.Message) []agent.Message {
 		out = append(out, am)
 	}
 	return out
+}
+
+// callHost is what the run service offers a tool executing one call of a
+// step (tools.Host): its pools, its gate and skills, and commits under the
+// step's lease.
+type callHost struct {
+	rt    *Runtime
+	jobID int64
+	step  StepArgs
+}
+
+func (h *callHost) Pool() *pgxpool.Pool     { return h.rt.cfg.Pool }
+func (h *callHost) Toolbox() *tools.Toolbox { return h.rt.cfg.Tools }
+func (h *callHost) Commit(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	return h.rt.commit(ctx, h.jobID, h.step, fn)
+}
+func (h *callHost) RunSkill(ctx context.Context, q db.Querier, threadID int64, name string) (*agent.Skill, bool, error) {
+	return h.rt.runSkill(ctx, q, threadID, name)
+}
+func (h *callHost) Gate(ctx context.Context, q db.Querier, threadID int64, name string) (tools.Gate, error) {
+	return h.rt.gate(ctx, q, threadID, name)
+}
+
+// failCall writes the outcome of a call whose tool returned terr: parked
+// for a decision when terr is a tools.NeedsApproval, an error result otherwise.
+func failCall(ctx context.Context, tx pgx.Tx, c db.ToolCallRow, terr error) error {
+	var na *tools.NeedsApproval
+	if errors.As(terr, &na) {
+		allowed := na.AllowedDecisions
+		if len(allowed) == 0 {
+			allowed = []string{db.DecisionApprove, db.DecisionReject}
+		}
+		if na.Inner != nil {
+			if err := db.ParkSandboxCall(ctx, tx, c.ID, na.Inner.Seq, na.Inner.Tool, na.Inner.Arguments); err != nil {
+				return err
+			}
+		}
+		if err := db.SetToolCallWait(ctx, tx, c.ID, db.CallPending, db.WaitApproval, allowed, na.Description); err != nil {
+			return err
+		}
+		return db.SetToolCallGateReason(ctx, tx, c.ID, na.Reason)
+	}
+	return db.CompleteToolCall(ctx, tx, c, terr.Error(), true)
 }

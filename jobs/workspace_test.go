@@ -3,7 +3,6 @@ package jobs_test
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -18,6 +17,8 @@ import (
 	"pizzabot/db/dbtest"
 	"pizzabot/handlers"
 	"pizzabot/jobs"
+	"pizzabot/jobs/jobstest"
+	"pizzabot/tools"
 )
 
 // scripterSkill may run scripts that publish; publishing needs approval.
@@ -35,16 +36,16 @@ Use run_js.
 
 // notifyTool is a test tool with effects outside the database and no
 // approval: it counts its calls.
-func notifyTool(log *publishLog) jobs.Tool {
-	return jobs.Tool{
+func notifyTool(log *jobstest.Recorder) tools.Tool {
+	return tools.Tool{
 		Spec: agent.ToolSpec{
 			Name:        "notify",
 			Description: "Send a notification.",
 			Parameters:  []byte(`{"type":"object","properties":{"text":{}},"required":["text"]}`),
 		},
-		Call: func(_ context.Context, _ jobs.Run, args map[string]any) (string, error) {
+		Call: func(_ context.Context, _ tools.Run, args map[string]any) (string, error) {
 			b, _ := json.Marshal(args["text"])
-			log.add(string(b))
+			log.Add(string(b))
 			return "notified", nil
 		},
 	}
@@ -53,34 +54,19 @@ func notifyTool(log *publishLog) jobs.Tool {
 // wsBundle is a runtime with the workspace tools and the scripter skill.
 type wsBundle struct {
 	*bundle
-	notify *publishLog
+	notify *jobstest.Recorder
 }
 
 // wsSetup starts a runtime like setup, with the workspace tools, the
 // notify tool and the scripter skill.
 // script is called once the users exist.
-func wsSetup(t *testing.T, ws jobs.Workspace, script func(b *wsBundle) scriptmodel.Script) *wsBundle {
+func wsSetup(t *testing.T, ws tools.Workspace, script func(b *wsBundle) scriptmodel.Script) *wsBundle {
 	t.Helper()
-	ctx := context.Background()
-	b := &wsBundle{bundle: &bundle{pool: dbtest.New(t), publish: &publishLog{}}, notify: &publishLog{}}
-	var err error
-	if b.user, err = db.UpsertUser(ctx, b.pool, "test", "alice", "alice@example.com", "Alice", false); err != nil {
-		t.Fatal(err)
-	}
-	if b.other, err = db.UpsertUser(ctx, b.pool, "test", "bob", "bob@example.com", "Bob", false); err != nil {
-		t.Fatal(err)
-	}
+	b := &wsBundle{bundle: &bundle{pool: dbtest.New(t), publish: &jobstest.Recorder{}}, notify: &jobstest.Recorder{}}
+	b.addUsers(t)
 	// notify is the tests' tool "with no approval": it has effects
 	// outside the database, so only the policy lets it run unasked.
 	allowTools(t, b.pool, "notify")
-	b.model = scriptmodel.New(script(b))
-	srv := httptest.NewServer(b.model.Handler())
-	t.Cleanup(srv.Close)
-	extra := append([]jobs.Tool{publishTool(b.publish), notifyTool(b.notify)}, jobs.WorkspaceTools(ws)...)
-	tools, err := jobs.NewToolbox(extra...)
-	if err != nil {
-		t.Fatal(err)
-	}
 	skills := agent.LoadSkills(fstest.MapFS{
 		"scripter/SKILL.md": {Data: []byte(scripterSkill)},
 		"guarded/SKILL.md":  {Data: []byte(guardedSkill)},
@@ -88,34 +74,13 @@ func wsSetup(t *testing.T, ws jobs.Workspace, script func(b *wsBundle) scriptmod
 	if len(skills.Errors) > 0 {
 		t.Fatalf("skills: %v", skills.Errors)
 	}
-	b.rt = &jobs.Runtime{
-		Pool:         b.pool,
-		Logger:       slog.New(slog.DiscardHandler),
-		Tools:        tools,
-		Skills:       func() agent.SkillSet { return skills },
-		DefaultModel: "compatible:scripted",
-		Getenv: func(k string) string {
-			if k == "COMPATIBLE_BASE_URL" {
-				return srv.URL + "/v1"
-			}
-			return ""
-		},
-		ModelRetry:     agent.RetryPolicy{Attempts: 3, Base: time.Millisecond, Max: 5 * time.Millisecond},
-		HeartbeatEvery: 100 * time.Millisecond,
-		StaleAfter:     5 * time.Second,
-	}
-	b.client, err = jobs.NewClient(b.rt, jobs.ClientConfig{MaxWorkers: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.client.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = jobs.Stop(sctx, b.client)
+	h := jobstest.Start(t, jobstest.Options{
+		Config: jobs.Config{Pool: b.pool, StaleAfter: 5 * time.Second},
+		Script: script(b),
+		Tools:  append([]tools.Tool{jobstest.PublishTool(b.publish), notifyTool(b.notify)}, tools.WorkspaceTools(ws)...),
+		Skills: skills,
 	})
+	b.rt, b.model = h.Runtime, h.Model
 	return b
 }
 
@@ -157,7 +122,7 @@ func (b *bundle) decide(t *testing.T, id int64, typ string) db.ToolCallRow {
 		// The person decides on the script's call they were shown.
 		in.InnerSeq = &c.Seq
 	}
-	if err := b.rt.Decide(context.Background(), b.user, id, []jobs.DecisionInput{in}); err != nil {
+	if _, err := b.rt.Decide(context.Background(), b.user, id, []jobs.DecisionInput{in}); err != nil {
 		t.Fatal(err)
 	}
 	return calls[0]
@@ -165,7 +130,7 @@ func (b *bundle) decide(t *testing.T, id int64, typ string) db.ToolCallRow {
 
 func TestRunJSReturnsResult(t *testing.T) {
 	t.Parallel()
-	b := wsSetup(t, jobs.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
+	b := wsSetup(t, tools.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
 		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{callJS("j1",
 			`const xs = [5, 3, 8]; console.log("sorting", xs.length); xs.sort((a, b) => a - b)`, 0)}},
 		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Sorted."}}},
@@ -183,7 +148,7 @@ func TestRunJSReturnsResult(t *testing.T) {
 // and another thread's run finishes meanwhile.
 func TestRunJSLimitsInARun(t *testing.T) {
 	t.Parallel()
-	b := wsSetup(t, jobs.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
+	b := wsSetup(t, tools.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
 		{Match: scriptmodel.Match{LastUserContains: "loop", LastRole: "user"}, Replies: []scriptmodel.Reply{callJS("l1", "while (true) {}", 1)}},
 		{Match: scriptmodel.Match{LastUserContains: "bomb", LastRole: "user"}, Replies: []scriptmodel.Reply{callJS("m1",
 			"const a = []; for (;;) a.push(new Float64Array(1 << 18))", 60)}},
@@ -220,7 +185,7 @@ func TestRunJSInterruptOnNeedsApproval(t *testing.T) {
 		tools.call("write_file", {path: "log.md", content: a});
 		const b = tools.call("publish_brief", {title: "Brief B"});
 		[a, b].join(" + ")`
-	b := wsSetup(t, jobs.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
+	b := wsSetup(t, tools.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
 		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{callJS("s1", code, 0)}},
 		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Both published."}}},
 	}}))
@@ -238,10 +203,10 @@ func TestRunJSInterruptOnNeedsApproval(t *testing.T) {
 	if strings.Join(c.AllowedDecisions, ",") != "approve,reject" {
 		t.Errorf("allowed = %v, want approve and reject (an edit would change the script)", c.AllowedDecisions)
 	}
-	if got := b.publish.got(); len(got) != 0 {
+	if got := b.publish.Got(); len(got) != 0 {
 		t.Fatalf("published before approval: %v", got)
 	}
-	if got := b.notify.got(); len(got) != 1 {
+	if got := b.notify.Got(); len(got) != 1 {
 		t.Fatalf("notify calls = %v, want 1", got)
 	}
 
@@ -251,16 +216,16 @@ func TestRunJSInterruptOnNeedsApproval(t *testing.T) {
 	if in := c.InnerCall; in == nil || in.Arguments != `{"title":"Brief B"}` {
 		t.Errorf("second inner call = %+v", in)
 	}
-	if got := b.publish.got(); strings.Join(got, ",") != "Brief A" {
+	if got := b.publish.Got(); strings.Join(got, ",") != "Brief A" {
 		t.Fatalf("published after the first approval: %v", got)
 	}
 
 	b.decide(t, th.ID, "approve")
 	b.wait(t, th.ID, db.StatusDone)
-	if got := b.publish.got(); strings.Join(got, ",") != "Brief A,Brief B" {
+	if got := b.publish.Got(); strings.Join(got, ",") != "Brief A,Brief B" {
 		t.Errorf("published %v, want each brief once", got)
 	}
-	if got := b.notify.got(); len(got) != 1 {
+	if got := b.notify.Got(); len(got) != 1 {
 		t.Errorf("notify ran %d times, want once: %v", len(got), got)
 	}
 	res := b.toolResults(t, th.ID)
@@ -287,7 +252,7 @@ func TestRunJSInterruptOnNeedsApproval(t *testing.T) {
 
 func TestRunJSInterruptRejected(t *testing.T) {
 	t.Parallel()
-	b := wsSetup(t, jobs.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
+	b := wsSetup(t, tools.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
 		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{callJS("s1",
 			`try { tools.call("publish_brief", {title: "Nope"}) } catch (e) { tools.call("notify", {text: "caught"}) }`, 0)}},
 		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Not published."}}},
@@ -296,10 +261,10 @@ func TestRunJSInterruptRejected(t *testing.T) {
 	b.wait(t, th.ID, db.StatusWaiting)
 	b.decide(t, th.ID, "reject")
 	b.wait(t, th.ID, db.StatusDone)
-	if got := b.publish.got(); len(got) != 0 {
+	if got := b.publish.Got(); len(got) != 0 {
 		t.Errorf("published after a rejection: %v", got)
 	}
-	if got := b.notify.got(); len(got) != 0 {
+	if got := b.notify.Got(); len(got) != 0 {
 		t.Errorf("the script's catch block ran: %v", got)
 	}
 	res := b.toolResults(t, th.ID)
@@ -312,7 +277,7 @@ func TestRunJSInterruptRejected(t *testing.T) {
 // stopped instead of running the approved call in another context.
 func TestRunJSNondeterministicScriptIsStopped(t *testing.T) {
 	t.Parallel()
-	b := wsSetup(t, jobs.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
+	b := wsSetup(t, tools.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
 		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{callJS("s1",
 			`tools.call("notify", {text: Math.random()}); tools.call("publish_brief", {title: "T"})`, 0)}},
 		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Hm."}}},
@@ -321,7 +286,7 @@ func TestRunJSNondeterministicScriptIsStopped(t *testing.T) {
 	b.wait(t, th.ID, db.StatusWaiting)
 	b.decide(t, th.ID, "approve")
 	b.wait(t, th.ID, db.StatusDone)
-	if got := b.publish.got(); len(got) != 0 {
+	if got := b.publish.Got(); len(got) != 0 {
 		t.Errorf("published: %v", got)
 	}
 	res := b.toolResults(t, th.ID)
@@ -334,7 +299,7 @@ func TestRunJSNondeterministicScriptIsStopped(t *testing.T) {
 // run_js or ask_user, nor tools outside a skill's list.
 func TestRunJSToolsAreTheRunsTools(t *testing.T) {
 	t.Parallel()
-	b := wsSetup(t, jobs.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
+	b := wsSetup(t, tools.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
 		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{callJS("s1", `
 			const out = [];
 			for (const name of ["ask_user", "run_js", "save_memory", "notify"]) {
@@ -357,7 +322,7 @@ func TestMemoryToolsAreScopedToTheUser(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	var bobSecret db.Memory
-	b := wsSetup(t, jobs.Workspace{}, func(b *wsBundle) scriptmodel.Script {
+	b := wsSetup(t, tools.Workspace{}, func(b *wsBundle) scriptmodel.Script {
 		var err error
 		bobSecret, _, err = db.SaveMemory(ctx, b.pool, b.other.ID, nil, "Bob's favourite pizza is hawaii")
 		if err != nil {
@@ -404,7 +369,7 @@ func TestReadAttachment(t *testing.T) {
 	ctx := context.Background()
 	var th db.Thread
 	var note, pdf, other db.Attachment
-	b := wsSetup(t, jobs.Workspace{}, func(b *wsBundle) scriptmodel.Script {
+	b := wsSetup(t, tools.Workspace{}, func(b *wsBundle) scriptmodel.Script {
 		// A thread with attachments, as the compose form makes it, and one
 		// of another thread.
 		var err error

@@ -9,6 +9,7 @@ import (
 
 	"github.com/a-h/templ"
 
+	"pizzabot/argform"
 	"pizzabot/db"
 )
 
@@ -38,8 +39,14 @@ type ThreadView struct {
 	// Calls is every tool call of the thread with its state and decision
 	// (db.ListToolCalls).
 	Calls []db.ToolCallRow
-	// Usage is the tokens the run used so far (db.ThreadUsage).
+	// Usage is the tokens the run used so far and their cost
+	// (db.ThreadUsage).
 	Usage db.Usage
+	// Budget is the budget hold the run waits on (db.GetBudgetHold), nil
+	// when it does not; Admin shows its "Approve once" (the viewer is an
+	// admin). A sub-agent's hold shows through Thread.BudgetHold.
+	Budget *db.BudgetHold
+	Admin  bool
 	// Folders are the user's folders, for the header's move menu.
 	Folders []db.Folder
 	// Back is the listing the header's back link goes to; "" is the inbox.
@@ -127,7 +134,7 @@ type DecisionForm struct {
 	// Fields is the edit form generated from the tool's JSON schema, nil
 	// when the schema is not a flat object of simple values: the arguments
 	// are then edited as JSON in a textarea.
-	Fields []ArgField
+	Fields []argform.Field
 	// JSON is the text of the arguments textarea, when Fields is nil; ""
 	// shows the call's arguments.
 	JSON string
@@ -139,46 +146,6 @@ type DecisionForm struct {
 	// Error is why the last submission was refused.
 	Error string
 }
-
-// ArgKind is the input an argument is edited with.
-type ArgKind string
-
-// The kinds of argument inputs.
-const (
-	ArgText     ArgKind = "text"     // one line of text
-	ArgTextarea ArgKind = "textarea" // text of several lines
-	ArgNumber   ArgKind = "number"   // any number
-	ArgInteger  ArgKind = "integer"  // a whole number
-	ArgChoice   ArgKind = "choice"   // one of Options (an enum, or true/false)
-)
-
-// ArgField is one argument of an edit form generated from a schema.
-type ArgField struct {
-	// Name is the property name; the form field is "arg." + Name.
-	Name string
-	// Description is the schema's description of the property.
-	Description string
-	Kind        ArgKind
-	// Options are the choices of an ArgChoice field.
-	Options []ArgOption
-	// Required fields cannot be left empty.
-	Required bool
-	// Value is the field's text: the call's argument, or what the user
-	// last submitted.
-	Value string
-	// Error is why Value was refused.
-	Error string
-}
-
-// ArgOption is one choice of an ArgChoice field. Value is the JSON text of
-// the choice ("\"draft\"", "3", "true"), Label what the user reads.
-type ArgOption struct {
-	Value string
-	Label string
-}
-
-// FieldName is the form field of an argument.
-func (f ArgField) FieldName() string { return "arg." + f.Name }
 
 // call is a tool call of an assistant message, with its recorded state
 // (nil when the thread has no row for it) and the result that answered it.
@@ -239,7 +206,7 @@ func waitingCalls(v ThreadView) []db.ToolCallRow {
 	}
 	var out []db.ToolCallRow
 	for _, c := range v.Calls {
-		if c.State == db.CallPending || c.State == db.CallUnknown {
+		if c.AwaitsDecision() {
 			out = append(out, c)
 		}
 	}
@@ -253,20 +220,11 @@ func allApprovable(calls []db.ToolCallRow) bool {
 		return false
 	}
 	for _, c := range calls {
-		if !allows(c, db.DecisionApprove) {
+		if !c.Allows(db.DecisionApprove) {
 			return false
 		}
 	}
 	return true
-}
-
-func allows(c db.ToolCallRow, decision string) bool {
-	for _, d := range c.AllowedDecisions {
-		if d == decision {
-			return true
-		}
-	}
-	return false
 }
 
 // callIDs are the ids an "Approve all" decides, as form values.
@@ -481,6 +439,27 @@ func usageText(u db.Usage) string {
 	return plural(u.Steps, "step") + " · " + thousands(u.PromptTokens) + " tokens in, " + thousands(u.CompletionTokens) + " out"
 }
 
+// costText is what a run's model calls cost: "$0.0123", with a note when
+// some of them were of a model without a price.
+func costText(u db.Usage) string {
+	s := u.Cost.String()
+	if u.Unpriced > 0 {
+		s += " (" + plural(u.Unpriced, "model call") + " without a price)"
+	}
+	return s
+}
+
+// budgetHoldExplain says why a run waits on its budget and how it goes on.
+func budgetHoldExplain(v ThreadView, h *db.BudgetHoldNote) string {
+	s := "The run stopped before its next model call"
+	if h.ThreadID != v.Thread.ID {
+		s = "A sub-agent of this run (thread #" + itoa(h.ThreadID) + ") stopped before its next model call"
+	} else if v.Budget != nil && v.Budget.Estimate > 0 {
+		s += ", which would cost about " + v.Budget.Estimate.String() + " as its previous call did"
+	}
+	return s + ". It goes on by itself when an admin raises the budget, or approves one more call."
+}
+
 // backOrInbox is the back link's target.
 func backOrInbox(back string) string {
 	if back == "" {
@@ -571,7 +550,7 @@ func joinList(names []string) string {
 
 // invalidAttrs marks a refused argument's input for assistive technology
 // (and for the script, which focuses the first one).
-func invalidAttrs(a ArgField) templ.Attributes {
+func invalidAttrs(a argform.Field) templ.Attributes {
 	if a.Error != "" {
 		return templ.Attributes{"aria-invalid": "true"}
 	}

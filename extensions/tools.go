@@ -1,0 +1,54 @@
+package extensions
+
+import (
+	"context"
+	"errors"
+
+	"pizzabot/agent/mcpclient"
+	"pizzabot/tools"
+)
+
+// MCPTools returns the tools of the connected MCP servers as run tools, to
+// pass to Toolbox.AddSource: they come and go with their servers.
+//
+// MCP calls act outside our database, so they are Call tools: the runtime
+// records the intent before calling, and after a crash during a call asks a
+// person instead of calling again (a server's read-only hint is not trusted
+// for that). A server that is down, or does not answer within the per-call
+// timeout, gives the model a tool error and the run goes on.
+func MCPTools(m *mcpclient.Manager) func() []tools.Tool {
+	return func() []tools.Tool {
+		mts := m.Tools()
+		out := make([]tools.Tool, 0, len(mts))
+		for _, mt := range mts {
+			name := mt.Spec.Name
+			out = append(out, tools.Tool{
+				Spec: mt.Spec,
+				Call: func(ctx context.Context, _ tools.Run, args map[string]any) (string, error) {
+					res, err := m.Call(ctx, name, args)
+					if err != nil {
+						var ce *mcpclient.CallError
+						if errors.As(err, &ce) || ctx.Err() == nil {
+							return "", err
+						}
+						return "", ctx.Err()
+					}
+					text, isErr := mcpclient.FormatResult(res)
+					if isErr {
+						if text == "" {
+							text = "the tool failed without saying why"
+						}
+						return "", toolError(text)
+					}
+					return text, nil
+				},
+			})
+		}
+		return out
+	}
+}
+
+// toolError is a tool's own error text, given to the model as is.
+type toolError string
+
+func (e toolError) Error() string { return string(e) }
