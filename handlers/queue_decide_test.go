@@ -210,3 +210,60 @@ func TestDecideInRow(t *testing.T) {
 		}
 	})
 }
+
+// TestDecideOnlyWhereACallWaits: a waiting row offers its decision form in
+// place; a run a budget stopped, which waits for an admin on the usage
+// page, does not.
+func TestDecideOnlyWhereACallWaits(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	held := b.thread(b.alice, "Over budget", db.StatusRunning)
+	limit, err := db.ParseUSD("5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	budgetID, err := db.SaveBudget(b.ctx, b.pool, db.Budget{Scope: db.BudgetSkill, Skill: "researcher", Period: db.PeriodDay, Limit: limit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget, err := db.GetBudget(b.ctx, b.pool, budgetID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.HoldForBudget(b.ctx, b.pool, held.ID, db.BudgetCheck{Budget: budget, SubjectText: "skill researcher"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.EndRun(b.ctx, b.pool, held.ID, db.StatusWaiting, ""); err != nil {
+		t.Fatal(err)
+	}
+	asks := b.thread(b.alice, "Asks", db.StatusRunning)
+	m, err := db.AddMessage(b.ctx, b.pool, db.Message{ThreadID: asks.ID, Role: db.RoleAssistant,
+		ToolCalls: []db.ToolCall{{ID: "q1", Name: "ask_user", Arguments: `{"question":"Which city?"}`}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.InsertToolCall(b.ctx, b.pool, db.NewToolCall{ThreadID: asks.ID, MessageID: m.ID, CallID: "q1", Name: "ask_user",
+		Arguments: `{"question":"Which city?"}`, State: db.CallPending, WaitKind: db.WaitQuestion,
+		AllowedDecisions: []string{db.DecisionRespond}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.EndRun(b.ctx, b.pool, asks.ID, db.StatusWaiting, ""); err != nil {
+		t.Fatal(err)
+	}
+
+	r := b.get("alice", "/inbox/action").wantStatus(http.StatusOK)
+	decide := func(id int64) (buttons, panels int) {
+		row := r.byID("thread-" + itoa(id))
+		if row == nil {
+			t.Fatalf("thread %d is not in Action", id)
+		}
+		return len(findAll(row, func(n *htmlNode) bool { return attr(n, "data-testid") == "row-expand" })),
+			len(findAll(row, func(n *htmlNode) bool { return attr(n, "data-testid") == "row-decide" }))
+	}
+	if b, p := decide(asks.ID); b != 1 || p != 1 {
+		t.Errorf("the waiting question's row has %d Decide buttons and %d forms, want 1 and 1", b, p)
+	}
+	if b, p := decide(held.ID); b != 0 || p != 0 {
+		t.Errorf("the budget-held row has %d Decide buttons and %d forms, want none", b, p)
+	}
+}

@@ -909,7 +909,7 @@ func threadRow(t db.Thread, now time.Time, open *ThreadView) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		if t.Status == db.StatusWaiting {
+		if decidesInRow(t) {
 			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 69, "<button type=\"button\" class=\"button row-expand js-only\" data-action=\"decide\" data-testid=\"row-expand\" data-url=\"")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
@@ -1122,7 +1122,7 @@ func threadRow(t db.Thread, now time.Time, open *ThreadView) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		if t.Status == db.StatusWaiting {
+		if decidesInRow(t) {
 			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 88, "<div id=\"")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err

@@ -112,6 +112,14 @@ func decideAttrs(v ThreadView) templ.Attributes {
 	return a
 }
 
+// decidesInRow reports whether a thread's row in a listing offers its
+// decision form (RowDecision): it waits for a person to decide a call of
+// its own or of a sub-agent. A run a budget stopped waits for an admin's
+// approval on the usage page instead.
+func decidesInRow(t db.Thread) bool {
+	return t.Status == db.StatusWaiting && t.BudgetHold == nil
+}
+
 // WaitsForDecision reports whether a call of the thread, or of one of its
 // sub-agents, waits for a person: whether its decision form has something
 // to show.
