@@ -518,8 +518,30 @@
     }
     syncTitle();
   });
+  // A page kept in the back/forward cache must not keep its event stream
+  // open: over HTTP/1.1 a browser opens six connections to a server at
+  // most, and six cached pages would leave none for the next page (it
+  // waited a minute for one). The stream closes when the page is hidden
+  // and opens again, from where it was, if the page comes back.
+  let liveSource = null; // the stream's EventSource (htmx's SSE extension)
+  let parkedLive = null;
+  window.addEventListener("pagehide", () => {
+    const el = live();
+    if (!el || !liveSource) return;
+    liveSource.close();
+    liveSource = null;
+    parkedLive = el.cloneNode(true);
+    el.remove();
+  });
+  window.addEventListener("pageshow", (e) => {
+    if (!e.persisted || !parkedLive || !window.htmx) return;
+    document.body.appendChild(parkedLive);
+    htmx.process(parkedLive);
+    parkedLive = null;
+  });
   document.addEventListener("htmx:sseMessage", () => syncTitle());
-  document.addEventListener("htmx:sseOpen", () => {
+  document.addEventListener("htmx:sseOpen", (e) => {
+    liveSource = e.detail.source;
     const el = live();
     if (el) el.dataset.state = "open";
   });
