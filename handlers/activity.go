@@ -45,9 +45,10 @@ func (h *Handler) loadActivity(ctx context.Context, user db.User, v *views.Threa
 	parent := v.Thread
 	v.Subagents = make([]views.ThreadView, 0, len(kids))
 	for _, k := range kids {
+		k.Role = parent.Role // a sub-agent's readers are its parent's
 		s := views.ThreadView{
 			Thread: k, Messages: msgs[k.ID], Calls: calls[k.ID], Usage: usage[k.ID],
-			Back: v.Back, Parent: &parent, Embedded: true,
+			Back: v.Back, Parent: &parent, Embedded: true, Deciders: v.Deciders,
 		}
 		s.Forms = h.decisionForms(s)
 		v.Subagents = append(v.Subagents, s)

@@ -27,10 +27,13 @@ import (
 //	        (null once deleted)
 //	delta   {"thread", "text", "reset"}: model text a run is streaming
 //	resync  {"position"}: the changes since Last-Event-ID are gone (pruned,
-//	        or too many): read again what you show
+//	        or too many), or what you may see changed (a folder shared
+//	        with you or no longer, docs/team.md): read again what you show
 //	ready   {"position"}: caught up; what follows is live
 //
-// ?thread=ID narrows the stream to one thread and its sub-agents.
+// ?thread=ID narrows the stream to one thread and its sub-agents; such a
+// stream ends, after a "deleted" change, when its thread is deleted or no
+// longer shared with the user.
 
 // apiEventChange names, in a thread event's "changes", what a batch did to
 // a thread. They are the log's kinds (db.Event*), plus "started".
@@ -63,7 +66,7 @@ func (h *Handler) apiEvents(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx := r.Context()
 	user := userFrom(ctx)
-	var only int64
+	var only, owner int64
 	for k := range r.URL.Query() {
 		if k != "thread" && k != "since" {
 			return httpError{http.StatusBadRequest, fmt.Sprintf("unknown query parameter %q (known: thread, since)", k)}
@@ -74,10 +77,11 @@ func (h *Handler) apiEvents(w http.ResponseWriter, r *http.Request) error {
 		if err != nil || id <= 0 {
 			return errThreadNotFound
 		}
-		if _, err := db.GetThread(ctx, h.pool, user.ID, id); err != nil {
+		t, err := db.GetThread(ctx, h.pool, user.ID, id)
+		if err != nil {
 			return threadErr(err)
 		}
-		only = id
+		only, owner = id, t.UserID
 	}
 	start, resume := streamStart(r)
 	if !resume && (r.Header.Get("Last-Event-ID") != "" || r.URL.Query().Get("since") != "") {
@@ -95,8 +99,11 @@ func (h *Handler) apiEvents(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	defer sub.Close()
+	if only != 0 && owner != user.ID {
+		sub.Follow(only) // a shared thread's streamed text
+	}
 
-	s := &apiStream{h: h, w: w, rc: http.NewResponseController(w), user: user, only: only, text: map[int64]*apiText{}}
+	s := &apiStream{h: h, w: w, rc: http.NewResponseController(w), user: user, only: only, owner: owner, text: map[int64]*apiText{}}
 	hdr := w.Header()
 	hdr.Set("Content-Type", "text/event-stream")
 	hdr.Set("Cache-Control", "no-store")
@@ -112,7 +119,7 @@ func (h *Handler) apiEvents(w http.ResponseWriter, r *http.Request) error {
 	}
 	s.message("ready", apiPositionEvent{pos.String()}, pos.String())
 	if only != 0 {
-		if d, ok := h.live.StreamText(user.ID, only); ok {
+		if d, ok := h.live.StreamText(owner, only); ok {
 			s.delta(d)
 		}
 	}
@@ -140,7 +147,7 @@ func (h *Handler) apiEvents(w http.ResponseWriter, r *http.Request) error {
 		case <-heartbeat.C:
 			s.heartbeat(sub)
 		}
-		if err := s.flush(); err != nil {
+		if err := s.flush(); err != nil || s.gone {
 			return nil
 		}
 	}
@@ -154,7 +161,12 @@ type apiStream struct {
 	user db.User
 	only int64       // 0: every thread of the user
 	last db.Position // every change up to here was sent (zero: none yet)
-	buf  bytes.Buffer
+	// owner owns the only thread (another user for a shared one, whose
+	// streamed text this stream follows); gone: the user may no longer
+	// read it, and the stream ends.
+	owner int64
+	gone  bool
+	buf   bytes.Buffer
 	// The streamed text sent so far, per thread: which model call's and
 	// how much, so overlapping deltas are not sent twice.
 	text map[int64]*apiText
@@ -198,6 +210,30 @@ func (s *apiStream) send(ctx context.Context, evs []db.Event) error {
 		return nil
 	}
 	last := evs[len(evs)-1].Position()
+	if slices.ContainsFunc(evs, func(e db.Event) bool { return e.Kind == db.EventAccess }) {
+		// What the user may see changed (docs/team.md).
+		evs = slices.DeleteFunc(slices.Clone(evs), func(e db.Event) bool { return e.Kind == db.EventAccess })
+		if s.only == 0 {
+			if err := s.send(ctx, evs); err != nil {
+				return err
+			}
+			s.last = last
+			s.message("resync", apiPositionEvent{last.String()}, last.String())
+			return nil
+		}
+		if _, err := db.GetThread(ctx, s.h.pool, s.user.ID, s.only); errors.Is(err, db.ErrNotFound) {
+			s.last, s.gone = last, true
+			s.message("thread", apiThreadEvent{ID: s.only, Changes: []string{db.EventDeleted}}, last.String())
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if len(evs) == 0 {
+			s.last = last
+			writeSSE(&s.buf, nil, last.String())
+			return nil
+		}
+	}
 
 	type change struct {
 		id    int64
@@ -269,7 +305,7 @@ func (s *apiStream) send(ctx context.Context, evs []db.Event) error {
 			// a model call already streaming after it goes on from its start.
 			delete(s.text, c.id)
 			if s.only == 0 || c.id == s.only {
-				if d, ok := s.h.live.StreamText(s.user.ID, c.id); ok {
+				if d, ok := s.h.live.StreamText(s.streamOwner(), c.id); ok {
 					s.delta(d)
 				}
 			}
@@ -294,7 +330,7 @@ func (s *apiStream) delta(d *live.Delta) {
 	switch {
 	case d.Reset || d.Stream != st.stream || d.Offset > st.n:
 		if d.Offset != 0 || !d.Reset {
-			so, ok := s.h.live.StreamText(s.user.ID, d.ThreadID)
+			so, ok := s.h.live.StreamText(s.streamOwner(), d.ThreadID)
 			if !ok || so.Stream != d.Stream {
 				return
 			}
@@ -312,6 +348,15 @@ func (s *apiStream) delta(d *live.Delta) {
 		return
 	}
 	s.message("delta", apiDeltaEvent{Thread: d.ThreadID, Text: text, Reset: reset}, "")
+}
+
+// streamOwner is whose streamed text the stream shows: the only thread's
+// owner, or the user's own.
+func (s *apiStream) streamOwner() int64 {
+	if s.only != 0 && s.owner != 0 {
+		return s.owner
+	}
+	return s.user.ID
 }
 
 // heartbeat keeps the connection alive, and moves the client's id forward

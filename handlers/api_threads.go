@@ -44,6 +44,13 @@ type apiThread struct {
 	// the matching words in <mark>. Absent outside search results; "" when
 	// only the title matched.
 	Snippet *string `json:"snippet,omitempty"`
+	// Role is what the reader is to the thread (docs/team.md): owner,
+	// member or viewer (of a shared folder), approver (a call of it is
+	// routed to them).
+	Role string `json:"role,omitempty"`
+	// WaitingFor names whom a waiting call routed to named approvers waits
+	// for ("deploy-oncall"); absent otherwise.
+	WaitingFor string `json:"waiting_for,omitempty"`
 }
 
 type apiFolder struct {
@@ -196,6 +203,7 @@ func toAPIThread(t db.Thread) apiThread {
 		Trigger:   apiTrigger{Kind: t.TriggerKind, At: t.TriggerAt.UTC(), Ref: optional(t.TriggerRef)},
 		URL:       "/threads/" + strconv.FormatInt(t.ID, 10),
 		CreatedAt: t.CreatedAt.UTC(), UpdatedAt: t.UpdatedAt.UTC(),
+		Role: t.Role, WaitingFor: t.WaitingFor(),
 	}
 	if t.FolderID != nil {
 		out.Folder = &apiFolder{ID: *t.FolderID, Name: t.FolderName}
@@ -368,11 +376,11 @@ func (h *Handler) apiListThreads(w http.ResponseWriter, r *http.Request) error {
 		f.Queue = q
 	}
 	if s := v.Get("folder"); s != "" {
-		folder, err := h.apiFolderParam(ctx, user.ID, s)
+		id, err := h.apiListFolder(ctx, user.ID, s)
 		if err != nil {
 			return err
 		}
-		f.FolderID = folder.ID
+		f.FolderID = id
 	}
 	if s := v.Get("trigger"); s != "" {
 		kinds := []string{db.TriggerManual, db.TriggerSchedule, db.TriggerCatchup, db.TriggerWebhook}
@@ -404,11 +412,15 @@ func (h *Handler) apiListThreads(w http.ResponseWriter, r *http.Request) error {
 		limit = n
 	}
 
-	threads, next, err := db.ListThreads(ctx, h.pool, user.ID, f, after, limit)
+	a, err := h.access(ctx)
 	if err != nil {
 		return err
 	}
-	counts, err := db.CountThreads(ctx, h.pool, user.ID)
+	threads, next, err := db.ListThreads(ctx, h.pool, a, f, after, limit)
+	if err != nil {
+		return err
+	}
+	counts, err := db.CountThreads(ctx, h.pool, a)
 	if err != nil {
 		return err
 	}
@@ -433,6 +445,22 @@ func (h *Handler) apiListThreads(w http.ResponseWriter, r *http.Request) error {
 
 // apiFolderParam finds the user's folder named by a query parameter: an id,
 // or else a name (a folder may well be called "2026").
+// apiListFolder is apiFolderParam for a listing, which may also name a
+// folder shared with the user, by id.
+func (h *Handler) apiListFolder(ctx context.Context, userID int64, s string) (int64, error) {
+	if id, err := strconv.ParseInt(s, 10, 64); err == nil && id > 0 {
+		a, err := h.access(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if _, ok := a.Folder(id); ok {
+			return id, nil
+		}
+	}
+	f, err := h.apiFolderParam(ctx, userID, s)
+	return f.ID, err
+}
+
 func (h *Handler) apiFolderParam(ctx context.Context, userID int64, s string) (db.Folder, error) {
 	if id, err := strconv.ParseInt(s, 10, 64); err == nil && id > 0 {
 		f, err := db.GetFolder(ctx, h.pool, userID, id)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -133,7 +134,10 @@ func (h *Handler) events(w http.ResponseWriter, r *http.Request) error {
 	}
 	defer sub.Close()
 
-	s := &stream{h: h, w: w, rc: http.NewResponseController(w), user: user, view: view, viewKey: view.key()}
+	s := &stream{h: h, w: w, rc: http.NewResponseController(w), user: user, view: view, viewKey: view.key(), sub: sub, owner: user.ID}
+	if err := onOwnStack(func() error { return s.follow(ctx) }); err != nil {
+		return s.fail(err)
+	}
 	hdr := w.Header()
 	hdr.Set("Content-Type", "text/event-stream")
 	hdr.Set("Cache-Control", "no-store")
@@ -270,6 +274,34 @@ type stream struct {
 	// and how much of it.
 	textStream string
 	textLen    int
+	// sub is the stream's subscription, and owner the open thread's
+	// owner: another user for a thread shared with this one, whose
+	// streamed text the subscription follows (live.Sub.Follow).
+	sub   *live.Sub
+	owner int64
+}
+
+// follow makes the stream follow the streamed text of the open thread when
+// another user owns it and the stream's user may read it, and stop when
+// they no longer may.
+func (s *stream) follow(ctx context.Context) error {
+	s.owner = s.user.ID
+	if s.view.thread == 0 {
+		return nil
+	}
+	t, err := db.GetThread(ctx, s.h.pool, s.user.ID, s.view.thread)
+	switch {
+	case errors.Is(err, db.ErrNotFound):
+		s.sub.Follow(0)
+		return nil
+	case err != nil:
+		return err
+	}
+	if t.UserID != s.user.ID {
+		s.owner = t.UserID
+		s.sub.Follow(t.ID)
+	}
+	return nil
 }
 
 // fail ends a stream after an error: it is logged, and the stream simply
@@ -328,6 +360,11 @@ func (s *stream) send(ctx context.Context, evs []db.Event, shared *live.Shared) 
 	}
 	s.last = last
 	s.writeShared(out)
+	if slices.ContainsFunc(evs, func(e db.Event) bool { return e.Kind == db.EventAccess }) {
+		if err := s.follow(ctx); err != nil {
+			return err
+		}
+	}
 	for _, e := range evs {
 		if e.ThreadID == s.view.thread && (e.Kind == db.EventMessage || e.Kind == db.EventStatus) {
 			// The page's streamed text was just cleared for the committed
@@ -346,7 +383,7 @@ func (s *stream) streamSoFar() {
 	if s.view.thread == 0 {
 		return
 	}
-	if d, ok := s.h.live.StreamText(s.user.ID, s.view.thread); ok {
+	if d, ok := s.h.live.StreamText(s.owner, s.view.thread); ok {
 		s.delta(d)
 	}
 }
@@ -379,7 +416,7 @@ func (s *stream) delta(d *live.Delta) {
 		if d.Offset != 0 || !d.Reset {
 			// Joined a stream midway or missed a piece: take its whole
 			// text so far.
-			so, ok := s.h.live.StreamText(s.user.ID, d.ThreadID)
+			so, ok := s.h.live.StreamText(s.owner, d.ThreadID)
 			if !ok || so.Stream != d.Stream {
 				return
 			}
@@ -509,6 +546,15 @@ func (c threadChange) summaryChanged() bool { return c.message || c.call }
 // renderChanges renders a batch of changes for a page: its rows, counts,
 // notifications and open thread.
 func (h *Handler) renderChanges(ctx context.Context, user db.User, v liveView, evs []db.Event) ([]sseMsg, error) {
+	for _, e := range evs {
+		if e.Kind == db.EventAccess {
+			// What the person may see changed (a share made or removed,
+			// their groups at sign-in): the page renders afresh, without
+			// what they no longer see.
+			msg, err := h.renderResync(ctx, user, v)
+			return []sseMsg{msg}, err
+		}
+	}
 	var changes []*threadChange
 	byID := map[int64]*threadChange{}
 	for _, e := range evs {
@@ -567,8 +613,10 @@ func (h *Handler) renderChanges(ctx context.Context, user db.User, v liveView, e
 		if !found {
 			continue
 		}
+		// A run that waits notifies those whose Action it is in: a call
+		// routed to others is theirs to be told of.
 		if c.status && t.ParentThreadID == nil &&
-			(t.Status == db.StatusDone || t.Status == db.StatusFailed || t.Status == db.StatusWaiting) {
+			(t.Status == db.StatusDone || t.Status == db.StatusFailed || t.Status == db.StatusWaiting && t.InAction) {
 			data, _ := json.Marshal(views.NewNotification(t, t.Summary()))
 			msgs = append(msgs, sseMsg{"notify", data})
 		}
@@ -579,7 +627,11 @@ func (h *Handler) renderChanges(ctx context.Context, user db.User, v liveView, e
 		}
 	}
 	if counts {
-		if err := h.renderCounts(ctx, &oob, user, v); err != nil {
+		a, err := db.LoadAccess(ctx, h.pool, user.ID)
+		if err != nil {
+			return nil, err
+		}
+		if err := h.renderCounts(ctx, &oob, a, v); err != nil {
 			return nil, err
 		}
 	}
@@ -600,7 +652,9 @@ func (h *Handler) renderChanges(ctx context.Context, user db.User, v liveView, e
 func (h *Handler) renderThreadParts(ctx context.Context, buf *bytes.Buffer, user db.User, c *threadChange) error {
 	tv, err := h.loadThreadView(ctx, user, c.id, "")
 	if errors.Is(err, db.ErrNotFound) {
-		return nil
+		// Deleted, or no longer shared with them: the page says so, and
+		// shows nothing more of it.
+		return views.ThreadGone().Render(ctx, buf)
 	}
 	if err != nil {
 		return err
@@ -636,17 +690,18 @@ func (h *Handler) renderThreadParts(ctx context.Context, buf *bytes.Buffer, user
 }
 
 // renderCounts renders, out of band, the queue counts and the folders'
-// unread counts of the sidebar.
-func (h *Handler) renderCounts(ctx context.Context, buf *bytes.Buffer, user db.User, v liveView) error {
-	counts, err := db.CountThreads(ctx, h.pool, user.ID)
+// unread counts of the sidebar, for a person with access a (resolved for
+// this render: a stream outlives any one resolution).
+func (h *Handler) renderCounts(ctx context.Context, buf *bytes.Buffer, a db.Access, v liveView) error {
+	counts, err := db.CountThreads(ctx, h.pool, a)
 	if err != nil {
 		return err
 	}
-	folders, err := db.ListFolders(ctx, h.pool, user.ID)
+	folders, err := db.ListFolders(ctx, h.pool, a.UserID)
 	if err != nil {
 		return err
 	}
-	nav := views.Nav{Folders: folders}
+	nav := views.Nav{Folders: folders, Shared: a.Shared}
 	if v.list != nil {
 		nav.FolderID = v.list.FolderID
 	}
@@ -659,11 +714,15 @@ func (h *Handler) renderCounts(ctx context.Context, buf *bytes.Buffer, user db.U
 // renderResync renders everything the page shows afresh.
 func (h *Handler) renderResync(ctx context.Context, user db.User, v liveView) (sseMsg, error) {
 	var buf bytes.Buffer
-	if err := h.renderCounts(ctx, &buf, user, v); err != nil {
+	a, err := db.LoadAccess(ctx, h.pool, user.ID)
+	if err != nil {
+		return sseMsg{}, err
+	}
+	if err := h.renderCounts(ctx, &buf, a, v); err != nil {
 		return sseMsg{}, err
 	}
 	if v.list != nil {
-		l, err := h.loadListing(ctx, user, *v.list)
+		l, err := h.loadListing(ctx, a, *v.list)
 		if err != nil {
 			return sseMsg{}, err
 		}

@@ -71,6 +71,11 @@ func (h *Handler) loadThreadView(ctx context.Context, user db.User, id int64, ba
 	if v.Attachments, err = db.ListAttachments(ctx, h.pool, user.ID, id); err != nil {
 		return views.ThreadView{}, err
 	}
+	// Which waiting calls are the reader's to decide (routed calls, four
+	// eyes, a viewer's), the same rule as Runtime.Decide's.
+	if v.Deciders, err = db.DecideChecks(ctx, h.pool, user.ID, id); err != nil {
+		return views.ThreadView{}, err
+	}
 	v.Forms = h.decisionForms(v)
 	// The sub-agents it delegated to, or the thread that delegated it.
 	if err := h.loadActivity(ctx, user, &v); err != nil {
@@ -394,7 +399,11 @@ func (h *Handler) bulkAction(w http.ResponseWriter, r *http.Request) error {
 	if !wantsFragment(r) || !isList {
 		return seeOther(w, r, back)
 	}
-	list, err := h.loadListing(ctx, user, q)
+	a, err := h.access(ctx)
+	if err != nil {
+		return err
+	}
+	list, err := h.loadListing(ctx, a, q)
 	if err != nil {
 		return err
 	}

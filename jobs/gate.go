@@ -29,6 +29,14 @@ import (
 //     those every gating rule allows (the strictest).
 //
 // A policy "allow" only lifts the default: it never lifts a skill's gate.
+//
+// Who decides an asking call (docs/team.md): each rule may name approvers
+// (interruptOn's approvers, the policy's routes) and ask for four eyes
+// (distinctApprover); the gate keeps them all, so a skill narrows who
+// decides and never widens it. Runtime.Decide applies them
+// (db.DecideCheck), and so do the queues: a routed call waits in its
+// approvers' Action, whoever started the run (webhook and schedule runs
+// included: their owner).
 // The rules are read at each decision, through the caller's Querier: inside
 // a transaction, through the transaction.
 
@@ -45,9 +53,19 @@ type Gate struct {
 	// Reason names the rules that decided, for the person deciding, e.g.
 	// "server policy: ask mcp__github__*; skill researcher: interruptOn".
 	Reason string
+	// Approvers route the decision to people (docs/team.md): one set of
+	// principals per rule that named approvers (a policy route, the
+	// skill's interruptOn, a parent skill's), and whoever decides must be
+	// in every set, by any one of its entries. Empty: whoever may decide
+	// in the thread. Kept on the waiting call (tool_calls.approvers).
+	Approvers [][]string
+	// DistinctApprover (four eyes), when any rule asks for it: whoever
+	// started the run may not decide.
+	DistinctApprover bool
 }
 
-// Interrupt returns an asking gate as a skill's interrupt.
+// Interrupt returns an asking gate as a skill's interrupt (its routing
+// is carried apart: Approvers, DistinctApprover).
 func (g Gate) Interrupt() agent.Interrupt {
 	return agent.Interrupt{AllowedDecisions: slices.Clone(g.AllowedDecisions), Description: g.Description}
 }
@@ -142,6 +160,7 @@ func (r gateRules) decide(name string, tool Tool, known bool) Gate {
 	ask := func(reason string, in agent.Interrupt) {
 		g.Ask = true
 		reasons = append(reasons, reason)
+		g.route(in.Approvers, in.DistinctApprover)
 		switch {
 		case in.AllowedDecisions == nil: // the policy's: any decision
 		case !restricted:
@@ -177,6 +196,17 @@ func (r gateRules) decide(name string, tool Tool, known bool) Gate {
 	if !g.Ask {
 		return Gate{}
 	}
+	// The policy's routes say who decides a call that asks; they never
+	// make a call ask by themselves.
+	for _, route := range r.policy.RoutesFor(name) {
+		g.route(route.Approvers, route.DistinctApprover)
+		if len(route.Approvers) > 0 {
+			reasons = append(reasons, "server policy: routed to "+db.WaitingFor([][]string{route.Approvers}))
+		}
+	}
+	if g.DistinctApprover {
+		reasons = append(reasons, "four eyes: whoever started the run may not decide")
+	}
 	switch {
 	case !restricted:
 		g.AllowedDecisions = slices.Clone(agent.DefaultDecisions)
@@ -187,6 +217,19 @@ func (r gateRules) decide(name string, tool Tool, known bool) Gate {
 	g.Reason = strings.Join(reasons, "; ")
 	g.Description = strings.Join(descs, "\n")
 	return g
+}
+
+// route adds a rule's approvers (one set; none: the rule names nobody)
+// and four-eyes rule to the gate.
+func (g *Gate) route(approvers []string, distinct bool) {
+	if len(approvers) > 0 {
+		set := slices.Clone(approvers)
+		slices.Sort(set)
+		if !slices.ContainsFunc(g.Approvers, func(s []string) bool { return slices.Equal(s, set) }) {
+			g.Approvers = append(g.Approvers, set)
+		}
+	}
+	g.DistinctApprover = g.DistinctApprover || distinct
 }
 
 // outsideEffects reports whether a tool may act outside the database, so

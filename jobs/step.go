@@ -336,6 +336,7 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 			case g.Ask:
 				nc.State, nc.WaitKind = db.CallPending, db.WaitApproval
 				nc.AllowedDecisions, nc.Description, nc.GateReason = g.AllowedDecisions, g.Description, g.Reason
+				nc.Approvers, nc.DistinctApprover = g.Approvers, g.DistinctApprover
 			}
 			id, err := db.InsertToolCall(ctx, tx, nc)
 			if err != nil {

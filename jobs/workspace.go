@@ -45,6 +45,9 @@ type NeedsApproval struct {
 	Inner *db.InnerCall
 	// Reason says which rules asked (Gate.Reason), shown to the person.
 	Reason string
+	// Approvers and DistinctApprover say who may decide (Gate).
+	Approvers        [][]string
+	DistinctApprover bool
 }
 
 func (e *NeedsApproval) Error() string { return "waiting for approval: " + e.Description }
@@ -66,7 +69,7 @@ func failCall(ctx context.Context, tx pgx.Tx, c db.ToolCallRow, terr error) erro
 		if err := db.SetToolCallWait(ctx, tx, c.ID, db.CallPending, db.WaitApproval, allowed, na.Description); err != nil {
 			return err
 		}
-		return db.SetToolCallGateReason(ctx, tx, c.ID, na.Reason)
+		return db.SetToolCallGate(ctx, tx, c.ID, na.Reason, na.Approvers, na.DistinctApprover)
 	}
 	return db.CompleteToolCall(ctx, tx, c, terr.Error(), true)
 }
