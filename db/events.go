@@ -182,6 +182,9 @@ func (f ThreadFilter) Matches(t Thread) bool {
 	if t.ParentThreadID != nil {
 		return false // a sub-agent's thread shows in its parent's activity, not in listings
 	}
+	if t.Role == RoleApprover && !t.InAction {
+		return false // a routed call's thread is listed while it waits for them
+	}
 	switch f.Queue {
 	case QueueUnread:
 		if !t.Unread || t.Archived {

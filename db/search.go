@@ -504,7 +504,7 @@ func searchAll(ctx context.Context, q Querier, a Access, f ThreadFilter, after *
 			return nil, err
 		}
 	}
-	if f.Queue == QueueAction && len(a.Principals) > 0 {
+	if f.Queue != QueueUnread && len(a.Principals) > 0 {
 		err := scope(func(arg func(any) string) string {
 			return "thread_id IN (" + routedSQL(arg(a.UserID), arg(a.Principals)) + ")"
 		}, func(arg func(any) string) []string {

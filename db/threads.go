@@ -337,9 +337,10 @@ func ListThreads(ctx context.Context, q Querier, a Access, f ThreadFilter, after
 	if f.FolderID != 0 && !sharedFolder {
 		shared, owners = nil, nil
 	}
-	routed := f.Queue == QueueAction && len(a.Principals) > 0
+	// A call routed to the person brings its thread to their Action, and
+	// to All while it waits for them.
+	routed := f.Queue != QueueUnread && len(a.Principals) > 0
 	common := commonConds(f, after, arg)
-	where := ownConds(f, common, arg)
 
 	var ts []Thread
 	var err error
@@ -353,13 +354,14 @@ func ListThreads(ctx context.Context, q Querier, a Access, f ThreadFilter, after
 		if !own {
 			return nil, nil, nil
 		}
+		where := ownConds(f, common, arg)
 		ts, err = readThreads(ctx, q, `SELECT `+threadColumns+`, `+inActionSQL("$1")+threadFrom+` WHERE `+strings.Join(where, " AND ")+
 			` ORDER BY t.updated_at DESC, t.id DESC LIMIT `+arg(limit+1), args)
 	default:
 		n := arg(limit + 1)
 		var branches []string
 		if own {
-			branches = append(branches, `SELECT t.id, t.updated_at FROM threads t WHERE `+strings.Join(where, " AND ")+`
+			branches = append(branches, `SELECT t.id, t.updated_at FROM threads t WHERE `+strings.Join(ownConds(f, common, arg), " AND ")+`
 				ORDER BY t.updated_at DESC, t.id DESC LIMIT `+n)
 		}
 		cond := strings.Join(append([]string{"true"}, common...), " AND ")
@@ -396,6 +398,9 @@ func ListThreads(ctx context.Context, q Querier, a Access, f ThreadFilter, after
 		}
 		if len(branches) == 0 {
 			return nil, nil, nil
+		}
+		for i, br := range branches {
+			branches[i] = `SELECT id, updated_at FROM (` + br + `) b` + strconv.Itoa(i)
 		}
 		cols := threadColumnsFor("$1")
 		if f.Queue == QueueAction {
@@ -486,8 +491,9 @@ func CountThreads(ctx context.Context, q Querier, a Access) (Counts, error) {
 		return "$" + strconv.Itoa(len(args))
 	}
 	all, unread, action := "", "", ""
+	i := "'{}'::bigint[]"
 	if ids, _ := a.folders(0, false); len(ids) > 0 {
-		i := arg(ids)
+		i = arg(ids)
 		all = ` + (SELECT coalesce(sum(all_count), 0) FROM folder_counts WHERE folder_id = ANY (` + i + `))`
 		unread = ` + (SELECT count(*) FROM thread_unread WHERE user_id = $1 AND folder_id = ANY (` + i + `))`
 	}
@@ -499,9 +505,14 @@ func CountThreads(ctx context.Context, q Querier, a Access) (Counts, error) {
 			AND pizza_decider_action(t.wait_for, t.started_by, t.user_id, $1))`
 	}
 	if len(a.Principals) > 0 {
-		// Routed threads not counted already as the owner's or a member's.
-		action += ` + (SELECT count(*) FROM threads t WHERE t.id IN (` + routedSQL("$1", arg(a.Principals)) + `)
-			AND t.status = 'waiting' AND NOT ((t.user_id = $1 OR t.folder_id = ANY (` + m + `))
+		// Routed threads not counted already: in All, the others' threads
+		// outside the shared folders; in Action, those not counted as
+		// the owner's or a member's.
+		p := arg(a.Principals)
+		all += ` + (SELECT count(*) FROM threads t WHERE t.id IN (` + routedSQL("$1", p) + `)
+			AND t.status = 'waiting' AND t.user_id <> $1 AND NOT coalesce(t.folder_id = ANY (` + i + `), false))`
+		action += ` + (SELECT count(*) FROM threads t WHERE t.id IN (` + routedSQL("$1", p) + `)
+			AND t.status = 'waiting' AND NOT ((t.user_id = $1 OR coalesce(t.folder_id = ANY (` + m + `), false))
 				AND pizza_decider_action(t.wait_for, t.started_by, t.user_id, $1)))`
 	}
 	var c Counts

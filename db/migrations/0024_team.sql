@@ -330,8 +330,8 @@ $$;
 CREATE FUNCTION pizza_in_action(p_thread bigint, p_user bigint) RETURNS boolean
 LANGUAGE sql STABLE AS $$
     SELECT r.status = 'waiting' AND (
-        (pizza_thread_role(r.id, p_user) IN ('owner', 'member')
-         AND pizza_decider_action(r.wait_for, r.started_by, r.user_id, p_user))
+        coalesce(pizza_thread_role(r.id, p_user) IN ('owner', 'member')
+                 AND pizza_decider_action(r.wait_for, r.started_by, r.user_id, p_user), false)
         OR EXISTS (
             SELECT 1 FROM tool_calls c, users u
             WHERE c.thread_id IN (SELECT r.id UNION ALL SELECT k.id FROM threads k WHERE k.parent_thread_id = r.id)
