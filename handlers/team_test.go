@@ -74,8 +74,14 @@ func TestSharedFolder(t *testing.T) {
 	// The run stops for an approval: unread for everyone the folder is
 	// shared with, in the member's Action, not the viewer's.
 	call := b.waitingCall(th, nil, false)
-	if te, _ := bobThread.nextThread(); te.ID != th.ID || te.Thread == nil || te.Thread.Status != db.StatusWaiting {
-		t.Errorf("bob's thread stream = %+v, want the thread waiting", te)
+	for { // the message and the call come first, in their own transactions
+		te, _ := bobThread.nextThread()
+		if te.ID != th.ID || te.Thread == nil {
+			t.Fatalf("bob's thread stream = %+v, want the thread", te)
+		}
+		if te.Thread.Status == db.StatusWaiting {
+			break
+		}
 	}
 	list := func(user, query string) string {
 		return b.apiGet(user, "/api/v1/threads?"+query).want(http.StatusOK).Body.String()
@@ -117,15 +123,21 @@ func TestSharedFolder(t *testing.T) {
 	if r := b.apiDo("alice", http.MethodDelete, "/api/v1/folders/"+itoa(f.ID)+"/shares/"+itoa(share.ID), nil); r.Code != http.StatusNoContent {
 		t.Fatalf("unshare = %d %s", r.Code, r.Body.String())
 	}
-	for {
-		if te, _ := bobThread.nextThread(); te.ID == th.ID && slices.Contains(te.Changes, db.EventDeleted) {
-			break
-		}
-	}
 	select {
 	case <-bobThread.done:
 	case <-time.After(liveWait):
-		t.Error("bob's stream of the thread did not end")
+		t.Fatal("bob's stream of the thread did not end")
+	}
+	deleted := false
+	for len(bobThread.events) > 0 {
+		ev := <-bobThread.events
+		var te threadEvent
+		if ev.event == "thread" && json.Unmarshal([]byte(ev.data), &te) == nil && te.ID == th.ID {
+			deleted = slices.Contains(te.Changes, db.EventDeleted) && te.Thread == nil
+		}
+	}
+	if !deleted {
+		t.Error("bob's stream of the thread ended without saying it is gone")
 	}
 	bobAll.nextOf("resync")
 	b.apiGet("bob", path).wantError(http.StatusNotFound)
