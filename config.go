@@ -22,7 +22,7 @@ import (
 	"pizzabot/agent"
 	"pizzabot/db"
 	"pizzabot/handlers"
-	"pizzabot/jobs"
+	"pizzabot/tools"
 )
 
 // config is the server's configuration, read once from the environment.
@@ -394,7 +394,7 @@ func parseRate(s string) (float64, error) {
 // No grant may reach into the data root.
 func (c *config) loadGrants(getenv func(string) string) []error {
 	var errs []error
-	fromEnv, err := jobs.ParseGrants(getenv("PIZZA_GRANTS"))
+	fromEnv, err := tools.ParseGrants(getenv("PIZZA_GRANTS"))
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -402,7 +402,7 @@ func (c *config) loadGrants(getenv func(string) string) []error {
 	// A data root that is not a directory yet is reported when the server
 	// prepares it.
 	if fi, serr := os.Stat(c.DataRoot); c.DataRoot != "" && serr == nil && fi.IsDir() {
-		if fromFile, err = jobs.ReadGrantsFile(filepath.Join(c.DataRoot, "grants.json")); err != nil {
+		if fromFile, err = tools.ReadGrantsFile(filepath.Join(c.DataRoot, "grants.json")); err != nil {
 			errs = append(errs, err)
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"pizzabot/agent"
-	"pizzabot/jobs"
+	"pizzabot/tools"
 )
 
 // fence is a fenced code block of a Markdown file: its info string and
@@ -67,7 +67,7 @@ func documented(t *testing.T) []string {
 // its info string ("```yaml invalid") and is skipped.
 func TestDocumentedExamplesLoad(t *testing.T) {
 	t.Parallel()
-	tools, err := jobs.NewToolbox(jobs.WorkspaceTools(jobs.Workspace{})...)
+	toolbox, err := tools.NewToolbox(tools.WorkspaceTools(tools.Workspace{})...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,12 +122,12 @@ func TestDocumentedExamplesLoad(t *testing.T) {
 				}
 				continue
 			}
-			if _, ok := tools.Get(tool); !ok {
-				t.Errorf("%s:%d: skill %s names %s, which is not a tool (tools: %s)", ex.f.file, ex.f.line, ex.skill.Name, tool, strings.Join(tools.Names(), " "))
+			if _, ok := toolbox.Get(tool); !ok {
+				t.Errorf("%s:%d: skill %s names %s, which is not a tool (toolbox: %s)", ex.f.file, ex.f.line, ex.skill.Name, tool, strings.Join(toolbox.Names(), " "))
 			}
 		}
 		for tool := range ex.skill.InterruptOn {
-			if _, ok := tools.Get(tool); !ok && !strings.HasPrefix(tool, "mcp__") {
+			if _, ok := toolbox.Get(tool); !ok && !strings.HasPrefix(tool, "mcp__") {
 				t.Errorf("%s:%d: skill %s gates %s, which is not a tool", ex.f.file, ex.f.line, ex.skill.Name, tool)
 			}
 		}

@@ -18,18 +18,18 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 	"riverqueue.com/riverui"
 
-	"pizzabot/agent"
 	"pizzabot/agent/mcpclient"
 	"pizzabot/db"
 	"pizzabot/db/pglocal"
+	"pizzabot/extensions"
 	"pizzabot/handlers"
 	"pizzabot/jobs"
 	"pizzabot/live"
 	"pizzabot/metrics"
 	"pizzabot/skills"
+	"pizzabot/tools"
 )
 
 // serve runs the web server until ctx ends, then shuts down gracefully.
@@ -81,19 +81,11 @@ func serve(ctx context.Context, cfg config) error {
 		return err
 	}
 	defer alive.Close() // after the job queue has stopped (defers run last first)
-	rt, client, err := newRuntime(cfg, st, alive.ClientID(), log)
-	if err != nil {
-		return err
-	}
 	// MCP servers and plugins (docs/mcp.md). Stopped after the job
 	// queue (defers run last first), whose running steps may call them.
-	ext := newExtensions(cfg, st.pool, log, rt)
+	ext := newExtensions(cfg, st.pool, log)
 	ext.Start(ctx)
 	defer ext.Close()
-	// Settings stored by admins (settings page) over the environment.
-	rt.ProviderSettings = func(ctx context.Context, provider string) (string, string, string, error) {
-		return db.ResolveProvider(ctx, st.workPool, secrets, provider)
-	}
 	// Live updates: one listener per process, started before the server so
 	// that every page knows the event log's position (docs/live.md).
 	broker := live.New(st.pool, live.Options{Logger: log})
@@ -101,7 +93,6 @@ func serve(ctx context.Context, cfg config) error {
 		return fmt.Errorf("live updates: %w", err)
 	}
 	defer broker.Close()
-	rt.OnDelta = broker.PublishDelta
 	// Metrics for operators, on their own address (PIZZA_METRICS_ADDR).
 	var mx *metrics.Metrics
 	if cfg.MetricsAddr != "" {
@@ -110,12 +101,15 @@ func serve(ctx context.Context, cfg config) error {
 			Pools:   map[string]*pgxpool.Pool{"request": st.pool, "worker": st.workPool},
 			Streams: broker.Subscribers,
 		})
-		rt.Metrics = mx
 		stop, err := serveMetrics(cfg.MetricsAddr, mx, log)
 		if err != nil {
 			return err
 		}
 		defer stop()
+	}
+	rt, err := newRuntime(cfg, st, runtimeParts{clientID: alive.ClientID(), log: log, ext: ext, broker: broker, metrics: mx, secrets: secrets})
+	if err != nil {
+		return err
 	}
 	// Go's profiles, on loopback, for debugging (PIZZA_PPROF_ADDR).
 	if cfg.PprofAddr != "" {
@@ -125,7 +119,7 @@ func serve(ctx context.Context, cfg config) error {
 		}
 		defer stop()
 	}
-	if err := client.Start(ctx); err != nil {
+	if err := rt.StartWorkers(ctx); err != nil {
 		return fmt.Errorf("start job queue: %w", err)
 	}
 	sweepCtx, stopSweep := context.WithCancel(ctx)
@@ -143,12 +137,12 @@ func serve(ctx context.Context, cfg config) error {
 		// handed back and resume on the next start (or another replica).
 		sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 		defer cancel()
-		if err := jobs.Stop(sctx, client); err != nil {
+		if err := rt.StopWorkers(sctx); err != nil {
 			log.Warn("stop job queue", "err", err)
 		}
 	}()
 	jobsUI, err := riverui.NewHandler(&riverui.HandlerOpts{
-		Endpoints: riverui.NewEndpoints(client, nil),
+		Endpoints: riverui.NewEndpoints(rt.Client(), nil),
 		Logger:    log.With("component", "riverui"),
 		Prefix:    "/settings/jobs",
 		// Job arguments hold thread ids only, but keep them folded.
@@ -537,32 +531,48 @@ func healthcheck(ctx context.Context, cfg config) error {
 	return nil
 }
 
+// runtimeParts are the parts of the process a runtime is built with.
+type runtimeParts struct {
+	clientID string
+	log      *slog.Logger
+	ext      *extensions.Extensions
+	broker   *live.Broker
+	metrics  *metrics.Metrics
+	secrets  *db.SecretBox
+}
+
 // newRuntime builds the agent runtime and the River client that works it:
 // steps on the worker pool, people's calls (start, decide, ...) on the
-// request pool.
-func newRuntime(cfg config, st *store, clientID string, log *slog.Logger) (*jobs.Runtime, *river.Client[pgx.Tx], error) {
+// request pool. The extensions' tools join the built-in ones as their MCP
+// servers connect, and the skills are theirs (custom > plugin > built-in).
+func newRuntime(cfg config, st *store, p runtimeParts) (*jobs.Runtime, error) {
 	// The workspace tools: run_js, memory, attachments and folder grants,
 	// which never reach into the data root.
-	tools, err := jobs.NewToolbox(jobs.WorkspaceTools(jobs.Workspace{Protected: []string{cfg.DataRoot}})...)
+	toolbox, err := tools.NewToolbox(tools.WorkspaceTools(tools.Workspace{Protected: []string{cfg.DataRoot}})...)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	customSkills := filepath.Join(cfg.DataRoot, "skills")
-	rt := &jobs.Runtime{
-		Pool:         st.workPool,
-		RequestPool:  st.pool,
-		Logger:       log,
-		Tools:        tools,
-		Skills:       func() agent.SkillSet { return agent.LoadSkills(skills.FS, customSkills) },
-		DefaultModel: cfg.Model,
-		Getenv:       os.Getenv,
-		Retention:    cfg.Retention,
-	}
-	client, err := jobs.NewClient(rt, jobs.ClientConfig{ID: clientID, MaxWorkers: cfg.MaxSteps})
-	if err != nil {
-		return nil, nil, err
-	}
-	return rt, client, nil
+	toolbox.AddSource(extensions.MCPTools(p.ext.Manager))
+	return jobs.New(jobs.Config{
+		Pool:               st.workPool,
+		RequestPool:        st.pool,
+		Logger:             p.log,
+		Tools:              toolbox,
+		Skills:             p.ext.Skills,
+		SkillVersion:       p.ext.SkillVersion,
+		PluginSkillVersion: p.ext.PluginSkillVersion,
+		DefaultModel:       cfg.Model,
+		Getenv:             os.Getenv,
+		// Settings stored by admins (settings page) over the environment.
+		ProviderSettings: func(ctx context.Context, provider string) (string, string, string, error) {
+			return db.ResolveProvider(ctx, st.workPool, p.secrets, provider)
+		},
+		OnDelta:    p.broker.PublishDelta,
+		Metrics:    p.metrics,
+		Retention:  cfg.Retention,
+		ClientID:   p.clientID,
+		MaxWorkers: cfg.MaxSteps,
+	})
 }
 
 // newAuth is who requests act as: on a loopback address without SSO the
@@ -621,12 +631,11 @@ func secretBox(cfg config) (*db.SecretBox, error) {
 	return db.NewSecretBox(cfg.SecretKey)
 }
 
-// newExtensions wires the MCP servers and plugins into the runtime: their
-// tools join the toolbox as their servers connect, and the skills of enabled
-// plugins join the skills (custom > plugin > built-in).
-func newExtensions(cfg config, pool *pgxpool.Pool, log *slog.Logger, rt *jobs.Runtime) *jobs.Extensions {
+// newExtensions reads the MCP servers, plugins and stored skills; the
+// runtime takes their tools and skills (newRuntime).
+func newExtensions(cfg config, pool *pgxpool.Pool, log *slog.Logger) *extensions.Extensions {
 	mlog := log.With("component", "mcp")
-	ext := &jobs.Extensions{
+	return &extensions.Extensions{
 		Pool:          pool,
 		Logger:        mlog,
 		DataRoot:      cfg.DataRoot,
@@ -634,9 +643,4 @@ func newExtensions(cfg config, pool *pgxpool.Pool, log *slog.Logger, rt *jobs.Ru
 		Manager:       mcpclient.New(mcpclient.Options{Logger: mlog}),
 		ProbeOptions:  mcpclient.Options{Logger: mlog, ConnectTimeout: 30 * time.Second},
 	}
-	rt.Tools.AddSource(jobs.MCPTools(ext.Manager))
-	rt.Skills = ext.Skills
-	rt.SkillVersion = ext.SkillVersion
-	rt.PluginSkillVersion = ext.PluginSkillVersion
-	return ext
 }

@@ -60,7 +60,7 @@ func (p Plugin) Lookup(lookup func(string) (string, bool)) func(string) (string,
 // ValidPluginName reports whether name can name a plugin: like a skill name,
 // lowercase letters, digits and single hyphens, at most 64 characters.
 func ValidPluginName(name string) error {
-	if len(name) > MaxSkillNameLen || !validSkillName(name) {
+	if !ValidSkillName(name) {
 		return fmt.Errorf("plugin name %q must be 1 to %d lowercase letters, digits and hyphens, without a leading, trailing or double hyphen", name, MaxSkillNameLen)
 	}
 	return nil

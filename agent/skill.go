@@ -15,6 +15,8 @@ import (
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
+
+	"pizzabot/cron"
 )
 
 // Where a skill comes from.
@@ -116,13 +118,14 @@ func (s *Skill) InterruptFor(tool string) (Interrupt, bool) {
 // Schedule is when a skill runs by itself.
 type Schedule struct {
 	// Cron is a 5-field cron expression ("0 9 * * 1-5") or a descriptor
-	// (@hourly, @daily, @weekly, @monthly, @yearly, @every 2h).
+	// (@hourly, @daily, @weekly, @monthly, @yearly, @every 2h), as package
+	// cron reads it.
 	Cron string `json:"cron"`
 	// Prompt is the task given to the scheduled run; empty lets the caller
 	// choose a default.
 	Prompt string `json:"prompt,omitempty"`
 	// Timezone is an IANA zone the cron expression is read in; empty means
-	// the server's zone.
+	// UTC, the schedule form's default.
 	Timezone string `json:"timezone,omitempty"`
 }
 
@@ -475,7 +478,7 @@ func (p *skillParser) parse(root *yaml.Node, folder string) {
 		p.errorf(nameNode, "name is empty")
 	case utf8.RuneCountInString(sk.Name) > MaxSkillNameLen:
 		p.errorf(nameNode, "name %q is longer than %d characters", sk.Name, MaxSkillNameLen)
-	case !validSkillName(sk.Name):
+	case !ValidSkillName(sk.Name):
 		p.errorf(nameNode, "name %q must be lowercase letters, digits and hyphens, without a leading, trailing or double hyphen", sk.Name)
 	case sk.Name != folder:
 		p.errorf(nameNode, "name %q must match the folder name %q", sk.Name, folder)
@@ -779,54 +782,25 @@ func (p *skillParser) schedule(v *yaml.Node) {
 		p.errorf(v, "schedule must be a cron expression or {cron, prompt, timezone}, not %s", kindName(v))
 		return
 	}
-	if err := checkCron(s.Cron); err != nil {
+	// The scheduler's own parser, so that a schedule that loads here is
+	// one the schedules page accepts. The form's zone is UTC by default.
+	tz := s.Timezone
+	if tz == "" {
+		tz = "UTC"
+	}
+	if _, err := cron.Parse(s.Cron, tz, time.Now()); err != nil {
 		p.errorf(v, "schedule: %v", err)
 		return
-	}
-	if s.Timezone != "" {
-		if _, err := time.LoadLocation(s.Timezone); err != nil {
-			p.errorf(v, "schedule: unknown timezone %q", s.Timezone)
-			return
-		}
 	}
 	p.skill.Schedule = s
 }
 
-// checkCron checks the shape of a cron expression; the scheduler parses it.
-func checkCron(expr string) error {
-	if expr == "" {
-		return errors.New("cron expression is empty")
-	}
-	if strings.HasPrefix(expr, "@") {
-		if d, ok := strings.CutPrefix(expr, "@every "); ok {
-			dur, err := time.ParseDuration(strings.TrimSpace(d))
-			if err != nil || dur < time.Minute {
-				return fmt.Errorf("%q: @every needs a duration of at least 1m, like @every 2h", expr)
-			}
-			return nil
-		}
-		switch expr {
-		case "@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly":
-			return nil
-		}
-		return fmt.Errorf("%q: unknown descriptor (want @hourly, @daily, @weekly, @monthly, @yearly or @every <duration>)", expr)
-	}
-	fields := strings.Fields(expr)
-	if len(fields) != 5 {
-		return fmt.Errorf("cron %q has %d fields, want 5: minute hour day-of-month month day-of-week", expr, len(fields))
-	}
-	for _, f := range fields {
-		for _, r := range f {
-			if !(r >= '0' && r <= '9' || r >= 'A' && r <= 'Z' || r >= 'a' && r <= 'z' || strings.ContainsRune("*,-/?", r)) {
-				return fmt.Errorf("cron %q: unexpected character %q", expr, r)
-			}
-		}
-	}
-	return nil
-}
-
-func validSkillName(s string) bool {
-	if s == "" || s[0] == '-' || s[len(s)-1] == '-' || strings.Contains(s, "--") {
+// ValidSkillName reports whether s is a skill name as the Agent Skills
+// format has it: lowercase letters, digits and hyphens, at most
+// MaxSkillNameLen, no leading, trailing or double hyphen. It is also the
+// skill's folder name.
+func ValidSkillName(s string) bool {
+	if s == "" || len(s) > MaxSkillNameLen || s[0] == '-' || s[len(s)-1] == '-' || strings.Contains(s, "--") {
 		return false
 	}
 	for _, r := range s {

@@ -10,8 +10,10 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"pizzabot/agent"
+	"pizzabot/cron"
 )
 
 func TestParseSkill(t *testing.T) {
@@ -136,7 +138,12 @@ Do the research.
 		{name: "near miss field", folder: "x", data: "---\nname: x\ndescription: d\nallowed_tools: a b\n---\n", wantErr: `unknown field "allowed_tools": did you mean "allowed-tools"? (refused: a misspelt allowed-tools would be silently ignored) (line 4)`},
 		{name: "near miss of interruptOn", folder: "x", data: "---\nname: x\ndescription: d\ninterrupt_on:\n  t: true\n---\n", wantErr: `unknown field "interrupt_on": did you mean "interruptOn"?`},
 		{name: "duplicate field", folder: "x", data: "---\nname: x\nname: x\ndescription: d\n---\n", wantErr: `field "name" appears twice (first on line 2)`},
-		{name: "bad cron", folder: "x", data: "---\nname: x\ndescription: d\nschedule: 0 9 * *\n---\n", wantErr: `schedule: cron "0 9 * *" has 4 fields, want 5`},
+		{name: "bad cron", folder: "x", data: "---\nname: x\ndescription: d\nschedule: 0 9 * *\n---\n", wantErr: `schedule: cron: Not a valid cron expression: expected exactly 5 fields, found 4`},
+		// The shape of these passed the hand-written check SKILL.md files
+		// had; the scheduler refused them.
+		{name: "cron minute out of range", folder: "x", data: "---\nname: x\ndescription: d\nschedule: 61 * * * *\n---\n", wantErr: `schedule: cron: Not a valid cron expression: end of range (61) above maximum (59)`},
+		{name: "cron never due", folder: "x", data: "---\nname: x\ndescription: d\nschedule: 0 0 30 2 *\n---\n", wantErr: `schedule: cron: This expression never comes due`},
+		{name: "cron zone Local", folder: "x", data: "---\nname: x\ndescription: d\nschedule: {cron: '@daily', timezone: Local}\n---\n", wantErr: `schedule: timezone: Name the zone itself`},
 		{name: "allowed-tools mapping", folder: "x", data: "---\nname: x\ndescription: d\nallowed-tools: {a: b}\n---\n", wantErr: "allowed-tools must be a space-separated string or a list, not a mapping"},
 		{name: "too large", folder: "x", data: "---\nname: x\ndescription: d\n---\n" + strings.Repeat("x", agent.MaxSkillFileSize), wantErr: "larger than the 256 KiB limit"},
 	}
@@ -163,6 +170,22 @@ Do the research.
 				t.Errorf("got  %+v\nwant %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+// A SKILL.md schedule loads exactly when the scheduler would accept it:
+// the two read it with the same parser.
+func TestSkillScheduleIsTheSchedulersCron(t *testing.T) {
+	t.Parallel()
+	for _, expr := range []string{
+		"0 9 * * 1-5", "@daily", "@midnight", "@every 2h", "@every 30s", "*/15 * * * *", "0 9 * * MON-FRI",
+		"0 9 * *", "61 * * * *", "0 24 * * *", "0 0 30 2 *", "0 9 * * 8", "0 9 ? * 1", "@fortnightly", "0 0 8 * * 1-5",
+	} {
+		_, want := cron.Parse(expr, "UTC", time.Now())
+		_, got := agent.ParseSkill("x", []byte("---\nname: x\ndescription: d\nschedule: '"+expr+"'\n---\n"))
+		if (got == nil) != (want == nil) {
+			t.Errorf("schedule %q: SKILL.md says %v, the scheduler says %v", expr, got, want)
+		}
 	}
 }
 
@@ -262,5 +285,19 @@ func TestLoadSkillsWithoutCustomDir(t *testing.T) {
 	set = agent.LoadSkills(builtin, file)
 	if len(set.Errors) != 1 || !strings.Contains(set.Errors[0].Error(), "not a directory") {
 		t.Errorf("errors = %v, want the custom path reported as not a directory", set.Errors)
+	}
+}
+
+// One rule for a skill's name, for SKILL.md, plugins and the settings form.
+func TestValidSkillName(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("a", agent.MaxSkillNameLen)
+	for name, want := range map[string]bool{
+		"researcher": true, "weekly-report-2": true, long: true, "a": true,
+		"": false, "-a": false, "a-": false, "a--b": false, "Foo": false, "a_b": false, "a b": false, long + "a": false,
+	} {
+		if got := agent.ValidSkillName(name); got != want {
+			t.Errorf("ValidSkillName(%q) = %v, want %v", name, got, want)
+		}
 	}
 }

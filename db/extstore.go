@@ -183,6 +183,11 @@ const neededVersions = `
 	UNION SELECT 'plugin', version FROM stored_plugins
 	UNION SELECT 'plugin', p.version FROM thread_plugin_versions p JOIN live ON live.id = p.thread_id`
 
+// PinRetention is how long after a thread ends the skill and plugin versions
+// it was pinned to are kept (in the database and in every replica's cache).
+// A reply after that runs on the current version.
+const PinRetention = 24 * time.Hour
+
 // NeededVersions returns the skill and plugin versions someone may still
 // use (see PruneExtensionStore): a replica keeps those in its cache.
 func NeededVersions(ctx context.Context, q Querier, endedFor time.Duration) (skills, plugins map[string]bool, err error) {

@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"context"
 	"net/http"
 	"slices"
 	"strconv"
@@ -14,46 +13,23 @@ import (
 // panel of a thread whose run delegated to skills, and the decisions on
 // the calls its sub-agents wait at, taken from the parent's page.
 
-// loadActivity fills the sub-agent parts of a thread view: the thread that
-// delegated it (Parent), or the sub-agents it delegated to (Subagents),
-// each a complete view of its own with its approval forms. The sub-agents'
-// messages, calls and usage are loaded for all of them at once.
-func (h *Handler) loadActivity(ctx context.Context, user db.User, v *views.ThreadView) error {
-	if id := v.Thread.ParentThreadID; id != nil {
-		p, err := db.GetThread(ctx, h.pool, user.ID, *id)
-		if err != nil {
-			return err
-		}
-		v.Parent = &p
+// subagentViews makes the views of a thread's sub-agents (read with it,
+// db.ReadThreadView): each a complete view of its own, embedded in the
+// parent's, with its approval forms.
+func (h *Handler) subagentViews(parent views.ThreadView, subs []db.SubagentView) []views.ThreadView {
+	if len(subs) == 0 {
+		return nil
 	}
-	kids, err := db.ListSubagents(ctx, h.pool, user.ID, v.Thread.ID)
-	if err != nil || len(kids) == 0 {
-		return err
-	}
-	msgs, err := db.SubagentMessages(ctx, h.pool, user.ID, v.Thread.ID)
-	if err != nil {
-		return err
-	}
-	calls, err := db.SubagentToolCalls(ctx, h.pool, user.ID, v.Thread.ID)
-	if err != nil {
-		return err
-	}
-	usage, err := db.SubagentUsage(ctx, h.pool, user.ID, v.Thread.ID)
-	if err != nil {
-		return err
-	}
-	parent := v.Thread
-	v.Subagents = make([]views.ThreadView, 0, len(kids))
-	for _, k := range kids {
-		k.Role = parent.Role // a sub-agent's readers are its parent's
+	out := make([]views.ThreadView, 0, len(subs))
+	for _, k := range subs {
 		s := views.ThreadView{
-			Thread: k, Messages: msgs[k.ID], Calls: calls[k.ID], Usage: usage[k.ID],
-			Back: v.Back, Parent: &parent, Embedded: true, Deciders: v.Deciders,
+			Thread: k.Thread, Messages: k.Messages, Calls: k.Calls, Usage: k.Usage,
+			Back: parent.Back, Parent: &parent.Thread, Embedded: true, Deciders: parent.Deciders,
 		}
 		s.Forms = h.decisionForms(s)
-		v.Subagents = append(v.Subagents, s)
+		out = append(out, s)
 	}
-	return nil
+	return out
 }
 
 // decideSubagent applies a person's decision to calls a sub-agent waits at,

@@ -1,12 +1,9 @@
 package handlers
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strconv"
@@ -18,9 +15,9 @@ import (
 
 // The API's event stream: GET /api/v1/events, for programs rather than
 // pages (the terminal client's watch, integrations). It carries the same
-// committed changes as the page stream (events.go), with the same ids and
-// the same Last-Event-ID resumption, but as JSON about threads instead of
-// renders of a page:
+// committed changes as the page stream, with the same ids and the same
+// Last-Event-ID resumption (stream.go), but as JSON about threads instead
+// of renders of a page:
 //
 //	thread  {"id", "changes", "parent_id", "thread"}: a thread was started
 //	        or changed; "thread" is as GET /api/v1/threads/{id} lists it
@@ -32,8 +29,8 @@ import (
 //	ready   {"position"}: caught up; what follows is live
 //
 // ?thread=ID narrows the stream to one thread and its sub-agents; such a
-// stream ends, after a "deleted" change, when its thread is deleted or no
-// longer shared with the user.
+// stream ends, after a "deleted" change, when its thread is no longer the
+// user's to read (deleted, or no longer shared with them).
 
 // apiEventChange names, in a thread event's "changes", what a batch did to
 // a thread. They are the log's kinds (db.Event*), plus "started".
@@ -45,13 +42,6 @@ type apiThreadEvent struct {
 	Changes  []string   `json:"changes"`
 	ParentID *int64     `json:"parent_id"`
 	Thread   *apiThread `json:"thread"`
-}
-
-// apiDeltaEvent is the data of a "delta" message.
-type apiDeltaEvent struct {
-	Thread int64  `json:"thread"`
-	Text   string `json:"text"`
-	Reset  bool   `json:"reset"`
 }
 
 // apiPositionEvent is the data of "ready" and "resync".
@@ -66,7 +56,7 @@ func (h *Handler) apiEvents(w http.ResponseWriter, r *http.Request) error {
 	}
 	ctx := r.Context()
 	user := userFrom(ctx)
-	var only, owner int64
+	var only int64
 	for k := range r.URL.Query() {
 		if k != "thread" && k != "since" {
 			return httpError{http.StatusBadRequest, fmt.Sprintf("unknown query parameter %q (known: thread, since)", k)}
@@ -77,162 +67,60 @@ func (h *Handler) apiEvents(w http.ResponseWriter, r *http.Request) error {
 		if err != nil || id <= 0 {
 			return errThreadNotFound
 		}
-		t, err := db.GetThread(ctx, h.pool, user.ID, id)
-		if err != nil {
+		if _, err := db.GetThread(ctx, h.pool, user.ID, id); err != nil {
 			return threadErr(err)
 		}
-		only, owner = id, t.UserID
+		only = id
 	}
-	start, resume := streamStart(r)
-	if !resume && (r.Header.Get("Last-Event-ID") != "" || r.URL.Query().Get("since") != "") {
+	if _, resume := streamStart(r); !resume && (r.Header.Get("Last-Event-ID") != "" || r.URL.Query().Get("since") != "") {
 		return httpError{http.StatusBadRequest, "Last-Event-ID (or since) is not an id this stream sent"}
 	}
-
-	// Read the position before subscribing: every batch the subscription
-	// delivers lies after it, so a client resuming from it misses nothing.
-	pos := h.live.Position()
-	sub, err := h.live.Subscribe(user.ID)
-	if errors.Is(err, live.ErrClosed) {
-		return httpError{http.StatusServiceUnavailable, "the server is restarting: connect again"}
-	}
-	if err != nil {
-		return err
-	}
-	defer sub.Close()
-	if only != 0 && owner != user.ID {
-		sub.Follow(only) // a shared thread's streamed text
-	}
-
-	s := &apiStream{h: h, w: w, rc: http.NewResponseController(w), user: user, only: only, owner: owner, text: map[int64]*apiText{}}
-	hdr := w.Header()
-	hdr.Set("Content-Type", "text/event-stream")
-	hdr.Set("Cache-Control", "no-store")
-	hdr.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	fmt.Fprintf(&s.buf, "retry: %d\n\n", 1000+rand.N(2000))
-
-	if resume {
-		if err := onOwnStack(func() error { return s.catchUp(ctx, start) }); err != nil {
-			return s.fail(err)
-		}
-		pos = s.last
-	}
-	s.message("ready", apiPositionEvent{pos.String()}, pos.String())
-	if only != 0 {
-		if d, ok := h.live.StreamText(owner, only); ok {
-			s.delta(d)
-		}
-	}
-	if err := s.flush(); err != nil {
-		return nil
-	}
-
-	heartbeat := time.NewTicker(heartbeatEvery)
-	defer heartbeat.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case u, ok := <-sub.Updates():
-			if !ok {
-				// Dropped for falling behind, or the server is stopping:
-				// the client reconnects with its last id.
-				return nil
-			}
-			if u.Delta != nil {
-				s.delta(u.Delta)
-			} else if err := onOwnStack(func() error { return s.send(ctx, u.Events) }); err != nil {
-				return s.fail(err)
-			}
-		case <-heartbeat.C:
-			s.heartbeat(sub)
-		}
-		if err := s.flush(); err != nil || s.gone {
-			return nil
-		}
-	}
+	return h.serveStream(w, r, "api", &apiStream{only: only})
 }
 
-// apiStream is one open API event stream.
+// apiStream encodes the API's stream: JSON about the user's threads, or
+// about one thread and its sub-agents.
 type apiStream struct {
-	h    *Handler
-	w    http.ResponseWriter
-	rc   *http.ResponseController
-	user db.User
-	only int64       // 0: every thread of the user
-	last db.Position // every change up to here was sent (zero: none yet)
-	// owner owns the only thread (another user for a shared one, whose
-	// streamed text this stream follows); gone: the user may no longer
-	// read it, and the stream ends.
-	owner int64
-	gone  bool
-	buf   bytes.Buffer
-	// The streamed text sent so far, per thread: which model call's and
-	// how much, so overlapping deltas are not sent twice.
-	text map[int64]*apiText
+	only int64 // 0: every thread of the user
 }
 
-type apiText struct {
-	stream string
-	n      int
+func (a *apiStream) restarting() error {
+	return httpError{http.StatusServiceUnavailable, "the server is restarting: connect again"}
 }
 
-// catchUp replays what the client missed since start, or says it cannot.
-func (s *apiStream) catchUp(ctx context.Context, start db.Position) error {
-	evs, horizon, err := db.ReplayEvents(ctx, s.h.pool, s.user.ID, start, replayLimit)
-	if errors.Is(err, db.ErrEventsGone) {
-		s.last = horizon
-		s.message("resync", apiPositionEvent{horizon.String()}, horizon.String())
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	s.last = start
-	if err := s.send(ctx, evs); err != nil {
-		return err
-	}
-	if s.last.Before(horizon) {
-		s.last = horizon
-	}
+// begin: a client that gave no position starts from now ("ready").
+func (a *apiStream) begin(context.Context, *stream) error { return nil }
+
+// resync says the client's position is gone, and where the stream is now.
+func (a *apiStream) resync(_ context.Context, s *stream) error {
+	s.message("resync", apiPositionEvent{s.last.String()}, s.last.String())
 	return nil
 }
 
-// send writes a "thread" message per thread a batch changed, the last one
+// ready says the client is caught up, with the text its one thread has
+// streamed so far.
+func (a *apiStream) ready(s *stream, pos db.Position) {
+	s.message("ready", apiPositionEvent{pos.String()}, pos.String())
+	s.textSoFar(a.only)
+}
+
+// wantsText: the client follows the text of every thread it is sent.
+func (a *apiStream) wantsText(threadID int64) bool { return a.only == 0 || threadID == a.only }
+
+// thread: a stream of one thread follows its streamed text, a shared one's
+// too.
+func (a *apiStream) thread() int64 { return a.only }
+
+// batch writes a "thread" message per thread a batch changed, the last one
 // carrying the batch's position as its id.
-func (s *apiStream) send(ctx context.Context, evs []db.Event) error {
-	i := 0
-	for i < len(evs) && !s.last.Before(evs[i].Position()) {
-		i++ // already replayed
-	}
-	evs = evs[i:]
-	if len(evs) == 0 {
-		return nil
-	}
+func (a *apiStream) batch(ctx context.Context, s *stream, evs []db.Event, _ *live.Shared) error {
+	return onOwnStack(func() error { return a.encode(ctx, s, evs) })
+}
+
+func (a *apiStream) encode(ctx context.Context, s *stream, evs []db.Event) error {
 	last := evs[len(evs)-1].Position()
 	if slices.ContainsFunc(evs, func(e db.Event) bool { return e.Kind == db.EventAccess }) {
-		// What the user may see changed (docs/team.md).
-		evs = slices.DeleteFunc(slices.Clone(evs), func(e db.Event) bool { return e.Kind == db.EventAccess })
-		if s.only == 0 {
-			if err := s.send(ctx, evs); err != nil {
-				return err
-			}
-			s.last = last
-			s.message("resync", apiPositionEvent{last.String()}, last.String())
-			return nil
-		}
-		if _, err := db.GetThread(ctx, s.h.pool, s.user.ID, s.only); errors.Is(err, db.ErrNotFound) {
-			s.last, s.gone = last, true
-			s.message("thread", apiThreadEvent{ID: s.only, Changes: []string{db.EventDeleted}}, last.String())
-			return nil
-		} else if err != nil {
-			return err
-		}
-		if len(evs) == 0 {
-			s.last = last
-			writeSSE(&s.buf, nil, last.String())
-			return nil
-		}
+		return a.accessChanged(ctx, s, evs, last)
 	}
 
 	type change struct {
@@ -262,7 +150,7 @@ func (s *apiStream) send(ctx context.Context, evs []db.Event) error {
 		t, err := db.GetThread(ctx, s.h.pool, s.user.ID, c.id)
 		switch {
 		case errors.Is(err, db.ErrNotFound):
-			if s.only != 0 && c.id != s.only {
+			if a.only != 0 && c.id != a.only {
 				continue // cannot tell whose sub-agent it was
 			}
 			if !slices.Contains(ev.Changes, db.EventDeleted) {
@@ -271,7 +159,7 @@ func (s *apiStream) send(ctx context.Context, evs []db.Event) error {
 		case err != nil:
 			return err
 		default:
-			if s.only != 0 && c.id != s.only && (t.ParentThreadID == nil || *t.ParentThreadID != s.only) {
+			if a.only != 0 && c.id != a.only && (t.ParentThreadID == nil || *t.ParentThreadID != a.only) {
 				continue
 			}
 			// The transaction that created the thread wrote its status
@@ -286,12 +174,12 @@ func (s *apiStream) send(ctx context.Context, evs []db.Event) error {
 		}
 		out = append(out, ev)
 	}
-	s.last = last
 	if len(out) == 0 {
 		// Nothing for this client, but the position moved: record it, so
 		// a reconnection does not replay the batch.
 		writeSSE(&s.buf, nil, last.String())
 	}
+
 	for i, ev := range out {
 		id := ""
 		if i == len(out)-1 {
@@ -299,108 +187,36 @@ func (s *apiStream) send(ctx context.Context, evs []db.Event) error {
 		}
 		s.message("thread", ev, id)
 	}
-	for _, c := range order {
-		if slices.Contains(c.kinds, db.EventMessage) || slices.Contains(c.kinds, db.EventStatus) {
-			// The committed message supersedes the text streamed before it;
-			// a model call already streaming after it goes on from its start.
-			delete(s.text, c.id)
-			if s.only == 0 || c.id == s.only {
-				if d, ok := s.h.live.StreamText(s.streamOwner(), c.id); ok {
-					s.delta(d)
-				}
-			}
-		}
-	}
 	return nil
 }
 
-// delta writes streamed text, skipping what the client already has; a
-// client that joined a stream midway, or missed a piece, gets its whole
-// text so far with reset.
-func (s *apiStream) delta(d *live.Delta) {
-	if s.only != 0 && d.ThreadID != s.only {
-		return
-	}
-	st := s.text[d.ThreadID]
-	if st == nil {
-		st = &apiText{}
-		s.text[d.ThreadID] = st
-	}
-	text, reset := d.Text, d.Reset
-	switch {
-	case d.Reset || d.Stream != st.stream || d.Offset > st.n:
-		if d.Offset != 0 || !d.Reset {
-			so, ok := s.h.live.StreamText(s.streamOwner(), d.ThreadID)
-			if !ok || so.Stream != d.Stream {
-				return
-			}
-			text = so.Text
+// accessChanged encodes a batch in which what the user may read changed
+// (a folder shared with them or no longer, their groups at sign-in): a
+// stream of every thread gets the batch's other changes and "resync" (read
+// again what you show); a stream of one thread the user may no longer read
+// gets a "deleted" change for it and ends.
+func (a *apiStream) accessChanged(ctx context.Context, s *stream, evs []db.Event, last db.Position) error {
+	rest := slices.DeleteFunc(slices.Clone(evs), func(e db.Event) bool { return e.Kind == db.EventAccess })
+	if a.only != 0 {
+		_, err := db.GetThread(ctx, s.h.pool, s.user.ID, a.only)
+		if errors.Is(err, db.ErrNotFound) {
+			s.gone = true
+			s.message("thread", apiThreadEvent{ID: a.only, Changes: []string{db.EventDeleted}}, last.String())
+			return nil
 		}
-		reset = true
-		st.stream, st.n = d.Stream, 0
-	case d.Offset+len(d.Text) <= st.n:
-		return
-	default:
-		text = d.Text[st.n-d.Offset:]
+		if err != nil {
+			return err
+		}
 	}
-	st.n += len(text)
-	if text == "" && !reset {
-		return
+	if len(rest) > 0 {
+		if err := a.encode(ctx, s, rest); err != nil {
+			return err
+		}
 	}
-	s.message("delta", apiDeltaEvent{Thread: d.ThreadID, Text: text, Reset: reset}, "")
-}
-
-// streamOwner is whose streamed text the stream shows: the only thread's
-// owner, or the user's own.
-func (s *apiStream) streamOwner() int64 {
-	if s.only != 0 && s.owner != 0 {
-		return s.owner
+	if a.only == 0 {
+		s.message("resync", apiPositionEvent{last.String()}, last.String())
+	} else {
+		writeSSE(&s.buf, nil, last.String())
 	}
-	return s.user.ID
-}
-
-// heartbeat keeps the connection alive, and moves the client's id forward
-// when it has everything, as the page stream does.
-func (s *apiStream) heartbeat(sub *live.Sub) {
-	pos := s.h.live.Position()
-	if s.last.Before(pos) && len(sub.Updates()) == 0 {
-		s.last = pos
-		fmt.Fprintf(&s.buf, "id: %s\n\n", pos)
-		return
-	}
-	s.buf.WriteString(": ping\n\n")
-}
-
-// message buffers one message with JSON data.
-func (s *apiStream) message(event string, v any, id string) {
-	data, err := json.Marshal(v)
-	if err != nil {
-		// Our own types: cannot fail.
-		panic(err)
-	}
-	writeSSE(&s.buf, []sseMsg{{event, data}}, id)
-}
-
-// flush writes what is buffered, within writeTimeout.
-func (s *apiStream) flush() error {
-	if s.buf.Len() == 0 {
-		return nil
-	}
-	_ = s.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-	_, err := s.w.Write(s.buf.Bytes())
-	s.buf.Reset()
-	if err == nil {
-		err = s.rc.Flush()
-	}
-	return err
-}
-
-// fail ends a stream after an error: headers are sent, so it is logged and
-// the stream ends; the client reconnects.
-func (s *apiStream) fail(err error) error {
-	if errors.Is(err, context.Canceled) {
-		return nil
-	}
-	s.h.log.Error("api event stream failed", "user_id", s.user.ID, "error", err)
 	return nil
 }

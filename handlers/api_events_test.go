@@ -1,8 +1,6 @@
 package handlers_test
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
 	"net/http"
 	"slices"
@@ -12,64 +10,6 @@ import (
 
 	"pizzabot/db"
 )
-
-// openAPI connects user's GET /api/v1/events with the query and
-// Last-Event-ID. A status other than 200 is returned with no stream.
-func (b *liveBundle) openAPI(user, query, lastID string) (*eventStream, *http.Response) {
-	b.t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.url+"/api/v1/events?"+query, nil)
-	if user != "" {
-		req.Header.Set("X-Test-User", user)
-	}
-	if lastID != "" {
-		req.Header.Set("Last-Event-ID", lastID)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		b.t.Fatal(err)
-	}
-	b.t.Cleanup(func() {
-		cancel()
-		resp.Body.Close()
-	})
-	if resp.StatusCode != http.StatusOK {
-		return nil, resp
-	}
-	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		b.t.Fatalf("GET /api/v1/events: Content-Type %q", resp.Header.Get("Content-Type"))
-	}
-	s := &eventStream{t: b.t, resp: resp, events: make(chan sseEvent, 100), done: make(chan struct{})}
-	go func() {
-		defer close(s.done)
-		r := bufio.NewReader(resp.Body)
-		var ev sseEvent
-		var data []string
-		for {
-			line, err := r.ReadString('\n')
-			if err != nil {
-				return
-			}
-			line = strings.TrimSuffix(line, "\n")
-			switch {
-			case line == "":
-				ev.data = strings.Join(data, "\n")
-				if ev.event != "" || ev.id != "" {
-					s.events <- ev
-				}
-				ev, data = sseEvent{}, nil
-			case strings.HasPrefix(line, ":"), strings.HasPrefix(line, "retry:"):
-			case strings.HasPrefix(line, "event: "):
-				ev.event = strings.TrimPrefix(line, "event: ")
-			case strings.HasPrefix(line, "data: "):
-				data = append(data, strings.TrimPrefix(line, "data: "))
-			case strings.HasPrefix(line, "id: "):
-				ev.id = strings.TrimPrefix(line, "id: ")
-			}
-		}
-	}()
-	return s, resp
-}
 
 // threadEvent is the data of a "thread" message.
 type threadEvent struct {
@@ -82,16 +22,6 @@ type threadEvent struct {
 		Status   string `json:"status"`
 		Archived bool   `json:"archived"`
 	} `json:"thread"`
-}
-
-// nextOf returns the next message of the type, skipping others (bare ids).
-func (s *eventStream) nextOf(event string) sseEvent {
-	s.t.Helper()
-	for {
-		if ev := s.next(); ev.event == event {
-			return ev
-		}
-	}
 }
 
 func (s *eventStream) nextThread() (threadEvent, string) {

@@ -22,6 +22,7 @@ import (
 	"pizzabot/db"
 	"pizzabot/handlers"
 	"pizzabot/jobs"
+	"pizzabot/tools"
 )
 
 // The API tests drive the JSON API over the real handler, with a real
@@ -82,24 +83,24 @@ type apiRun struct {
 // in published) besides the built-in tools and extra, and the skills
 // researcher (publish_brief interruptOn, every decision allowed) and strict
 // (approve or reject only).
-func apiSetup(t *testing.T, script scriptmodel.Script, extra ...jobs.Tool) (*bundle, *apiRun) {
+func apiSetup(t *testing.T, script scriptmodel.Script, extra ...tools.Tool) (*bundle, *apiRun) {
 	t.Helper()
 	run := &apiRun{t: t, model: scriptmodel.New(script), published: &callLog{}}
 	srv := httptest.NewServer(run.model.Handler())
 	t.Cleanup(srv.Close)
-	publish := jobs.Tool{
+	publish := tools.Tool{
 		Spec: agent.ToolSpec{
 			Name:        "publish_brief",
 			Description: "Publish a brief to the company.",
 			Parameters:  []byte(`{"type":"object","properties":{"title":{"type":"string","minLength":1}},"required":["title"]}`),
 		},
-		Call: func(_ context.Context, _ jobs.Run, args map[string]any) (string, error) {
+		Call: func(_ context.Context, _ tools.Run, args map[string]any) (string, error) {
 			title, _ := args["title"].(string)
 			run.published.add(title)
 			return "published " + title, nil
 		},
 	}
-	tools, err := jobs.NewToolbox(append([]jobs.Tool{publish}, extra...)...)
+	toolbox, err := tools.NewToolbox(append([]tools.Tool{publish}, extra...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,10 +112,10 @@ func apiSetup(t *testing.T, script scriptmodel.Script, extra ...jobs.Tool) (*bun
 		t.Fatalf("skills: %v", skills.Errors)
 	}
 	b := setup(t, func(d *handlers.Deps) {
-		run.rt = &jobs.Runtime{
+		run.rt = newRuntime(t, jobs.Config{
 			Pool:         d.Pool,
 			Logger:       d.Logger,
-			Tools:        tools,
+			Tools:        toolbox,
 			Skills:       func() agent.SkillSet { return skills },
 			DefaultModel: "compatible:scripted",
 			Getenv: func(k string) string {
@@ -126,7 +127,8 @@ func apiSetup(t *testing.T, script scriptmodel.Script, extra ...jobs.Tool) (*bun
 			ModelRetry:     agent.RetryPolicy{Attempts: 1, Base: time.Millisecond, Max: time.Millisecond},
 			HeartbeatEvery: 100 * time.Millisecond,
 			StaleAfter:     time.Second,
-		}
+			MaxWorkers:     20,
+		})
 		d.Runs = run.rt
 		run.start()
 	})
@@ -138,18 +140,14 @@ func apiSetup(t *testing.T, script scriptmodel.Script, extra ...jobs.Tool) (*bun
 func (run *apiRun) start() {
 	t := run.t
 	t.Helper()
-	client, err := jobs.NewClient(run.rt, jobs.ClientConfig{MaxWorkers: 20})
-	if err != nil {
+	if err := run.rt.StartWorkers(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := client.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	run.client = client
+	run.client = run.rt.Client()
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = jobs.Stop(ctx, client)
+		_ = run.rt.StopWorkers(ctx)
 	})
 }
 
@@ -683,13 +681,13 @@ func TestAPIUnknownOutcome(t *testing.T) {
 			t.Parallel()
 			started := make(chan struct{}, 1)
 			var charges callLog
-			charge := jobs.Tool{
+			charge := tools.Tool{
 				Spec: agent.ToolSpec{
 					Name:        "charge_card",
 					Description: "Charge the customer's card.",
 					Parameters:  []byte(`{"type":"object","properties":{"amount":{"type":"integer"}},"required":["amount"]}`),
 				},
-				Call: func(ctx context.Context, _ jobs.Run, _ map[string]any) (string, error) {
+				Call: func(ctx context.Context, _ tools.Run, _ map[string]any) (string, error) {
 					charges.add("charge")
 					if len(charges.got()) == 1 {
 						// The first call hangs until the server stops.

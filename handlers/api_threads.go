@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"pizzabot/db"
 	"pizzabot/jobs"
 )
@@ -488,51 +486,22 @@ func (h *Handler) apiShowThread(w http.ResponseWriter, r *http.Request) error {
 	}
 	// One snapshot, so that a step committing meanwhile cannot show a
 	// pending call without the message that asked for it.
-	var (
-		t     db.Thread
-		msgs  []db.Message
-		calls []db.ToolCallRow
-		kids  []db.ToolCallRow // the waiting calls of its sub-agents
-		usage db.Usage
-		as    []db.Attachment
-	)
-	opts := pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}
-	err = db.InTxOptions(ctx, h.pool, opts, func(ctx context.Context, tx pgx.Tx) error {
-		var err error
-		if t, err = db.GetThread(ctx, tx, user.ID, id); err != nil {
-			return err
-		}
-		if msgs, err = db.ListMessages(ctx, tx, user.ID, id); err != nil {
-			return err
-		}
-		if calls, err = db.ListToolCalls(ctx, tx, user.ID, id); err != nil {
-			return err
-		}
-		if kids, err = subagentWaits(ctx, tx, user.ID, id); err != nil {
-			return err
-		}
-		if usage, err = db.ThreadUsage(ctx, tx, user.ID, id); err != nil {
-			return err
-		}
-		as, err = db.ListAttachments(ctx, tx, user.ID, id)
-		return err
-	})
+	v, err := db.ReadThreadView(ctx, h.pool, user.ID, id)
 	if err != nil {
 		return threadErr(err)
 	}
-
 	out := apiThreadDetail{
-		apiThread: toAPIThread(t),
-		Model:     t.Model,
-		Error:     optional(t.Error),
-		Messages:  make([]apiMessage, 0, len(msgs)),
+		apiThread: toAPIThread(v.Thread),
+		Model:     v.Thread.Model,
+		Error:     optional(v.Thread.Error),
+		Messages:  make([]apiMessage, 0, len(v.Messages)),
 		Pending:   []apiPending{},
 		Decisions: []apiDecision{},
-		Usage:     apiUsage{Steps: usage.Steps, PromptTokens: usage.PromptTokens, CompletionTokens: usage.CompletionTokens},
+		Usage:     apiUsage{Steps: v.Usage.Steps, PromptTokens: v.Usage.PromptTokens, CompletionTokens: v.Usage.CompletionTokens},
 
-		Attachments: toAPIAttachments(as),
+		Attachments: toAPIAttachments(v.Attachments),
 	}
-	for _, m := range msgs {
+	for _, m := range v.Messages {
 		am := apiMessage{ID: m.ID, Role: m.Role, Content: m.Content, CreatedAt: m.CreatedAt.UTC()}
 		for _, c := range m.ToolCalls {
 			am.ToolCalls = append(am.ToolCalls, apiToolCall{ID: c.ID, Name: c.Name, Arguments: apiArguments(c.Arguments)})
@@ -543,7 +512,7 @@ func (h *Handler) apiShowThread(w http.ResponseWriter, r *http.Request) error {
 		}
 		out.Messages = append(out.Messages, am)
 	}
-	for _, c := range calls {
+	for _, c := range v.Calls {
 		if c.State == db.CallPending || c.State == db.CallUnknown {
 			out.Pending = append(out.Pending, toAPIPending(c))
 		}
@@ -551,7 +520,7 @@ func (h *Handler) apiShowThread(w http.ResponseWriter, r *http.Request) error {
 			out.Decisions = append(out.Decisions, toAPIDecision(c))
 		}
 	}
-	for _, c := range kids {
+	for _, c := range waitingSubagentCalls(v.Subagents) {
 		out.Pending = append(out.Pending, toAPIPending(c))
 	}
 	return writeJSON(w, http.StatusOK, out)
@@ -569,18 +538,27 @@ func subagentWaits(ctx context.Context, q db.Querier, userID, parentID int64) ([
 	if err != nil {
 		return nil, err
 	}
-	var out []db.ToolCallRow
+	subs := make([]db.SubagentView, 0, len(kids))
 	for _, k := range kids {
-		if k.Status != db.StatusWaiting {
+		subs = append(subs, db.SubagentView{Thread: k, Calls: byKid[k.ID]})
+	}
+	return waitingSubagentCalls(subs), nil
+}
+
+// waitingSubagentCalls returns the calls waiting sub-agents wait at.
+func waitingSubagentCalls(subs []db.SubagentView) []db.ToolCallRow {
+	var out []db.ToolCallRow
+	for _, k := range subs {
+		if k.Thread.Status != db.StatusWaiting {
 			continue
 		}
-		for _, c := range byKid[k.ID] {
+		for _, c := range k.Calls {
 			if c.State == db.CallPending || c.State == db.CallUnknown {
 				out = append(out, c)
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 func toAPIPending(c db.ToolCallRow) apiPending {

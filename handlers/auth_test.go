@@ -25,11 +25,13 @@ import (
 	"pizzabot/agent/mcpclient"
 	"pizzabot/db"
 	"pizzabot/db/dbtest"
+	"pizzabot/extensions"
 	"pizzabot/handlers"
 	"pizzabot/handlers/oidctest"
 	"pizzabot/jobs"
 	"pizzabot/live"
 	"pizzabot/skills"
+	"pizzabot/tools"
 )
 
 // authBundle is a real server with SSO sign-in against a test identity
@@ -46,7 +48,7 @@ type authBundle struct {
 	runs   *jobs.Runtime
 	root   string
 	secret *db.SecretBox
-	ext    *jobs.Extensions
+	ext    *extensions.Extensions
 }
 
 // authOptions adjust authSetup.
@@ -121,26 +123,23 @@ func authSetup(t *testing.T, o authOptions) *authBundle {
 			t.Fatal(err)
 		}
 	}
-	tools, err := jobs.NewToolbox()
+	toolbox, err := tools.NewToolbox()
 	if err != nil {
 		t.Fatal(err)
 	}
 	env := o.env
-	b.runs = &jobs.Runtime{
-		Pool: pool, Logger: log, Tools: tools,
-		DefaultModel: "openai:gpt-4.1-mini",
-		Getenv:       func(k string) string { return env[k] },
-	}
-	if _, err := jobs.NewClient(b.runs, jobs.ClientConfig{}); err != nil {
-		t.Fatal(err)
-	}
-	// Custom skills and plugins live in the database (jobs.Extensions);
+	// Custom skills and plugins live in the database (extensions.Extensions);
 	// <root>/skills is the deployment's, read-only.
-	b.ext = &jobs.Extensions{
+	b.ext = &extensions.Extensions{
 		Pool: pool, Logger: log, DataRoot: b.root, BuiltinSkills: skills.FS,
 		Manager: mcpclient.New(mcpclient.Options{}), RefreshEvery: time.Hour,
 	}
-	b.runs.Skills, b.runs.SkillVersion = b.ext.Skills, b.ext.SkillVersion
+	b.runs = newRuntime(t, jobs.Config{
+		Pool: pool, Logger: log, Tools: toolbox,
+		Skills: b.ext.Skills, SkillVersion: b.ext.SkillVersion,
+		DefaultModel: "openai:gpt-4.1-mini",
+		Getenv:       func(k string) string { return env[k] },
+	})
 	b.ext.Start(context.Background())
 	t.Cleanup(b.ext.Close)
 	var broker *live.Broker
@@ -754,14 +753,11 @@ func TestLocalUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tools, err := jobs.NewToolbox()
+	toolbox, err := tools.NewToolbox()
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs := &jobs.Runtime{Pool: pool, Logger: slog.New(slog.DiscardHandler), Tools: tools}
-	if _, err := jobs.NewClient(runs, jobs.ClientConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	runs := newRuntime(t, jobs.Config{Pool: pool, Logger: slog.New(slog.DiscardHandler), Tools: toolbox})
 	srv := httptest.NewServer(handlers.New(handlers.Deps{Pool: pool, Auth: auth, Runs: runs}))
 	t.Cleanup(srv.Close)
 	b := &authBundle{t: t, ctx: ctx, pool: pool, srv: srv}

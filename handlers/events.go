@@ -6,11 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,8 +18,10 @@ import (
 	"pizzabot/views"
 )
 
-// The event stream: GET /events, one per open page of a signed-in user,
-// consumed by htmx's SSE extension (views.liveConnection, static/app.js).
+// The page's event stream: GET /events, one per open page of a signed-in
+// user, consumed by htmx's SSE extension (views.liveConnection,
+// static/app.js). Its loop, ids, replay and heartbeats are stream.go's;
+// here is what it sends.
 //
 //	?since=POS   the event log position the page was rendered at
 //	?list=URL    the listing the page shows (/inbox/unread?folder=3)
@@ -35,25 +34,8 @@ import (
 //	notify  JSON of a browser notification: a run finished or needs action
 //	delta   JSON of model text streamed by the open thread's run
 //	resync  a fresh render of the counts, the listing and the thread, sent
-//	        when the stream cannot replay what the page missed
-//
-// Every batch of committed changes ends with an id (a db.Position). A
-// browser reconnecting with Last-Event-ID (or ?since) gets the changes it
-// missed, in order and once; one whose position is unknown or too old gets
-// "resync". A ": ping" comment every heartbeatEvery keeps proxies from
-// closing an idle stream.
-
-const (
-	// heartbeatEvery keeps idle streams alive through proxies that close
-	// silent connections (often after 30 to 60 seconds).
-	heartbeatEvery = 15 * time.Second
-	// writeTimeout bounds one write to a stream: a browser that does not
-	// read for that long is cut off (it reconnects and catches up).
-	writeTimeout = 10 * time.Second
-	// replayLimit is the most changes replayed to a reconnecting browser;
-	// past it a fresh render is cheaper.
-	replayLimit = 500
-)
+//	        when the stream cannot replay what the page missed, or the page
+//	        gave no position
 
 // liveView is what a stream's page shows.
 type liveView struct {
@@ -92,227 +74,54 @@ func parseLiveView(r *http.Request) liveView {
 	return v
 }
 
-// streamStart is where a stream resumes: Last-Event-ID, which the browser
-// sends when it reconnects by itself, or the page's ?since.
-func streamStart(r *http.Request) (db.Position, bool) {
-	for _, s := range []string{r.Header.Get("Last-Event-ID"), r.URL.Query().Get("since")} {
-		if s == "" {
-			continue
-		}
-		if p, err := db.ParsePosition(s); err == nil && !p.IsZero() {
-			return p, true
-		}
-	}
-	return db.Position{}, false
-}
-
-// sseMsg is one message of an event stream.
-type sseMsg struct {
-	event string
-	data  []byte
-}
-
 // events serves GET /events.
 func (h *Handler) events(w http.ResponseWriter, r *http.Request) error {
 	if h.live == nil {
 		return httpError{http.StatusNotFound, "Live updates are off."}
 	}
-	ctx := r.Context()
-	user := userFrom(ctx)
 	view := parseLiveView(r)
-
-	// Subscribe before reading the log: whatever commits meanwhile is then
-	// both replayed and delivered, and the second copy is skipped.
-	sub, err := h.live.Subscribe(user.ID)
-	if errors.Is(err, live.ErrClosed) {
-		// A 5xx: the browser's SSE extension tries again shortly, by then
-		// on the next server.
-		return httpError{http.StatusServiceUnavailable, "The server is restarting."}
-	}
-	if err != nil {
-		return err
-	}
-	defer sub.Close()
-
-	s := &stream{h: h, w: w, rc: http.NewResponseController(w), user: user, view: view, viewKey: view.key(), sub: sub, owner: user.ID}
-	if err := onOwnStack(func() error { return s.follow(ctx) }); err != nil {
-		return s.fail(err)
-	}
-	hdr := w.Header()
-	hdr.Set("Content-Type", "text/event-stream")
-	hdr.Set("Cache-Control", "no-store")
-	hdr.Set("X-Accel-Buffering", "no") // nginx: do not buffer the stream
-	w.WriteHeader(http.StatusOK)
-	// Spread the reconnections of many browsers after a restart.
-	fmt.Fprintf(&s.buf, "retry: %d\n\n", 1000+rand.N(2000))
-
-	if err := onOwnStack(func() error { return s.catchUp(ctx, r) }); err != nil {
-		return s.fail(err)
-	}
-	s.streamSoFar()
-	if err := s.flush(); err != nil {
-		return nil
-	}
-
-	heartbeat := time.NewTicker(heartbeatEvery)
-	defer heartbeat.Stop()
-	// The stream outlives the check that opened it: end it when its
-	// session ends (sign-out, an admin, a timeout) or its user is disabled.
-	recheck := time.NewTimer(h.recheckDelay(ctx))
-	defer recheck.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-recheck.C:
-			if !h.stillSignedIn(r) {
-				return nil
-			}
-			recheck.Reset(h.recheckDelay(ctx))
-		case u, ok := <-sub.Updates():
-			if !ok {
-				// Dropped for falling behind, or the server is stopping:
-				// end the stream; the browser reconnects with its last id.
-				return nil
-			}
-			if u.Delta != nil {
-				s.delta(u.Delta)
-			} else if err := s.send(ctx, u.Events, u.Shared); err != nil {
-				return s.fail(err)
-			}
-		case <-heartbeat.C:
-			// Per-stream periodic work goes here (it runs every
-			// heartbeatEvery on the stream's own goroutine).
-			s.heartbeat(sub)
-		}
-		if err := s.flush(); err != nil {
-			return nil // the browser went away or stopped reading
-		}
-	}
+	return h.serveStream(w, r, "page", &pageStream{view: view, viewKey: view.key()})
 }
 
-// recheckDelay is how long an event stream waits before checking its
-// session again: the recheck interval, or less when the session reaches its
-// absolute timeout sooner.
-func (h *Handler) recheckDelay(ctx context.Context) time.Duration {
-	every := defaultRecheck
-	if h.auth != nil {
-		every = h.auth.recheck
-	}
-	if s := requestInfoFrom(ctx).session; s != nil {
-		if until := time.Until(s.ExpiresAt); until < every {
-			return max(until, 0) + 50*time.Millisecond // just past it
-		}
-	}
-	return every
-}
-
-// stillSignedIn judges an open stream's request again (Auth.Recheck): its
-// session still exists and its user is not disabled. An error of the
-// database ends the stream too: the browser reconnects and is judged anew.
-func (h *Handler) stillSignedIn(r *http.Request) bool {
-	check := h.authenticate
-	if h.auth != nil {
-		check = h.auth.Recheck
-	}
-	user, err := check(r)
-	if err != nil && !errors.Is(err, ErrUnauthenticated) && !errors.Is(err, context.Canceled) {
-		h.log.Warn("event stream: re-checking the session failed", "request_id", requestID(r.Context()), "error", err)
-	}
-	return err == nil && !user.Disabled && user.ID == userFrom(r.Context()).ID
-}
-
-// catchUp sends what the page missed since its position, or a fresh
-// render of it.
-func (s *stream) catchUp(ctx context.Context, r *http.Request) error {
-	start, ok := streamStart(r)
-	if !ok {
-		return s.resync(ctx)
-	}
-	evs, horizon, err := db.ReplayEvents(ctx, s.h.pool, s.user.ID, start, replayLimit)
-	if errors.Is(err, db.ErrEventsGone) {
-		return s.resync(ctx)
-	}
-	if err != nil {
-		return err
-	}
-	s.last = start
-	if err := s.send(ctx, evs, nil); err != nil {
-		return err
-	}
-	if s.last.Before(horizon) {
-		s.last = horizon
-	}
-	return nil
-}
-
-// onOwnStack runs fn on a goroutine of its own and waits for it. A stream's
-// goroutine lives as long as the stream: the deep stack of a query or a
-// render would stay with it, costing memory on every idle stream.
-func onOwnStack(fn func() error) error {
-	done := make(chan error, 1)
-	go func() { done <- fn() }()
-	return <-done
-}
-
-// stream is one open event stream.
-type stream struct {
-	h       *Handler
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	user    db.User
+// pageStream encodes a page's stream: renders of what the page shows.
+type pageStream struct {
 	view    liveView
-	viewKey string      // view.key(), made once
-	last    db.Position // every change up to here is on the page
-	// buf holds what this stream writes alone (pings, ids, streamed text);
-	// renders shared with other streams are written from their shared
-	// bytes, never copied here.
-	buf     bytes.Buffer
-	werr    error // a failed write: the stream ends at its next flush
-	pending bool  // shared bytes were written and wait for a flush
-	// The open thread's streamed text on the page: which model call's,
-	// and how much of it.
-	textStream string
-	textLen    int
-	// sub is the stream's subscription, and owner the open thread's
-	// owner: another user for a thread shared with this one, whose
-	// streamed text the subscription follows (live.Sub.Follow).
-	sub   *live.Sub
-	owner int64
+	viewKey string // view.key(), made once
 }
 
-// follow makes the stream follow the streamed text of the open thread when
-// another user owns it and the stream's user may read it, and stop when
-// they no longer may.
-func (s *stream) follow(ctx context.Context) error {
-	s.owner = s.user.ID
-	if s.view.thread == 0 {
-		return nil
-	}
-	t, err := db.GetThread(ctx, s.h.pool, s.user.ID, s.view.thread)
-	switch {
-	case errors.Is(err, db.ErrNotFound):
-		s.sub.Follow(0)
-		return nil
-	case err != nil:
+func (p *pageStream) restarting() error {
+	return httpError{http.StatusServiceUnavailable, "The server is restarting."}
+}
+
+// begin sends a page that gave no position a fresh render of itself, as of
+// the log's horizon.
+func (p *pageStream) begin(ctx context.Context, s *stream) error {
+	horizon, err := db.EventHorizon(ctx, s.h.pool)
+	if err != nil {
 		return err
 	}
-	if t.UserID != s.user.ID {
-		s.owner = t.UserID
-		s.sub.Follow(t.ID)
+	s.last = horizon
+	return p.resync(ctx, s)
+}
+
+// resync sends a fresh render of everything the page shows.
+func (p *pageStream) resync(ctx context.Context, s *stream) error {
+	msg, err := s.h.renderResync(ctx, s.user, p.view)
+	if err != nil {
+		return err
 	}
+	writeSSE(&s.buf, []sseMsg{msg}, s.last.String())
 	return nil
 }
 
-// fail ends a stream after an error: it is logged, and the stream simply
-// ends (the browser reconnects). Headers are sent, so there is no error page.
-func (s *stream) fail(err error) error {
-	if errors.Is(err, context.Canceled) {
-		return nil
-	}
-	s.h.log.Error("event stream failed", "user_id", s.user.ID, "error", err)
-	return nil
-}
+// ready sends the open thread's streamed text so far.
+func (p *pageStream) ready(s *stream, _ db.Position) { s.textSoFar(p.view.thread) }
+
+// wantsText: a page follows the text of the thread it shows.
+func (p *pageStream) wantsText(threadID int64) bool { return threadID == p.view.thread }
+
+// thread is the thread the page shows.
+func (p *pageStream) thread() int64 { return p.view.thread }
 
 // sharedKey names a render of a batch for a page: the streams of one user
 // showing the same page share it.
@@ -321,26 +130,18 @@ type sharedKey struct {
 	first, last db.Position
 }
 
-// send writes a batch of changes the page has not seen, ending with the
-// batch's position as the event id. Streams receiving the same update from
-// the broker share its render through shared (nil for a replay: then the
+// batch sends the render of a batch for the page, ending with the batch's
+// position as the event id. Streams receiving the same update from the
+// broker share its render through shared (nil for a replay: then the
 // handler's cache shares it between tabs reconnecting together).
-func (s *stream) send(ctx context.Context, evs []db.Event, shared *live.Shared) error {
-	i := 0
-	for i < len(evs) && !s.last.Before(evs[i].Position()) {
-		i++ // already replayed
-	}
-	evs = evs[i:]
-	if len(evs) == 0 {
-		return nil
-	}
+func (p *pageStream) batch(ctx context.Context, s *stream, evs []db.Event, shared *live.Shared) error {
 	first, last := evs[0].Position(), evs[len(evs)-1].Position()
 	// The streams sharing the render share its encoding too: with
 	// thousands of them, each only writes the same bytes.
 	render := func() ([]byte, error) {
 		var out bytes.Buffer
 		err := onOwnStack(func() error {
-			msgs, err := s.h.renderChanges(ctx, s.user, s.view, evs)
+			msgs, err := s.h.renderChanges(ctx, s.user, p.view, evs)
 			writeSSE(&out, msgs, last.String())
 			return err
 		})
@@ -351,183 +152,15 @@ func (s *stream) send(ctx context.Context, evs []db.Event, shared *live.Shared) 
 		err error
 	)
 	if shared != nil {
-		out, err = shared.Do(sharedKey{s.viewKey, first, last}, render)
+		out, err = shared.Do(sharedKey{p.viewKey, first, last}, render)
 	} else {
-		out, err = s.h.liveCache.get(fmt.Sprintf("%d|%s|%s|%s", s.user.ID, s.viewKey, first, last), render)
+		out, err = s.h.liveCache.get(fmt.Sprintf("%d|%s|%s|%s", s.user.ID, p.viewKey, first, last), render)
 	}
 	if err != nil {
 		return err
 	}
-	s.last = last
 	s.writeShared(out)
-	if slices.ContainsFunc(evs, func(e db.Event) bool { return e.Kind == db.EventAccess }) {
-		if err := s.follow(ctx); err != nil {
-			return err
-		}
-	}
-	for _, e := range evs {
-		if e.ThreadID == s.view.thread && (e.Kind == db.EventMessage || e.Kind == db.EventStatus) {
-			// The page's streamed text was just cleared for the committed
-			// message; a model call already streaming after it goes on.
-			s.textStream = ""
-			s.streamSoFar()
-			break
-		}
-	}
 	return nil
-}
-
-// streamSoFar sends the open thread's streamed text so far, when one of its
-// model calls is streaming.
-func (s *stream) streamSoFar() {
-	if s.view.thread == 0 {
-		return
-	}
-	if d, ok := s.h.live.StreamText(s.owner, s.view.thread); ok {
-		s.delta(d)
-	}
-}
-
-// resync sends a fresh render of everything the page shows, as of the
-// log's horizon.
-func (s *stream) resync(ctx context.Context) error {
-	horizon, err := db.EventHorizon(ctx, s.h.pool)
-	if err != nil {
-		return err
-	}
-	msg, err := s.h.renderResync(ctx, s.user, s.view)
-	if err != nil {
-		return err
-	}
-	s.last = horizon
-	writeSSE(&s.buf, []sseMsg{msg}, s.last.String())
-	return nil
-}
-
-// delta writes streamed text of the open thread. Deltas can overlap the
-// text so far sent with StreamText: what the page already has is skipped.
-func (s *stream) delta(d *live.Delta) {
-	if d.ThreadID != s.view.thread {
-		return
-	}
-	text, reset := d.Text, d.Reset
-	switch {
-	case d.Reset || d.Stream != s.textStream || d.Offset > s.textLen:
-		if d.Offset != 0 || !d.Reset {
-			// Joined a stream midway or missed a piece: take its whole
-			// text so far.
-			so, ok := s.h.live.StreamText(s.owner, d.ThreadID)
-			if !ok || so.Stream != d.Stream {
-				return
-			}
-			text = so.Text
-		}
-		reset = true
-		s.textStream, s.textLen = d.Stream, 0
-	case d.Offset+len(d.Text) <= s.textLen:
-		return // already on the page
-	default:
-		text = d.Text[s.textLen-d.Offset:]
-	}
-	s.textLen += len(text)
-	data, _ := json.Marshal(struct {
-		Thread int64  `json:"thread"`
-		Text   string `json:"text"`
-		Reset  bool   `json:"reset,omitempty"`
-	}{d.ThreadID, text, reset})
-	writeSSE(&s.buf, []sseMsg{{"delta", data}}, "")
-}
-
-// heartbeat keeps the connection alive. When the page is up to date it
-// also moves the stream's id to the log's position (an id without data is
-// not dispatched, but the browser remembers it), so a reconnection after a
-// long quiet time replays from there rather than starting afresh.
-func (s *stream) heartbeat(sub *live.Sub) {
-	pos := s.h.live.Position()
-	// Read the position first: updates before it were queued before it
-	// moved, so an empty queue now means they were all written.
-	if s.last.Before(pos) && len(sub.Updates()) == 0 {
-		s.last = pos
-		fmt.Fprintf(&s.buf, "id: %s\n\n", pos)
-		return
-	}
-	s.buf.WriteString(": ping\n\n")
-}
-
-// writeShared writes bytes other streams write too, after what this stream
-// buffered: they are not copied into the stream's buffer, which stays
-// small. The next flush sends them.
-func (s *stream) writeShared(out []byte) {
-	if s.werr != nil {
-		return
-	}
-	_ = s.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-	if s.buf.Len() > 0 {
-		_, s.werr = s.w.Write(s.buf.Bytes())
-		s.resetBuf()
-	}
-	if s.werr == nil {
-		_, s.werr = s.w.Write(out)
-	}
-	s.pending = true
-}
-
-// flush writes what is buffered, within writeTimeout.
-func (s *stream) flush() error {
-	if s.werr != nil {
-		return s.werr
-	}
-	if s.buf.Len() == 0 && !s.pending {
-		return nil
-	}
-	_ = s.rc.SetWriteDeadline(time.Now().Add(writeTimeout))
-	var err error
-	if s.buf.Len() > 0 {
-		_, err = s.w.Write(s.buf.Bytes())
-		s.resetBuf()
-	}
-	s.pending = false
-	if err == nil {
-		err = s.rc.Flush()
-	}
-	return err
-}
-
-// resetBuf empties the buffer, and lets a large one go (a resync's render,
-// a long piece of streamed text): idle streams keep a small one.
-func (s *stream) resetBuf() {
-	s.buf.Reset()
-	if s.buf.Cap() > 4<<10 {
-		s.buf = bytes.Buffer{}
-	}
-}
-
-// writeSSE writes messages, the last one carrying id; with no messages the
-// id alone (the browser records it without dispatching anything).
-func writeSSE(buf *bytes.Buffer, msgs []sseMsg, id string) {
-	if len(msgs) == 0 && id != "" {
-		fmt.Fprintf(buf, "id: %s\n\n", id)
-		return
-	}
-	for i, m := range msgs {
-		buf.WriteString("event: ")
-		buf.WriteString(m.event)
-		buf.WriteByte('\n')
-		// A line break ends an SSE line whatever its kind; the browser
-		// joins data lines with "\n".
-		data := strings.ReplaceAll(strings.ReplaceAll(string(m.data), "\r\n", "\n"), "\r", "\n")
-		for line := range strings.SplitSeq(data, "\n") {
-			buf.WriteString("data: ")
-			buf.WriteString(line)
-			buf.WriteByte('\n')
-		}
-		if i == len(msgs)-1 && id != "" {
-			buf.WriteString("id: ")
-			buf.WriteString(id)
-			buf.WriteByte('\n')
-		}
-		buf.WriteByte('\n')
-	}
 }
 
 // threadChange is what a batch changed about one thread.
@@ -690,8 +323,7 @@ func (h *Handler) renderThreadParts(ctx context.Context, buf *bytes.Buffer, user
 }
 
 // renderCounts renders, out of band, the queue counts and the folders'
-// unread counts of the sidebar, for a person with access a (resolved for
-// this render: a stream outlives any one resolution).
+// unread counts of the sidebar.
 func (h *Handler) renderCounts(ctx context.Context, buf *bytes.Buffer, a db.Access, v liveView) error {
 	counts, err := db.CountThreads(ctx, h.pool, a)
 	if err != nil {

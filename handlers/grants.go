@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"pizzabot/db"
-	"pizzabot/jobs"
+	"pizzabot/tools"
 	"pizzabot/views"
 )
 
@@ -74,7 +74,7 @@ func (h *Handler) addGrant(w http.ResponseWriter, r *http.Request) error {
 	}
 	field := views.Field{Value: r.PostForm.Get("path")}
 	writable := r.PostForm.Get("writable") == "true"
-	path, err := jobs.CheckGrantPath(field.Value)
+	path, err := tools.CheckGrantPath(field.Value)
 	if err == nil && h.dataRoot != "" && insideDir(path, h.dataRoot) {
 		err = fmt.Errorf("%s is inside the server's data folder, which agents must not reach", path)
 	}

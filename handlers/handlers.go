@@ -19,12 +19,17 @@ import (
 	"time"
 
 	"github.com/a-h/templ"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"pizzabot/agent"
 	"pizzabot/db"
+	"pizzabot/extensions"
 	"pizzabot/jobs"
 	"pizzabot/live"
 	"pizzabot/metrics"
+	"pizzabot/tools"
+	"pizzabot/triggers"
 	"pizzabot/views"
 )
 
@@ -40,8 +45,9 @@ type Deps struct {
 	// migrations applied); /readyz answers 503 with its error otherwise.
 	// Nil pings the pool.
 	Ready func(ctx context.Context) error
-	// Runs starts, continues, decides and cancels runs.
-	Runs *jobs.Runtime
+	// Runs starts, continues, decides and cancels runs: the run service
+	// (*jobs.Runtime). Nil: pages that run nothing still work.
+	Runs Runs
 
 	// Auth signs people in (OIDC, sessions) and checks personal access
 	// tokens; its routes are mounted when set. When Authenticate is nil,
@@ -64,7 +70,7 @@ type Deps struct {
 	Live *live.Broker
 	// Extensions are the MCP servers and plugins managed on
 	// /settings/mcp and /settings/plugins (mcp.go); nil hides them.
-	Extensions *jobs.Extensions
+	Extensions *extensions.Extensions
 	// Admission bounds and rate-limits run starts (admission.go); the zero
 	// value admits everything.
 	Admission AdmissionConfig
@@ -80,6 +86,27 @@ type Deps struct {
 	DiskFloor DiskFloor
 }
 
+// Runs is what the handlers need of the run service (*jobs.Runtime).
+type Runs interface {
+	Start(ctx context.Context, user db.User, req jobs.StartRequest) (db.Thread, error)
+	// StartTx starts a run in the caller's transaction (a webhook delivery
+	// claimed in the same one).
+	StartTx(ctx context.Context, tx pgx.Tx, user db.User, req jobs.StartRequest) (db.Thread, error)
+	Reply(ctx context.Context, user db.User, threadID int64, content string) error
+	Retry(ctx context.Context, user db.User, threadID int64) error
+	Cancel(ctx context.Context, user db.User, threadID int64) error
+	Decide(ctx context.Context, user db.User, threadID int64, decisions []jobs.DecisionInput) error
+	// ModelSpec is the model a new thread runs on, read through q.
+	ModelSpec(ctx context.Context, q db.Querier) string
+	// DefaultModel is the configured model (PIZZA_MODEL); Getenv reads the
+	// environment runs see (provider keys).
+	DefaultModel() string
+	Getenv(name string) string
+	// Skills are the skills now; Toolbox the tools runs may be offered.
+	Skills() agent.SkillSet
+	Toolbox() *tools.Toolbox
+}
+
 // ErrUnauthenticated is what Deps.Authenticate returns, wrapped, for a
 // request that carries no signed-in user; the request is answered 401.
 var ErrUnauthenticated = errors.New("not signed in")
@@ -90,7 +117,7 @@ type Handler struct {
 	log          *slog.Logger
 	authenticate func(r *http.Request) (db.User, error)
 	ready        func(ctx context.Context) error
-	runs         *jobs.Runtime
+	runs         Runs
 	now          func() time.Time
 
 	auth     *Auth
@@ -102,7 +129,9 @@ type Handler struct {
 	live      *live.Broker
 	liveCache liveCache
 
-	ext *jobs.Extensions
+	ext *extensions.Extensions
+
+	hooks *triggers.Receiver
 
 	admission    *admission
 	metrics      *metrics.Metrics
@@ -141,6 +170,10 @@ func New(d Deps) http.Handler {
 	if h.ready == nil {
 		h.ready = func(ctx context.Context) error { return h.pool.Ping(ctx) }
 	}
+	h.hooks = triggers.NewReceiver(triggers.Config{
+		Pool: h.pool, Runs: h.runs, Skills: h.triggerSkills, Logger: h.log, Status: hookStatus,
+		Now: func() time.Time { return h.now() },
+	})
 	mux := http.NewServeMux()
 	h.routes(mux)
 

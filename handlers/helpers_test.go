@@ -20,6 +20,7 @@ import (
 	"pizzabot/db/dbtest"
 	"pizzabot/handlers"
 	"pizzabot/jobs"
+	"pizzabot/tools"
 )
 
 func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
@@ -63,14 +64,11 @@ func setup(t *testing.T, opts ...func(*handlers.Deps)) *bundle {
 	}
 	// An insert-only River client: runs are queued, never worked, so a new
 	// thread stays running as the page tests expect.
-	tools, err := jobs.NewToolbox()
+	toolbox, err := tools.NewToolbox()
 	if err != nil {
 		t.Fatal(err)
 	}
-	deps.Runs = &jobs.Runtime{Pool: pool, Logger: deps.Logger, Tools: tools}
-	if _, err := jobs.NewClient(deps.Runs, jobs.ClientConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	deps.Runs = newRuntime(t, jobs.Config{Pool: pool, Logger: deps.Logger, Tools: toolbox})
 	for _, o := range opts {
 		o(&deps)
 	}

@@ -31,6 +31,7 @@ import (
 	"pizzabot/handlers"
 	"pizzabot/jobs"
 	"pizzabot/live"
+	"pizzabot/tools"
 )
 
 // chromiumPath is where CI installs Debian's Chromium (.ci/run).
@@ -133,12 +134,12 @@ func setupLiveBrowser(t *testing.T, gate *finishGate) *liveServer {
 	model := httptest.NewServer(gate.wrap(scriptmodel.New(liveScript).Handler()))
 	t.Cleanup(model.Close)
 	t.Cleanup(gate.release) // let a held step end before the model server closes
-	tools, err := jobs.NewToolbox(jobs.Tool{
+	toolbox, err := tools.NewToolbox(tools.Tool{
 		Spec: agent.ToolSpec{
 			Name: "publish_brief", Description: "Publish a brief.",
 			Parameters: []byte(`{"type":"object","properties":{"title":{"type":"string"}},"required":["title"]}`),
 		},
-		Call: func(_ context.Context, _ jobs.Run, args map[string]any) (string, error) {
+		Call: func(_ context.Context, _ tools.Run, args map[string]any) (string, error) {
 			return fmt.Sprintf("published %v", args["title"]), nil
 		},
 	})
@@ -146,8 +147,8 @@ func setupLiveBrowser(t *testing.T, gate *finishGate) *liveServer {
 		t.Fatal(err)
 	}
 	skills := agent.LoadSkills(fstest.MapFS{"researcher/SKILL.md": {Data: []byte(liveSkill)}}, "")
-	ls.rt = &jobs.Runtime{
-		Pool: ls.pool, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tools: tools,
+	ls.rt = newRuntime(t, jobs.Config{
+		Pool: ls.pool, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tools: toolbox,
 		Skills:       func() agent.SkillSet { return skills },
 		DefaultModel: "compatible:scripted",
 		Getenv: func(k string) string {
@@ -162,18 +163,15 @@ func setupLiveBrowser(t *testing.T, gate *finishGate) *liveServer {
 		OnDelta: func(threadID int64, text string, reset bool) {
 			ls.current.Load().PublishDelta(threadID, text, reset)
 		},
-	}
-	client, err := jobs.NewClient(ls.rt, jobs.ClientConfig{MaxWorkers: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := client.Start(ctx); err != nil {
+		MaxWorkers: 10,
+	})
+	if err := ls.rt.StartWorkers(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = jobs.Stop(sctx, client)
+		_ = ls.rt.StopWorkers(sctx)
 	})
 	ls.addr = "127.0.0.1:0"
 	ls.start()

@@ -17,7 +17,9 @@ import (
 	"pizzabot/agent"
 	"pizzabot/agent/mcpclient"
 	"pizzabot/db"
+	"pizzabot/extensions"
 	"pizzabot/jobs"
+	"pizzabot/tools"
 	"pizzabot/views"
 )
 
@@ -43,7 +45,7 @@ var pluginNotices = map[string]string{
 }
 
 // extensions returns the MCP manager, or a 404 on a server without one.
-func (h *Handler) extensions() (*jobs.Extensions, error) {
+func (h *Handler) extensions() (*extensions.Extensions, error) {
 	if h.ext == nil {
 		return nil, httpError{http.StatusNotFound, "MCP servers are not available on this server."}
 	}
@@ -95,7 +97,7 @@ func sourceText(s agent.MCPServer) string {
 
 // mcpRow is a server as the page shows it: what it is, and why it runs or
 // not.
-func mcpRow(e jobs.ServerEntry, live map[string]mcpclient.Status, now time.Time) views.MCPServerRow {
+func mcpRow(e extensions.ServerEntry, live map[string]mcpclient.Status, now time.Time) views.MCPServerRow {
 	cfg, _ := json.MarshalIndent(e.Config, "", "  ")
 	row := views.MCPServerRow{
 		Name: e.Name, Source: e.Source, SourceLabel: sourceText(e.MCPServer), Type: e.Config.Type,
@@ -150,8 +152,8 @@ func mcpForm(r *http.Request) (views.MCPServerForm, agent.MCPServerConfig, bool)
 		f.Config.Error = `Enter the server's configuration, e.g. {"command": "npx", "args": [...]}.`
 		return f, cfg, false
 	}
-	if len(f.Config.Value) > jobs.MaxMCPEntry {
-		f.Config.Error = fmt.Sprintf("The configuration is larger than %d KiB.", jobs.MaxMCPEntry>>10)
+	if len(f.Config.Value) > extensions.MaxMCPEntry {
+		f.Config.Error = fmt.Sprintf("The configuration is larger than %d KiB.", extensions.MaxMCPEntry>>10)
 		return f, cfg, false
 	}
 	raw := []byte(f.Config.Value)
@@ -283,14 +285,14 @@ func (h *Handler) editMCPServer(w http.ResponseWriter, r *http.Request) error {
 	return h.render(w, r, http.StatusOK, views.MCPPage(p))
 }
 
-func findServer(ext *jobs.Extensions, name string) (jobs.ServerEntry, bool) {
+func findServer(ext *extensions.Extensions, name string) (extensions.ServerEntry, bool) {
 	st := ext.State()
-	i := slices.IndexFunc(st.Servers, func(e jobs.ServerEntry) bool { return e.Name == name && e.ShadowedBy == "" })
+	i := slices.IndexFunc(st.Servers, func(e extensions.ServerEntry) bool { return e.Name == name && e.ShadowedBy == "" })
 	if i < 0 {
-		i = slices.IndexFunc(st.Servers, func(e jobs.ServerEntry) bool { return e.Name == name })
+		i = slices.IndexFunc(st.Servers, func(e extensions.ServerEntry) bool { return e.Name == name })
 	}
 	if i < 0 {
-		return jobs.ServerEntry{}, false
+		return extensions.ServerEntry{}, false
 	}
 	return st.Servers[i], true
 }
@@ -314,13 +316,13 @@ func (h *Handler) deleteMCPServer(w http.ResponseWriter, r *http.Request) error 
 
 // setMCPServerEnabled turns a server of any source on or off.
 func (h *Handler) setMCPServerEnabled(w http.ResponseWriter, r *http.Request) error {
-	return h.switchExtension(w, r, "MCP server", "/settings/mcp", (*jobs.Extensions).SetServerEnabled)
+	return h.switchExtension(w, r, "MCP server", "/settings/mcp", (*extensions.Extensions).SetServerEnabled)
 }
 
 // switchExtension turns a server or a plugin on or off, audited, and
 // reloads the extensions: POST .../{name}/enabled with enabled=on|off.
 func (h *Handler) switchExtension(w http.ResponseWriter, r *http.Request, what, page string,
-	set func(ext *jobs.Extensions, ctx context.Context, q db.Querier, user db.User, name string, on bool) error) error {
+	set func(ext *extensions.Extensions, ctx context.Context, q db.Querier, user db.User, name string, on bool) error) error {
 	ext, err := h.extensions()
 	if err != nil {
 		return err
@@ -402,7 +404,7 @@ func (h *Handler) probeMCPForm(w http.ResponseWriter, r *http.Request) error {
 	return h.runTest(w, r, ext, f, name, "", cfg)
 }
 
-func (h *Handler) runTest(w http.ResponseWriter, r *http.Request, ext *jobs.Extensions, f views.MCPServerForm, name, plugin string, cfg agent.MCPServerConfig) error {
+func (h *Handler) runTest(w http.ResponseWriter, r *http.Request, ext *extensions.Extensions, f views.MCPServerForm, name, plugin string, cfg agent.MCPServerConfig) error {
 	ctx, cancel := context.WithTimeout(r.Context(), testTimeout)
 	defer cancel()
 	st, err := ext.Test(ctx, name, plugin, cfg)
@@ -424,7 +426,7 @@ func (h *Handler) runTest(w http.ResponseWriter, r *http.Request, ext *jobs.Exte
 	return h.showTest(w, r, ext, f, res)
 }
 
-func (h *Handler) showTest(w http.ResponseWriter, r *http.Request, _ *jobs.Extensions, f views.MCPServerForm, res *views.MCPTest) error {
+func (h *Handler) showTest(w http.ResponseWriter, r *http.Request, _ *extensions.Extensions, f views.MCPServerForm, res *views.MCPTest) error {
 	p, err := h.mcpPage(r, f)
 	if err != nil {
 		return err
@@ -456,9 +458,9 @@ func (h *Handler) pluginsPage(r *http.Request) (views.Plugins, error) {
 	st := ext.State()
 	live := ext.Status()
 	skills := ext.Skills()
-	var avail []jobs.SkillStatus
-	if h.runs != nil && h.runs.Tools != nil {
-		avail = h.runs.Tools.SkillAvailability(skills)
+	var avail []tools.SkillStatus
+	if h.runs != nil {
+		avail = h.runs.Toolbox().SkillAvailability(skills)
 	}
 	p := views.Plugins{Nav: nav, Dir: st.PluginsDir}
 	if st.PluginsErr != nil {
@@ -476,10 +478,10 @@ func (h *Handler) pluginsPage(r *http.Request) (views.Plugins, error) {
 			if used, ok := skills.Get(sk.Name); ok && (used.Source != agent.SourcePlugin || used.Plugin != pl.Name) && pl.Enabled {
 				sr.HiddenBy = "the " + used.Source + " skill of the same name is used"
 			}
-			if i := slices.IndexFunc(avail, func(s jobs.SkillStatus) bool { return s.Skill.Name == sk.Name }); i >= 0 && sr.HiddenBy == "" {
+			if i := slices.IndexFunc(avail, func(s tools.SkillStatus) bool { return s.Skill.Name == sk.Name }); i >= 0 && sr.HiddenBy == "" {
 				sr.Missing = avail[i].Missing
-			} else if !pl.Enabled && h.runs != nil && h.runs.Tools != nil {
-				sr.Missing = h.runs.Tools.Missing(&sk)
+			} else if !pl.Enabled && h.runs != nil {
+				sr.Missing = h.runs.Toolbox().Missing(&sk)
 			}
 			row.Skills = append(row.Skills, sr)
 		}
@@ -572,7 +574,7 @@ func (h *Handler) pluginError(w http.ResponseWriter, r *http.Request, msg string
 
 // setPluginEnabled turns a plugin (its skills and servers) on or off.
 func (h *Handler) setPluginEnabled(w http.ResponseWriter, r *http.Request) error {
-	return h.switchExtension(w, r, "plugin", "/settings/plugins", (*jobs.Extensions).SetPluginEnabled)
+	return h.switchExtension(w, r, "plugin", "/settings/plugins", (*extensions.Extensions).SetPluginEnabled)
 }
 
 // uninstallPlugin deletes a plugin's folder.

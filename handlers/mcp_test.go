@@ -17,18 +17,20 @@ import (
 	"pizzabot/agent/mcpclient"
 	"pizzabot/agent/mcpclient/mcptest"
 	"pizzabot/db"
+	"pizzabot/extensions"
 	"pizzabot/handlers"
 	"pizzabot/jobs"
+	"pizzabot/tools"
 )
 
 // mcpSetup is setup with Extensions on a fresh data root, and a user
 // "admin" (X-Test-User: admin) who administers the server.
-func mcpSetup(t *testing.T, env map[string]string) (*bundle, *jobs.Extensions) {
+func mcpSetup(t *testing.T, env map[string]string) (*bundle, *extensions.Extensions) {
 	b, ext, _ := mcpSetupRuns(t, env)
 	return b, ext
 }
 
-func mcpSetupRuns(t *testing.T, env map[string]string) (*bundle, *jobs.Extensions, *jobs.Runtime) {
+func mcpSetupRuns(t *testing.T, env map[string]string) (*bundle, *extensions.Extensions, *jobs.Runtime) {
 	t.Helper()
 	root := t.TempDir()
 	if f, ok := env["mcp.json"]; ok {
@@ -36,10 +38,9 @@ func mcpSetupRuns(t *testing.T, env map[string]string) (*bundle, *jobs.Extension
 			t.Fatal(err)
 		}
 	}
-	var ext *jobs.Extensions
+	var ext *extensions.Extensions
 	var runs *jobs.Runtime
 	b := setup(t, func(d *handlers.Deps) {
-		runs = d.Runs
 		admin, err := db.UpsertUser(context.Background(), d.Pool, "https://idp.test", "admin", "admin@example.com", "Ada", true)
 		if err != nil {
 			t.Fatal(err)
@@ -52,13 +53,18 @@ func mcpSetupRuns(t *testing.T, env map[string]string) (*bundle, *jobs.Extension
 			return members(r)
 		}
 		opts := mcpclient.Options{MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}
-		ext = &jobs.Extensions{
+		ext = &extensions.Extensions{
 			Pool: d.Pool, DataRoot: root, BuiltinSkills: fstest.MapFS{},
 			Lookup:  func(k string) (string, bool) { v, ok := env[k]; return v, ok },
 			Manager: mcpclient.New(opts), ProbeOptions: opts, RefreshEvery: time.Hour,
 		}
-		d.Runs.Tools.AddSource(jobs.MCPTools(ext.Manager))
-		d.Runs.Skills = ext.Skills
+		toolbox, err := tools.NewToolbox()
+		if err != nil {
+			t.Fatal(err)
+		}
+		toolbox.AddSource(extensions.MCPTools(ext.Manager))
+		runs = newRuntime(t, jobs.Config{Pool: d.Pool, Logger: d.Logger, Tools: toolbox, Skills: ext.Skills})
+		d.Runs = runs
 		d.Extensions = ext
 		ext.Start(context.Background())
 		t.Cleanup(ext.Close)

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strconv"
 	"strings"
 	"unicode"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/a-h/templ"
 
+	"pizzabot/argform"
 	"pizzabot/db"
 	"pizzabot/jobs"
 	"pizzabot/views"
@@ -91,7 +91,7 @@ func (h *Handler) decideOn(w http.ResponseWriter, r *http.Request, user db.User,
 	}
 
 	// refuse shows the form again, as submitted, with msg next to it.
-	refuse := func(msg string, fields []views.ArgField) (bool, error) {
+	refuse := func(msg string, fields []argform.Field) (bool, error) {
 		if len(ids) > 1 {
 			target.ApproveAll = msg
 		} else {
@@ -112,7 +112,7 @@ func (h *Handler) decideOn(w http.ResponseWriter, r *http.Request, user db.User,
 	}
 
 	inputs := make([]jobs.DecisionInput, 0, len(rows))
-	var editFields []views.ArgField // the schema form as submitted
+	var editFields []argform.Field // the schema form as submitted
 	for _, c := range rows {
 		if !allowsDecision(c, decision) {
 			return refuse(notAllowed(c, decision), nil)
@@ -366,12 +366,12 @@ func (h *Handler) decisionForms(v views.ThreadView) map[int64]views.DecisionForm
 			continue
 		}
 		var f views.DecisionForm
-		if h.runs != nil && h.runs.Tools != nil {
-			if tool, ok := h.runs.Tools.Get(c.Name); ok {
+		if h.runs != nil {
+			if tool, ok := h.runs.Toolbox().Get(c.Name); ok {
 				f.ToolDescription = tool.Spec.Description
 				if allowsDecision(c, db.DecisionEdit) {
-					if props, ok := flatSchema(tool.Spec.Parameters); ok {
-						f.Fields, _ = argFields(props, c.Arguments)
+					if schema, ok := argform.Parse(tool.Spec.Parameters); ok {
+						f.Fields, _ = schema.Fields(c.Arguments)
 					}
 				}
 			}
@@ -385,7 +385,7 @@ func (h *Handler) decisionForms(v views.ThreadView) map[int64]views.DecisionForm
 // JSON textarea when sent, the schema form's fields otherwise. It returns
 // the arguments as JSON, or the message that refuses them and, for the
 // schema form, its fields as submitted with their errors.
-func (h *Handler) editedArguments(c db.ToolCallRow, form url.Values) (string, []views.ArgField, string) {
+func (h *Handler) editedArguments(c db.ToolCallRow, form url.Values) (string, []argform.Field, string) {
 	if _, sent := form["arguments"]; sent {
 		raw := strings.TrimSpace(form.Get("arguments"))
 		if raw == "" {
@@ -397,17 +397,17 @@ func (h *Handler) editedArguments(c db.ToolCallRow, form url.Values) (string, []
 		}
 		return raw, nil, ""
 	}
-	var props []argProp
+	var schema argform.Schema
 	ok := false
-	if h.runs != nil && h.runs.Tools != nil {
-		if tool, found := h.runs.Tools.Get(c.Name); found {
-			props, ok = flatSchema(tool.Spec.Parameters)
+	if h.runs != nil {
+		if tool, found := h.runs.Toolbox().Get(c.Name); found {
+			schema, ok = argform.Parse(tool.Spec.Parameters)
 		}
 	}
 	if !ok {
 		return "", nil, "Edit the arguments as JSON."
 	}
-	args, fields, ok := argsFromForm(props, c.Arguments, form)
+	args, fields, ok := schema.FromForm(c.Arguments, form)
 	if !ok {
 		return "", fields, "Some arguments need fixing."
 	}
@@ -416,316 +416,4 @@ func (h *Handler) editedArguments(c db.ToolCallRow, form url.Values) (string, []
 		return "", fields, "The arguments could not be written as JSON."
 	}
 	return string(raw), fields, ""
-}
-
-// argProp is one property of a flat object schema.
-type argProp struct {
-	name        string
-	description string
-	typ         string // string, number, integer, boolean; "" for an enum without a type
-	enum        []any  // the allowed values; nil for any
-	required    bool
-}
-
-// Keywords a flat schema may use: those that describe or constrain simple
-// values. A schema with any other (anyOf, $ref, items, nested properties)
-// is edited as JSON.
-var (
-	flatObjectKeys = keySet("type", "properties", "required", "additionalProperties",
-		"description", "title", "$schema", "$id", "$comment")
-	flatPropertyKeys = keySet("type", "description", "title", "enum", "const", "default", "examples",
-		"minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
-		"exclusiveMaximum", "multipleOf", "deprecated", "readOnly", "writeOnly", "$comment")
-)
-
-func keySet(keys ...string) map[string]bool {
-	m := make(map[string]bool, len(keys))
-	for _, k := range keys {
-		m[k] = true
-	}
-	return m
-}
-
-// flatSchema reads a tool's parameter schema when it is an object whose
-// properties are strings, numbers, integers, booleans or enums of those,
-// in the schema's order. It reports false for any other schema.
-func flatSchema(params json.RawMessage) ([]argProp, bool) {
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(params, &top); err != nil || top == nil {
-		return nil, false
-	}
-	for k := range top {
-		if !flatObjectKeys[k] {
-			return nil, false
-		}
-	}
-	if t, ok := top["type"]; ok && string(bytes.TrimSpace(t)) != `"object"` {
-		return nil, false
-	}
-	if ap, ok := top["additionalProperties"]; ok {
-		if s := string(bytes.TrimSpace(ap)); s != "false" && s != "true" {
-			return nil, false
-		}
-	}
-	var required []string
-	if raw, ok := top["required"]; ok {
-		if err := json.Unmarshal(raw, &required); err != nil {
-			return nil, false
-		}
-	}
-	names, raws, ok := orderedObject(top["properties"])
-	if !ok || len(names) == 0 {
-		return nil, false
-	}
-	props := make([]argProp, 0, len(names))
-	for i, name := range names {
-		var p map[string]json.RawMessage
-		if err := json.Unmarshal(raws[i], &p); err != nil || p == nil {
-			return nil, false
-		}
-		for k := range p {
-			if !flatPropertyKeys[k] {
-				return nil, false
-			}
-		}
-		ap := argProp{name: name}
-		for _, r := range required {
-			ap.required = ap.required || r == name
-		}
-		if raw, ok := p["description"]; ok {
-			_ = json.Unmarshal(raw, &ap.description)
-		}
-		if raw, ok := p["type"]; ok {
-			if err := json.Unmarshal(raw, &ap.typ); err != nil {
-				return nil, false // a list of types
-			}
-			switch ap.typ {
-			case "string", "number", "integer", "boolean":
-			default:
-				return nil, false
-			}
-		}
-		if raw, ok := p["enum"]; ok {
-			dec := json.NewDecoder(bytes.NewReader(raw))
-			dec.UseNumber()
-			if err := dec.Decode(&ap.enum); err != nil || len(ap.enum) == 0 {
-				return nil, false
-			}
-			for _, e := range ap.enum {
-				switch e.(type) {
-				case string, json.Number, bool:
-				default:
-					return nil, false
-				}
-			}
-		} else if ap.typ == "" {
-			return nil, false // any type at all
-		}
-		props = append(props, ap)
-	}
-	return props, true
-}
-
-// orderedObject splits a JSON object into its keys, in order, and values.
-func orderedObject(raw json.RawMessage) ([]string, []json.RawMessage, bool) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil, nil, false
-	}
-	var names []string
-	var values []json.RawMessage
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return nil, nil, false
-		}
-		name, _ := t.(string)
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, nil, false
-		}
-		names = append(names, name)
-		values = append(values, v)
-	}
-	return names, values, true
-}
-
-// decodeArgs parses a call's arguments as an object, numbers kept as written.
-func decodeArgs(raw string) (map[string]any, bool) {
-	if strings.TrimSpace(raw) == "" {
-		return map[string]any{}, true
-	}
-	dec := json.NewDecoder(strings.NewReader(raw))
-	dec.UseNumber()
-	var args map[string]any
-	if err := dec.Decode(&args); err != nil || args == nil || dec.More() {
-		return nil, false
-	}
-	return args, true
-}
-
-// argFields makes the edit form of a call's arguments. It reports false
-// when the arguments do not fit the form (not an object, a key the schema
-// does not name, a value of another type): they are then edited as JSON,
-// so that nothing the model wrote is lost.
-func argFields(props []argProp, raw string) ([]views.ArgField, bool) {
-	args, ok := decodeArgs(raw)
-	if !ok {
-		return nil, false
-	}
-	known := map[string]bool{}
-	for _, p := range props {
-		known[p.name] = true
-	}
-	for k := range args {
-		if !known[k] {
-			return nil, false
-		}
-	}
-	fields := make([]views.ArgField, 0, len(props))
-	for _, p := range props {
-		f := views.ArgField{Name: p.name, Description: p.description, Required: p.required, Kind: views.ArgText}
-		val, has := args[p.name]
-		switch {
-		case p.enum != nil:
-			f.Kind = views.ArgChoice
-			for _, e := range p.enum {
-				f.Options = append(f.Options, choice(e))
-			}
-			if has {
-				f.Value = jsonText(val)
-				if !hasOption(f.Options, f.Value) {
-					return nil, false
-				}
-			}
-		case p.typ == "boolean":
-			f.Kind = views.ArgChoice
-			f.Options = []views.ArgOption{{Value: "true", Label: "true"}, {Value: "false", Label: "false"}}
-			if has {
-				b, ok := val.(bool)
-				if !ok {
-					return nil, false
-				}
-				f.Value = strconv.FormatBool(b)
-			}
-		case p.typ == "number" || p.typ == "integer":
-			f.Kind = views.ArgNumber
-			if p.typ == "integer" {
-				f.Kind = views.ArgInteger
-			}
-			if has {
-				n, ok := val.(json.Number)
-				if !ok {
-					return nil, false
-				}
-				f.Value = n.String()
-			}
-		default:
-			if has {
-				s, ok := val.(string)
-				if !ok {
-					return nil, false
-				}
-				f.Value = s
-			}
-			if strings.Contains(f.Value, "\n") || utf8.RuneCountInString(f.Value) > 80 {
-				f.Kind = views.ArgTextarea
-			}
-		}
-		fields = append(fields, f)
-	}
-	return fields, true
-}
-
-func choice(v any) views.ArgOption {
-	label := jsonText(v)
-	if s, ok := v.(string); ok {
-		label = s
-	}
-	return views.ArgOption{Value: jsonText(v), Label: label}
-}
-
-func jsonText(v any) string {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return ""
-	}
-	return string(b)
-}
-
-func hasOption(opts []views.ArgOption, v string) bool {
-	for _, o := range opts {
-		if o.Value == v {
-			return true
-		}
-	}
-	return false
-}
-
-var (
-	numberRE  = regexp.MustCompile(`^-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?$`)
-	integerRE = regexp.MustCompile(`^-?(0|[1-9][0-9]*)$`)
-)
-
-// argsFromForm reads the schema form's fields back into arguments. An
-// optional field left empty is left out, unless the call had it. It
-// returns the fields as submitted, with an error on each it refuses, and
-// false when it refused any.
-func argsFromForm(props []argProp, original string, form url.Values) (map[string]any, []views.ArgField, bool) {
-	orig, _ := decodeArgs(original)
-	fields, fit := argFields(props, original)
-	if !fit {
-		// The call's arguments do not fit the form; start from an empty one.
-		fields, _ = argFields(props, "{}")
-	}
-	args := map[string]any{}
-	ok := true
-	for i, p := range props {
-		f := &fields[i]
-		raw := form.Get(f.FieldName())
-		if f.Kind == views.ArgTextarea {
-			raw = strings.ReplaceAll(raw, "\r\n", "\n")
-		}
-		f.Value = raw
-		_, had := orig[p.name]
-		if raw == "" && (f.Kind != views.ArgText && f.Kind != views.ArgTextarea || !p.required && !had) {
-			if p.required {
-				f.Error = "Fill this in."
-				ok = false
-			}
-			continue
-		}
-		switch f.Kind {
-		case views.ArgChoice:
-			if !hasOption(f.Options, raw) {
-				f.Error = "Choose one of the listed values."
-				ok = false
-				continue
-			}
-			dec := json.NewDecoder(strings.NewReader(raw))
-			dec.UseNumber()
-			var v any
-			_ = dec.Decode(&v)
-			args[p.name] = v
-		case views.ArgNumber:
-			s := strings.TrimSpace(raw)
-			if !numberRE.MatchString(s) {
-				f.Error = "Enter a number, like 3 or 2.5."
-				ok = false
-				continue
-			}
-			args[p.name] = json.Number(s)
-		case views.ArgInteger:
-			s := strings.TrimSpace(raw)
-			if !integerRE.MatchString(s) {
-				f.Error = "Enter a whole number."
-				ok = false
-				continue
-			}
-			args[p.name] = json.Number(s)
-		default:
-			args[p.name] = raw
-		}
-	}
-	return args, fields, ok
 }

@@ -21,6 +21,7 @@ import (
 	"pizzabot/db"
 	"pizzabot/handlers"
 	"pizzabot/jobs"
+	"pizzabot/tools"
 )
 
 // The skills of the run tests.
@@ -107,8 +108,8 @@ func setupRuns(t *testing.T, script scriptmodel.Script) *runBundle {
 	rb := &runBundle{published: &pageToolLog{}, model: scriptmodel.New(script)}
 	srv := httptest.NewServer(rb.model.Handler())
 	t.Cleanup(srv.Close)
-	tools, err := jobs.NewToolbox(
-		jobs.Tool{
+	toolbox, err := tools.NewToolbox(
+		tools.Tool{
 			Spec: agent.ToolSpec{
 				Name:        "publish_brief",
 				Description: "Publish a brief to the company.",
@@ -119,18 +120,18 @@ func setupRuns(t *testing.T, script scriptmodel.Script) *runBundle {
 					"urgent":{"type":"boolean"}},
 					"required":["title"],"additionalProperties":false}`),
 			},
-			Call: func(_ context.Context, _ jobs.Run, args map[string]any) (string, error) {
+			Call: func(_ context.Context, _ tools.Run, args map[string]any) (string, error) {
 				rb.published.add(fmt.Sprint(args["title"]))
 				return fmt.Sprintf("published %v (audience %v, priority %v)", args["title"], args["audience"], args["priority"]), nil
 			},
 		},
-		jobs.Tool{
+		tools.Tool{
 			Spec: agent.ToolSpec{
 				Name:        "tag_items",
 				Description: "Tag the items.",
 				Parameters:  []byte(`{"type":"object","properties":{"tags":{"type":"array","items":{"type":"string"}}},"required":["tags"]}`),
 			},
-			Tx: func(_ context.Context, _ pgx.Tx, _ jobs.Run, args map[string]any) (string, error) {
+			Tx: func(_ context.Context, _ pgx.Tx, _ tools.Run, args map[string]any) (string, error) {
 				return fmt.Sprintf("tagged %v", args["tags"]), nil
 			},
 		},
@@ -140,10 +141,10 @@ func setupRuns(t *testing.T, script scriptmodel.Script) *runBundle {
 	}
 	skills := agent.LoadSkills(runSkills, "")
 	rb.bundle = setup(t, func(d *handlers.Deps) {
-		rb.rt = &jobs.Runtime{
+		rb.rt = newRuntime(t, jobs.Config{
 			Pool:         d.Pool,
 			Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-			Tools:        tools,
+			Tools:        toolbox,
 			Skills:       func() agent.SkillSet { return skills },
 			DefaultModel: "compatible:scripted",
 			Getenv: func(k string) string {
@@ -155,18 +156,15 @@ func setupRuns(t *testing.T, script scriptmodel.Script) *runBundle {
 			ModelRetry:     agent.RetryPolicy{Attempts: 3, Base: time.Millisecond, Max: 5 * time.Millisecond},
 			HeartbeatEvery: 100 * time.Millisecond,
 			StaleAfter:     time.Second,
-		}
-		client, err := jobs.NewClient(rb.rt, jobs.ClientConfig{MaxWorkers: 20})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := client.Start(context.Background()); err != nil {
+			MaxWorkers:     20,
+		})
+		if err := rb.rt.StartWorkers(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			_ = jobs.Stop(ctx, client)
+			_ = rb.rt.StopWorkers(ctx)
 		})
 		d.Runs = rb.rt
 	})

@@ -4,22 +4,21 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"pizzabot/agent"
 	"pizzabot/db"
-	"pizzabot/jobs"
+	"pizzabot/triggers"
 	"pizzabot/views"
 )
 
 // Schedules: the pages that list, create, edit, pause and delete them, the
 // preview of an expression's next fires, and the JSON API under
-// /api/v1/schedules. The runs themselves are started by jobs.ScheduleWorker.
+// /api/v1/schedules. What a valid schedule is, and when it fires, is
+// package triggers'; the runs themselves are started by jobs.ScheduleWorker.
 
 // firesShown is how many of a schedule's latest fires its page lists.
 const firesShown = 50
@@ -27,117 +26,22 @@ const firesShown = 50
 // triggerSkills returns the skills available now (none when the runtime has
 // no skill source, as in some tests).
 func (h *Handler) triggerSkills() agent.SkillSet {
-	if h.runs == nil || h.runs.Skills == nil {
+	if h.runs == nil {
 		return agent.SkillSet{}
 	}
 	return h.runs.Skills()
 }
 
-// scheduleProblems are the messages for the fields of a refused schedule,
-// keyed by field name (name, skill, prompt, cron, timezone, folder).
-type scheduleProblems map[string]string
-
-// first returns one message, for the API, which answers one error at a
-// time; fields are looked at in the form's order.
-func (p scheduleProblems) first() string {
-	for _, f := range []string{"name", "skill", "prompt", "cron", "timezone", "folder"} {
-		if msg, ok := p[f]; ok {
-			return f + ": " + msg
-		}
-	}
-	return ""
+// checkSchedule cleans a submitted schedule against the skills of now
+// (triggers.CheckSchedule).
+func (h *Handler) checkSchedule(in db.ScheduleFields, prev *db.Schedule, now time.Time) (db.ScheduleFields, triggers.Problems) {
+	return triggers.CheckSchedule(in, prev, now, h.triggerSkills())
 }
 
-// checkSchedule cleans a submitted schedule and computes its next due time
-// at now. prev is the schedule being edited (nil for a new one): its next
-// due time is kept when the expression, the zone and the paused state stay
-// the same, so that an edit does not skip a fire that is due this instant.
-func (h *Handler) checkSchedule(in db.ScheduleFields, prev *db.Schedule, now time.Time) (db.ScheduleFields, scheduleProblems) {
-	probs := scheduleProblems{}
-	f := db.ScheduleFields{
-		Name:          strings.Join(strings.Fields(in.Name), " "),
-		Skill:         strings.TrimSpace(in.Skill),
-		Prompt:        strings.TrimSpace(strings.ReplaceAll(in.Prompt, "\r\n", "\n")),
-		Cron:          strings.Join(strings.Fields(in.Cron), " "),
-		Timezone:      strings.TrimSpace(in.Timezone),
-		FolderID:      in.FolderID,
-		Paused:        in.Paused,
-		SkipIfRunning: in.SkipIfRunning,
-	}
-	switch {
-	case f.Prompt == "":
-		probs["prompt"] = "Write what the agent should do each time."
-	case len(f.Prompt) > jobs.MaxPrompt-1024:
-		// Room for the line that tells the agent which fire it is.
-		probs["prompt"] = fmt.Sprintf("The prompt is %d KB; the limit is %d KB.", (len(f.Prompt)+1023)>>10, (jobs.MaxPrompt-1024)>>10)
-	}
-	if f.Name == "" && f.Prompt != "" {
-		f.Name = db.TitleFromPrompt(f.Prompt)
-		if utf8.RuneCountInString(f.Name) > db.MaxScheduleName {
-			f.Name = string([]rune(f.Name)[:db.MaxScheduleName-1]) + "…"
-		}
-	}
-	if utf8.RuneCountInString(f.Name) > db.MaxScheduleName {
-		probs["name"] = fmt.Sprintf("The name is longer than %d characters.", db.MaxScheduleName)
-	}
-	if f.Skill != "" {
-		if _, ok := h.triggerSkills().Get(f.Skill); !ok {
-			probs["skill"] = fmt.Sprintf("There is no skill named %q.", f.Skill)
-		}
-	}
-	c, err := jobs.ParseCron(f.Cron, f.Timezone, now)
-	var ce *jobs.CronError
-	if errors.As(err, &ce) {
-		probs[ce.Field] = ce.Msg
-		if ce.Field == "cron" && f.Timezone != "" {
-			// Report a bad zone too, not only once the expression is fixed.
-			if _, zerr := jobs.ParseCron("@daily", f.Timezone, now); errors.As(zerr, &ce) {
-				probs[ce.Field] = ce.Msg
-			}
-		}
-	}
-	if len(probs) > 0 {
-		return f, probs
-	}
-	f.Cron = c.Expr
-	if prev != nil && prev.Cron == f.Cron && prev.Timezone == f.Timezone && prev.Paused == f.Paused && prev.NextDueAt != nil {
-		f.NextDueAt = prev.NextDueAt
-	} else if next := c.Next(now); !next.IsZero() {
-		f.NextDueAt = &next
-	}
-	return f, nil
-}
-
-// previewFires computes the preview of an expression: its next five fires
-// after now, or what is wrong with it.
+// previewFires is the form's preview of an expression (triggers.PreviewFires).
 func previewFires(expr, tz string, now time.Time) views.SchedulePreview {
-	var p views.SchedulePreview
-	if strings.TrimSpace(expr) == "" {
-		return p
-	}
-	c, err := jobs.ParseCron(expr, tz, now)
-	var ce *jobs.CronError
-	if errors.As(err, &ce) {
-		if ce.Field == "cron" {
-			p.CronError = ce.Msg
-			if _, zerr := jobs.ParseCron("@daily", tz, now); errors.As(zerr, &ce) {
-				p.ZoneError = ce.Msg
-			}
-		} else {
-			p.ZoneError = ce.Msg
-		}
-		return p
-	}
-	p.Times = c.NextN(now, 5)
-	return p
-}
-
-// nextFire is the next time a schedule fires, zero when paused or never.
-func nextFire(s db.Schedule) time.Time {
-	if s.Paused || s.NextDueAt == nil {
-		return time.Time{}
-	}
-	return *s.NextDueAt
+	p := triggers.PreviewFires(expr, tz, now)
+	return views.SchedulePreview{Times: p.Times, CronError: p.CronError, ZoneError: p.ZoneError}
 }
 
 // listSchedules shows the user's schedules: GET /schedules.
@@ -154,7 +58,7 @@ func (h *Handler) listSchedules(w http.ResponseWriter, r *http.Request) error {
 	}
 	p := views.Schedules{Nav: nav, Now: h.now()}
 	for _, s := range ss {
-		p.Rows = append(p.Rows, views.ScheduleRow{Schedule: s, Next: nextFire(s)})
+		p.Rows = append(p.Rows, views.ScheduleRow{Schedule: s, Next: triggers.NextFire(s)})
 	}
 	// Skills may declare a schedule (SKILL.md "schedule"). Schedules belong
 	// to users, so a declared one is offered here, not created for
@@ -331,7 +235,7 @@ func (h *Handler) saveSchedule(w http.ResponseWriter, r *http.Request, prev *db.
 		case err == nil:
 			return seeOther(w, r, "/schedules/"+strconv.FormatInt(s.ID, 10))
 		case errors.Is(err, db.ErrNotFound) && in.FolderID != nil:
-			probs = scheduleProblems{"folder": "That folder does not exist any more. Choose another."}
+			probs = triggers.Problems{"folder": "That folder does not exist any more. Choose another."}
 		default:
 			return err
 		}
@@ -396,7 +300,7 @@ func (h *Handler) pauseOrResume(ctx context.Context, user db.User, id int64, pau
 			fields = s.Fields()
 			fields.Paused = true
 		} else {
-			return db.Schedule{}, httpError{http.StatusConflict, "This schedule cannot be resumed as it is: " + probs.first() + " Edit it first."}
+			return db.Schedule{}, httpError{http.StatusConflict, "This schedule cannot be resumed as it is: " + probs.First() + " Edit it first."}
 		}
 	}
 	return db.UpdateSchedule(ctx, h.pool, user.ID, id, fields)
@@ -465,7 +369,7 @@ type apiScheduleDetail struct {
 	Fires []apiFire `json:"fires"`
 }
 
-func toAPISchedule(s db.Schedule, now time.Time) apiSchedule {
+func toAPISchedule(s db.Schedule) apiSchedule {
 	out := apiSchedule{
 		ID: s.ID, Name: s.Name, Skill: optional(s.Skill), Prompt: s.Prompt, Cron: s.Cron, Timezone: s.Timezone,
 		Paused: s.Paused, SkipIfRunning: s.SkipIfRunning, NextFires: []time.Time{},
@@ -478,13 +382,8 @@ func toAPISchedule(s db.Schedule, now time.Time) apiSchedule {
 		t := s.LastFiredAt.UTC()
 		out.LastFiredAt = &t
 	}
-	if next := nextFire(s); !next.IsZero() {
-		out.NextFires = append(out.NextFires, next.UTC())
-		if c, err := jobs.ParseCron(s.Cron, s.Timezone, now); err == nil {
-			for _, t := range c.NextN(next, 4) {
-				out.NextFires = append(out.NextFires, t.UTC())
-			}
-		}
+	for _, t := range triggers.NextFires(s, 5) {
+		out.NextFires = append(out.NextFires, t.UTC())
 	}
 	return out
 }
@@ -517,9 +416,8 @@ func (h *Handler) apiListSchedules(w http.ResponseWriter, r *http.Request) error
 	out := struct {
 		Schedules []apiSchedule `json:"schedules"`
 	}{Schedules: []apiSchedule{}}
-	now := h.now()
 	for _, s := range ss {
-		out.Schedules = append(out.Schedules, toAPISchedule(s, now))
+		out.Schedules = append(out.Schedules, toAPISchedule(s))
 	}
 	return writeJSON(w, http.StatusOK, out)
 }
@@ -541,7 +439,7 @@ func (h *Handler) apiShowSchedule(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	out := apiScheduleDetail{apiSchedule: toAPISchedule(s, h.now()), Fires: []apiFire{}}
+	out := apiScheduleDetail{apiSchedule: toAPISchedule(s), Fires: []apiFire{}}
 	for _, f := range fires {
 		out.Fires = append(out.Fires, apiFire{
 			DueAt: f.DueAt.UTC(), FirstDueAt: f.FirstDueAt.UTC(), Covers: f.Covers, RanAt: f.RanAt.UTC(),
@@ -627,7 +525,7 @@ func (h *Handler) apiCreateSchedule(w http.ResponseWriter, r *http.Request) erro
 	}
 	fields, probs := h.checkSchedule(in, nil, h.now())
 	if len(probs) > 0 {
-		return httpError{http.StatusBadRequest, probs.first()}
+		return httpError{http.StatusBadRequest, probs.First()}
 	}
 	s, err := db.CreateSchedule(ctx, h.pool, user.ID, fields)
 	if errors.Is(err, db.ErrNotFound) {
@@ -637,7 +535,7 @@ func (h *Handler) apiCreateSchedule(w http.ResponseWriter, r *http.Request) erro
 		return err
 	}
 	w.Header().Set("Location", "/api/v1/schedules/"+strconv.FormatInt(s.ID, 10))
-	return writeJSON(w, http.StatusCreated, toAPISchedule(s, h.now()))
+	return writeJSON(w, http.StatusCreated, toAPISchedule(s))
 }
 
 // apiUpdateSchedule changes the fields given: PATCH /api/v1/schedules/{id}.
@@ -663,7 +561,7 @@ func (h *Handler) apiUpdateSchedule(w http.ResponseWriter, r *http.Request) erro
 	}
 	fields, probs := h.checkSchedule(in, &prev, h.now())
 	if len(probs) > 0 {
-		return httpError{http.StatusBadRequest, probs.first()}
+		return httpError{http.StatusBadRequest, probs.First()}
 	}
 	s, err := db.UpdateSchedule(ctx, h.pool, user.ID, id, fields)
 	if errors.Is(err, db.ErrNotFound) {
@@ -676,7 +574,7 @@ func (h *Handler) apiUpdateSchedule(w http.ResponseWriter, r *http.Request) erro
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, toAPISchedule(s, h.now()))
+	return writeJSON(w, http.StatusOK, toAPISchedule(s))
 }
 
 // apiDeleteSchedule deletes a schedule; its threads stay:

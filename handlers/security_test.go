@@ -23,6 +23,7 @@ import (
 	"pizzabot/handlers"
 	"pizzabot/handlers/oidctest"
 	"pizzabot/jobs"
+	"pizzabot/tools"
 )
 
 // Tests that attack the web boundary (issue 12): DNS rebinding of a server
@@ -90,14 +91,11 @@ func localServer(t *testing.T) (*authBundle, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tools, err := jobs.NewToolbox()
+	toolbox, err := tools.NewToolbox()
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs := &jobs.Runtime{Pool: pool, Logger: slog.New(slog.DiscardHandler), Tools: tools}
-	if _, err := jobs.NewClient(runs, jobs.ClientConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	runs := newRuntime(t, jobs.Config{Pool: pool, Logger: slog.New(slog.DiscardHandler), Tools: toolbox})
 	srv := httptest.NewServer(handlers.New(handlers.Deps{Pool: pool, Auth: auth, Runs: runs, DataRoot: t.TempDir(),
 		JobsUI: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "river ui") })}))
 	t.Cleanup(srv.Close)
@@ -480,17 +478,26 @@ func TestAdminEmailNeedsVerification(t *testing.T) {
 // is closed when the server ends it.
 func (b *authBundle) openStream(c *http.Client) <-chan struct{} {
 	b.t.Helper()
+	return b.openStreamAt(c, "/events", map[string]string{"Sec-Fetch-Site": "same-origin"})
+}
+
+// openStreamAt opens the event stream at path with the headers, and
+// returns a channel that is closed when the server ends it.
+func (b *authBundle) openStreamAt(c *http.Client, path string, hdr map[string]string) <-chan struct{} {
+	b.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	b.t.Cleanup(cancel)
-	req, _ := http.NewRequestWithContext(ctx, "GET", b.srv.URL+"/events", nil)
+	req, _ := http.NewRequestWithContext(ctx, "GET", b.srv.URL+path, nil)
 	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
 	resp, err := c.Do(req)
 	if err != nil {
 		b.t.Fatal(err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		b.t.Fatalf("GET /events = %d", resp.StatusCode)
+		b.t.Fatalf("GET %s = %d", path, resp.StatusCode)
 	}
 	ended := make(chan struct{})
 	go func() {
@@ -538,6 +545,29 @@ func TestEventStreamEndsWithItsSession(t *testing.T) {
 	waitEnded(t, ended, "its user was disabled", 5*time.Second)
 }
 
+// TestAPIEventStreamEndsWithItsToken: the API's event stream, opened with
+// a token, ends when the token is revoked, as a page's ends with its
+// session.
+func TestAPIEventStreamEndsWithItsToken(t *testing.T) {
+	t.Parallel()
+	b := authSetup(t, authOptions{live: true, recheck: 200 * time.Millisecond})
+	alice := b.signIn(aliceIdP)
+	resp, body := b.post(alice, "/tokens", url.Values{"name": {"watch"}, "expiry": {"30"}})
+	if resp.StatusCode != http.StatusCreated {
+		t.Fatalf("create token = %d: %s", resp.StatusCode, body)
+	}
+	ended := b.openStreamAt(b.browser(), "/api/v1/events", bearer(tokenPattern.FindString(body)))
+	select {
+	case <-ended:
+		t.Fatal("the stream ended by itself")
+	case <-time.After(500 * time.Millisecond):
+	}
+	if _, err := b.pool.Exec(b.ctx, `DELETE FROM api_tokens WHERE user_id = $1`, b.user("alice-sub").ID); err != nil {
+		t.Fatal(err)
+	}
+	waitEnded(t, ended, "its token was revoked", 5*time.Second)
+}
+
 func TestEventStreamEndsAtSessionExpiry(t *testing.T) {
 	t.Parallel()
 	b := authSetup(t, authOptions{live: true, recheck: time.Hour})
@@ -580,16 +610,16 @@ func TestStorageQuota(t *testing.T) {
 	b.upload("bob", "/threads", []string{"prompt", "bob's"}, []upFile{{name: "b.txt", body: strings.Repeat("b", 4000)}}).wantStatus(http.StatusSeeOther)
 
 	// The agent's scratch files count, through the real tool.
-	tools, err := jobs.NewToolbox()
+	toolbox, err := tools.NewToolbox()
 	if err != nil {
 		t.Fatal(err)
 	}
-	write, ok := tools.Get("write_file")
+	write, ok := toolbox.Get("write_file")
 	if !ok {
 		t.Fatal("no write_file tool")
 	}
 	th := b.thread(b.alice, "scratch", "")
-	run := jobs.Run{ThreadID: th.ID, UserID: b.alice.ID}
+	run := tools.Run{ThreadID: th.ID, UserID: b.alice.ID}
 	call := func(content string) error {
 		return pgx.BeginFunc(b.ctx, b.pool, func(tx pgx.Tx) error {
 			_, err := write.Tx(b.ctx, tx, run, map[string]any{"path": "notes.md", "content": content})

@@ -120,7 +120,7 @@ func (h *Handler) loadSettings(r *http.Request) (views.Settings, error) {
 		return p, err
 	}
 	if h.runs != nil {
-		p.EnvModel = h.runs.DefaultModel
+		p.EnvModel = h.runs.DefaultModel()
 	}
 	if p.ToolPolicy.Value, err = db.GetServerSetting(ctx, h.pool, db.SettingToolPolicy); err != nil {
 		return p, err
@@ -132,14 +132,12 @@ func (h *Handler) loadSettings(r *http.Request) (views.Settings, error) {
 	if h.ext != nil {
 		p.SkillsDir = h.ext.SkillsDir()
 	}
-	if h.runs != nil && h.runs.Skills != nil {
+	if h.runs != nil {
 		set := h.runs.Skills()
 		for i := range set.Skills {
 			s := &set.Skills[i]
 			row := views.SkillRow{Name: s.Name, Description: s.Description, Source: s.Source, ReplacesBuiltin: s.ReplacesBuiltin, Warnings: s.Warnings}
-			if h.runs.Tools != nil {
-				row.Missing = h.runs.Tools.Missing(s)
-			}
+			row.Missing = h.runs.Toolbox().Missing(s)
 			p.Skills = append(p.Skills, row)
 		}
 		for _, e := range set.Errors {
@@ -159,7 +157,7 @@ func (h *Handler) loadSettings(r *http.Request) (views.Settings, error) {
 
 // getenv reads the server's environment as the runtime does.
 func (h *Handler) getenv(name string) string {
-	if h.runs != nil && h.runs.Getenv != nil {
+	if h.runs != nil {
 		return h.runs.Getenv(name)
 	}
 	return ""
@@ -504,11 +502,6 @@ func (h *Handler) endUserSessions(w http.ResponseWriter, r *http.Request) error 
 	return settingsDone(w, r, "sessions", "users")
 }
 
-// skillNamePattern is a skill folder name as the Agent Skills format
-// allows it. Checking it first also keeps a name from leaving the skills
-// folder ("..", "/").
-var skillNamePattern = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,62}[a-z0-9])?$`)
-
 // skillEditPage renders the custom skill form.
 func (h *Handler) skillEditPage(w http.ResponseWriter, r *http.Request, status int, p views.SkillEdit) error {
 	ctx := r.Context()
@@ -544,7 +537,7 @@ func (h *Handler) newSkill(w http.ResponseWriter, r *http.Request) error {
 // replacing it.
 func (h *Handler) editSkill(w http.ResponseWriter, r *http.Request) error {
 	name := r.PathValue("name")
-	if h.ext == nil || !skillNamePattern.MatchString(name) {
+	if h.ext == nil || !agent.ValidSkillName(name) {
 		return notFound
 	}
 	p := views.SkillEdit{Name: views.Field{Value: name}, Editing: true}
@@ -573,7 +566,7 @@ func (h *Handler) fillSkillFolder(p *views.SkillEdit, name string) {
 }
 
 func (h *Handler) skill(name string) (*agent.Skill, bool) {
-	if h.runs == nil || h.runs.Skills == nil {
+	if h.runs == nil {
 		return nil, false
 	}
 	return h.runs.Skills().Get(name)
@@ -582,7 +575,7 @@ func (h *Handler) skill(name string) (*agent.Skill, bool) {
 // saveSkill stores a custom skill's SKILL.md, typed or uploaded, after
 // checking that it parses: a broken file never replaces a working one.
 // It is stored in the database, with the skill's other files kept: every
-// replica uses it within a second (jobs.Extensions).
+// replica uses it within a second (extensions.Extensions).
 func (h *Handler) saveSkill(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	if h.ext == nil {
@@ -601,7 +594,7 @@ func (h *Handler) saveSkill(w http.ResponseWriter, r *http.Request) error {
 	name := strings.TrimSpace(r.FormValue("name"))
 	content := r.FormValue("content")
 	p := views.SkillEdit{Name: views.Field{Value: name}, Content: views.Field{Value: content}}
-	if _, ok := h.skill(name); ok && skillNamePattern.MatchString(name) {
+	if _, ok := h.skill(name); ok && agent.ValidSkillName(name) {
 		p.Editing = true
 	}
 	if f, _, err := r.FormFile("file"); err == nil {
@@ -615,8 +608,8 @@ func (h *Handler) saveSkill(w http.ResponseWriter, r *http.Request) error {
 			p.Content.Value = content
 		}
 	}
-	if !skillNamePattern.MatchString(name) {
-		p.Name.Error = "Lowercase letters, digits and hyphens, at most 64, not starting or ending with a hyphen."
+	if !agent.ValidSkillName(name) {
+		p.Name.Error = "Lowercase letters, digits and hyphens, at most 64, without a leading, trailing or double hyphen."
 		p.Editing = false
 		return h.skillEditPage(w, r, http.StatusUnprocessableEntity, p)
 	}
@@ -656,7 +649,7 @@ func (h *Handler) saveSkill(w http.ResponseWriter, r *http.Request) error {
 func (h *Handler) deleteSkill(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	name := r.PathValue("name")
-	if h.ext == nil || !skillNamePattern.MatchString(name) {
+	if h.ext == nil || !agent.ValidSkillName(name) {
 		return notFound
 	}
 	if err := h.audited(ctx, "skill deleted", name, func(ctx context.Context, tx pgx.Tx) error { return h.ext.DeleteSkill(ctx, tx, name) }); err != nil {

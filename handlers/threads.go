@@ -49,38 +49,25 @@ func (h *Handler) showThread(w http.ResponseWriter, r *http.Request) error {
 // user's threads (db.ErrNotFound for another's), with the approval forms of
 // its waiting calls as the tool schemas make them. back is where the header's
 // back link goes ("" for the inbox). The live parts of the page (see
-// views.ThreadView) are rendered again from it alone.
+// views.ThreadView) are rendered again from it alone. The thread's parts
+// come from one snapshot (db.ReadThreadView), as the API's do; the folders
+// of the move menu are the user's, not the thread's, and read after it.
 func (h *Handler) loadThreadView(ctx context.Context, user db.User, id int64, back string) (views.ThreadView, error) {
-	t, err := db.GetThread(ctx, h.pool, user.ID, id)
+	tv, err := db.ReadThreadView(ctx, h.pool, user.ID, id)
 	if err != nil {
 		return views.ThreadView{}, err
 	}
-	v := views.ThreadView{Thread: t, Back: back}
-	if v.Messages, err = db.ListMessages(ctx, h.pool, user.ID, id); err != nil {
-		return views.ThreadView{}, err
-	}
-	if v.Calls, err = db.ListToolCalls(ctx, h.pool, user.ID, id); err != nil {
-		return views.ThreadView{}, err
-	}
-	if v.Usage, err = db.ThreadUsage(ctx, h.pool, user.ID, id); err != nil {
-		return views.ThreadView{}, err
+	v := views.ThreadView{
+		Thread: tv.Thread, Messages: tv.Messages, Calls: tv.Calls, Usage: tv.Usage,
+		Attachments: tv.Attachments, Parent: tv.Parent, Back: back, Deciders: tv.Deciders,
 	}
 	if v.Folders, err = db.ListFolders(ctx, h.pool, user.ID); err != nil {
 		return views.ThreadView{}, err
 	}
-	if v.Attachments, err = db.ListAttachments(ctx, h.pool, user.ID, id); err != nil {
-		return views.ThreadView{}, err
-	}
-	// Which waiting calls are the reader's to decide (routed calls, four
-	// eyes, a viewer's), the same rule as Runtime.Decide's.
-	if v.Deciders, err = db.DecideChecks(ctx, h.pool, user.ID, id); err != nil {
-		return views.ThreadView{}, err
-	}
 	v.Forms = h.decisionForms(v)
-	// The sub-agents it delegated to, or the thread that delegated it.
-	if err := h.loadActivity(ctx, user, &v); err != nil {
-		return views.ThreadView{}, err
-	}
+	// The sub-agents it delegated to, each a complete view of its own with
+	// its approval forms (activity.go).
+	v.Subagents = h.subagentViews(v, tv.Subagents)
 	return v, nil
 }
 
@@ -122,16 +109,14 @@ func (h *Handler) composeForm(w http.ResponseWriter, r *http.Request) error {
 // fillSkills lists the skills in the compose form: those that can run, those
 // missing a tool, and those that failed to load.
 func (h *Handler) fillSkills(p *views.Compose) {
-	if h.runs == nil || h.runs.Skills == nil {
+	if h.runs == nil {
 		return
 	}
 	set := h.runs.Skills()
 	for i := range set.Skills {
 		s := &set.Skills[i]
 		c := views.SkillChoice{Name: s.Name, Description: s.Description}
-		if h.runs.Tools != nil {
-			c.Missing = h.runs.Tools.Missing(s)
-		}
+		c.Missing = h.runs.Toolbox().Missing(s)
 		p.Skills = append(p.Skills, c)
 	}
 	for _, e := range set.Errors {

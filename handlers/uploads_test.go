@@ -12,7 +12,7 @@ import (
 
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
-	"pizzabot/jobs"
+	"pizzabot/tools"
 )
 
 // upFile is a file sent in a multipart form.
@@ -90,7 +90,7 @@ func TestComposeUploadRoundTrip(t *testing.T) {
 			{ID: "r1", Name: "read_attachment", Arguments: `{"id":1}`},
 		}}}},
 		{Replies: []scriptmodel.Reply{{Content: "I could not read the notes."}}},
-	}}, jobs.WorkspaceTools(jobs.Workspace{})...)
+	}}, tools.WorkspaceTools(tools.Workspace{})...)
 
 	notes := "# Notes\n\nDough rests 48 hours.\n"
 	csv := "topping,count\nbasil,3\n"

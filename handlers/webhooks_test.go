@@ -58,8 +58,8 @@ func triggerSetup(t *testing.T, opts ...func(*handlers.Deps)) *triggerBundle {
 	}
 	tb := &triggerBundle{}
 	tb.bundle = setup(t, append([]func(*handlers.Deps){func(d *handlers.Deps) {
-		d.Runs.Skills = func() agent.SkillSet { return skills }
-		tb.rt = d.Runs
+		tb.rt = newRuntime(t, jobs.Config{Pool: d.Pool, Logger: d.Logger, Skills: func() agent.SkillSet { return skills }})
+		d.Runs = tb.rt
 	}}, opts...)...)
 	return tb
 }

@@ -18,6 +18,7 @@ import (
 	"pizzabot/db"
 	"pizzabot/db/dbtest"
 	"pizzabot/jobs"
+	"pizzabot/tools"
 )
 
 // The two benchmarks put b.N units of work in flight on 100 workers and time
@@ -121,14 +122,14 @@ func benchStepThroughput(b *testing.B, workers int) {
 	model := scriptmodel.New(scriptmodel.Script{Default: &scriptmodel.Reply{Content: "ok", Chunks: 1}})
 	srv := httptest.NewServer(model.Handler())
 	b.Cleanup(srv.Close)
-	tools, err := jobs.NewToolbox()
+	toolbox, err := tools.NewToolbox()
 	if err != nil {
 		b.Fatal(err)
 	}
-	rt := &jobs.Runtime{
+	rt := newRuntime(b, jobs.Config{
 		Pool:         pool,
 		Logger:       slog.New(slog.DiscardHandler),
-		Tools:        tools,
+		Tools:        toolbox,
 		Skills:       func() agent.SkillSet { return agent.SkillSet{} },
 		DefaultModel: "compatible:scripted",
 		Getenv: func(k string) string {
@@ -137,11 +138,8 @@ func benchStepThroughput(b *testing.B, workers int) {
 			}
 			return ""
 		},
-	}
-	client, err := jobs.NewClient(rt, jobs.ClientConfig{MaxWorkers: workers})
-	if err != nil {
-		b.Fatal(err)
-	}
+		MaxWorkers: workers,
+	})
 	user, err := db.UpsertUser(ctx, pool, "test", "alice", "alice@example.com", "Alice", false)
 	if err != nil {
 		b.Fatal(err)
@@ -153,13 +151,13 @@ func benchStepThroughput(b *testing.B, workers int) {
 	}
 	b.ResetTimer()
 	start := time.Now()
-	if err := client.Start(ctx); err != nil {
+	if err := rt.StartWorkers(ctx); err != nil {
 		b.Fatal(err)
 	}
 	defer func() {
 		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		_ = jobs.Stop(sctx, client)
+		_ = rt.StopWorkers(sctx)
 	}()
 	for {
 		var running int
@@ -184,7 +182,7 @@ func benchNoopThroughput(b *testing.B, workers int) {
 		done.Add(1)
 		return nil
 	}))
-	// The same fetching as jobs.NewClient, so both wait alike for work.
+	// The same fetching as jobs.New, so both wait alike for work.
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{
 		Logger:            slog.New(slog.DiscardHandler),
 		Workers:           ws,

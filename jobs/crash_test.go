@@ -20,6 +20,9 @@ import (
 	"pizzabot/db"
 	"pizzabot/db/dbtest"
 	"pizzabot/jobs"
+	"pizzabot/tools"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // The crash tests run the runtime in a child process (this test binary,
@@ -42,14 +45,14 @@ func init() {
 
 // sideEffectTool writes a marker file (its "effect" outside the database)
 // then blocks for block, so the test can kill the process during the call.
-func sideEffectTool(markerDir string, block time.Duration) jobs.Tool {
-	return jobs.Tool{
+func sideEffectTool(markerDir string, block time.Duration) tools.Tool {
+	return tools.Tool{
 		Spec: agent.ToolSpec{
 			Name:        "charge_card",
 			Description: "Charge the customer's card.",
 			Parameters:  []byte(`{"type":"object","properties":{"amount":{"type":"integer"}},"required":["amount"]}`),
 		},
-		Call: func(ctx context.Context, _ jobs.Run, args map[string]any) (string, error) {
+		Call: func(ctx context.Context, _ tools.Run, args map[string]any) (string, error) {
 			f, err := os.CreateTemp(markerDir, "charge-*")
 			if err != nil {
 				return "", err
@@ -65,20 +68,15 @@ func sideEffectTool(markerDir string, block time.Duration) jobs.Tool {
 	}
 }
 
-func crashRuntime(dbURL, modelURL, markerDir string, block time.Duration) (*jobs.Runtime, error) {
-	ctx := context.Background()
-	pool, err := db.Open(ctx, dbURL)
-	if err != nil {
-		return nil, err
-	}
-	tools, err := jobs.NewToolbox(sideEffectTool(markerDir, block))
+func crashRuntime(pool *pgxpool.Pool, modelURL, markerDir string, block time.Duration) (*jobs.Runtime, error) {
+	toolbox, err := tools.NewToolbox(sideEffectTool(markerDir, block))
 	if err != nil {
 		return nil, err
 	}
 	skills := agent.LoadSkills(fstest.MapFS{}, "")
-	return &jobs.Runtime{
+	return jobs.New(jobs.Config{
 		Pool: pool, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Tools: tools, Skills: func() agent.SkillSet { return skills },
+		Tools: toolbox, Skills: func() agent.SkillSet { return skills },
 		DefaultModel: "compatible:scripted",
 		Getenv: func(k string) string {
 			if k == "COMPATIBLE_BASE_URL" {
@@ -88,19 +86,20 @@ func crashRuntime(dbURL, modelURL, markerDir string, block time.Duration) (*jobs
 		},
 		HeartbeatEvery: 200 * time.Millisecond,
 		StaleAfter:     2 * time.Second,
-	}, nil
+		MaxWorkers:     5,
+	})
 }
 
 func crashChild() error {
-	rt, err := crashRuntime(os.Getenv("CRASH_DB"), os.Getenv("CRASH_MODEL"), os.Getenv("CRASH_MARKERS"), time.Hour)
+	pool, err := db.Open(context.Background(), os.Getenv("CRASH_DB"))
 	if err != nil {
 		return err
 	}
-	client, err := jobs.NewClient(rt, jobs.ClientConfig{MaxWorkers: 5})
+	rt, err := crashRuntime(pool, os.Getenv("CRASH_MODEL"), os.Getenv("CRASH_MARKERS"), time.Hour)
 	if err != nil {
 		return err
 	}
-	if err := client.Start(context.Background()); err != nil {
+	if err := rt.StartWorkers(context.Background()); err != nil {
 		return err
 	}
 	select {} // until SIGKILL
@@ -112,6 +111,7 @@ type crashBundle struct {
 	modelURL       string
 	user           db.User
 	rt             *jobs.Runtime
+	pool           *pgxpool.Pool // the survivor's
 }
 
 func crashSetup(t *testing.T, script scriptmodel.Script) *crashBundle {
@@ -121,18 +121,21 @@ func crashSetup(t *testing.T, script scriptmodel.Script) *crashBundle {
 	t.Cleanup(srv.Close)
 	b.modelURL = srv.URL + "/v1"
 	var err error
+	if b.pool, err = db.Open(context.Background(), b.dbURL); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.pool.Close)
 	// The surviving runtime's tool returns at once.
-	b.rt, err = crashRuntime(b.dbURL, b.modelURL, b.markers, 0)
+	b.rt, err = crashRuntime(b.pool, b.modelURL, b.markers, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(b.rt.Pool.Close)
-	if b.user, err = db.UpsertUser(context.Background(), b.rt.Pool, "test", "carol", "", "Carol", false); err != nil {
+	if b.user, err = db.UpsertUser(context.Background(), b.pool, "test", "carol", "", "Carol", false); err != nil {
 		t.Fatal(err)
 	}
 	// charge_card acts outside the database, so it asks by default: these
 	// tests are about crashes during a call that runs unasked.
-	allowTools(t, b.rt.Pool, "charge_card")
+	allowTools(t, b.pool, "charge_card")
 	return b
 }
 
@@ -161,17 +164,13 @@ func (b *crashBundle) runChild(t *testing.T) func() {
 // startSurvivor starts a runtime in the test process, as a restarted server.
 func (b *crashBundle) startSurvivor(t *testing.T) {
 	t.Helper()
-	client, err := jobs.NewClient(b.rt, jobs.ClientConfig{MaxWorkers: 5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := client.Start(context.Background()); err != nil {
+	if err := b.rt.StartWorkers(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = jobs.Stop(ctx, client)
+		_ = b.rt.StopWorkers(ctx)
 	})
 }
 
@@ -188,7 +187,7 @@ func (b *crashBundle) waitFor(t *testing.T, what string, timeout time.Duration, 
 
 func (b *crashBundle) thread(t *testing.T, id int64) db.Thread {
 	t.Helper()
-	th, err := db.GetThread(context.Background(), b.rt.Pool, b.user.ID, id)
+	th, err := db.GetThread(context.Background(), b.pool, b.user.ID, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,11 +212,8 @@ func TestKillDuringToolCallAsksTheUser(t *testing.T) {
 		{Match: scriptmodel.Match{LastToolResultContains: "charged"}, Replies: []scriptmodel.Reply{{Content: "Charged once."}}},
 	}})
 	kill := b.runChild(t)
-	// The test process inserts the job with an insert-only view of the
-	// runtime: the survivor's client is not started yet.
-	if _, err := jobs.NewClient(b.rt, jobs.ClientConfig{}); err != nil {
-		t.Fatal(err)
-	}
+	// The test process inserts the job with the runtime whose workers
+	// are not started yet: the survivor's.
 	th, err := b.rt.Start(context.Background(), b.user, jobs.StartRequest{Prompt: "charge the card"})
 	if err != nil {
 		t.Fatal(err)
@@ -229,7 +225,7 @@ func TestKillDuringToolCallAsksTheUser(t *testing.T) {
 	b.waitFor(t, "the run to ask about the unknown outcome", 60*time.Second, func() bool {
 		return b.thread(t, th.ID).Status == db.StatusWaiting
 	})
-	calls, err := db.OpenToolCalls(context.Background(), b.rt.Pool, th.ID)
+	calls, err := db.OpenToolCalls(context.Background(), b.pool, th.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,9 +257,6 @@ func TestKillBetweenStepsRedoesNoCommittedStep(t *testing.T) {
 		{Match: scriptmodel.Match{LastToolResultContains: "Wrote"}, Replies: []scriptmodel.Reply{{Content: "late", Hold: hold}, {Content: "Finished after restart."}}},
 	}})
 	kill := b.runChild(t)
-	if _, err := jobs.NewClient(b.rt, jobs.ClientConfig{}); err != nil {
-		t.Fatal(err)
-	}
 	th, err := b.rt.Start(context.Background(), b.user, jobs.StartRequest{Prompt: "write a"})
 	if err != nil {
 		t.Fatal(err)
@@ -273,7 +266,7 @@ func TestKillBetweenStepsRedoesNoCommittedStep(t *testing.T) {
 	b.startSurvivor(t)
 	b.waitFor(t, "the run to finish", 60*time.Second, func() bool { return b.thread(t, th.ID).Status == db.StatusDone })
 
-	ms, err := db.ListMessages(context.Background(), b.rt.Pool, b.user.ID, th.ID)
+	ms, err := db.ListMessages(context.Background(), b.pool, b.user.ID, th.ID)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -154,8 +154,8 @@ func TestPruneExtensionStore(t *testing.T) {
 		}
 	}
 
-	rt := &jobs.Runtime{Pool: b.pool, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Skills: b.ext.Skills, SkillVersion: b.ext.SkillVersion, PluginSkillVersion: b.ext.PluginSkillVersion}
+	rt := newRuntime(t, jobs.Config{Pool: b.pool, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Skills: b.ext.Skills, SkillVersion: b.ext.SkillVersion, PluginSkillVersion: b.ext.PluginSkillVersion})
 	if err := rt.PruneExtensionStore(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
 	"pizzabot/jobs"
+	"pizzabot/tools"
 )
 
 // Skills that differ only in what they say about their tools and model.
@@ -35,10 +36,10 @@ func TestOfferFollowsAllowedTools(t *testing.T) {
 		{Match: withRole(skillRun("public"), "user"), Replies: publishCall("p1", "Public")},
 		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: say("Done.")},
 		{Match: scriptmodel.Match{LastRole: "user"}, Replies: say("Done.")},
-	}}, offerSkills, jobs.WorkspaceTools(jobs.Workspace{})...)
+	}}, offerSkills, tools.WorkspaceTools(tools.Workspace{})...)
 	setPolicy(t, b.pool, `{"permissions": {"deny": ["edit_file"]}}`)
 
-	all := b.rt.Tools.Names()
+	all := b.rt.Toolbox().Names()
 	tests := []struct {
 		skill string
 		want  []string // nil: every tool but the denied
@@ -71,7 +72,7 @@ func TestOfferFollowsAllowedTools(t *testing.T) {
 					t.Errorf("the denied edit_file was offered: %v", got)
 				}
 				for _, n := range all {
-					if n != "edit_file" && n != jobs.TaskTool && !slices.Contains(got, n) {
+					if n != "edit_file" && n != tools.TaskTool && !slices.Contains(got, n) {
 						t.Errorf("%s not offered to a skill without allowed-tools: %v", n, got)
 					}
 				}
@@ -85,7 +86,7 @@ func TestOfferFollowsAllowedTools(t *testing.T) {
 		})
 	}
 	// A skill without allowed-tools is never greyed out for a missing tool.
-	for _, s := range b.rt.Tools.SkillAvailability(b.rt.Skills()) {
+	for _, s := range b.rt.Toolbox().SkillAvailability(b.rt.Skills()) {
 		if s.Skill.Name == "public" && !s.Available() {
 			t.Errorf("public is unavailable: missing %v", s.Missing)
 		}
@@ -159,15 +160,14 @@ func TestPruneArchivedThreads(t *testing.T) {
 	if _, err := b.pool.Exec(ctx, `UPDATE thread_archives SET archived_at = now() - interval '40 days' WHERE thread_id = $1`, old); err != nil {
 		t.Fatal(err)
 	}
-	b.rt.Retention = 0
-	if err := b.rt.PruneArchived(ctx); err != nil {
+	// A runtime of the same database with no retention, then one with 30 days.
+	if err := newRuntime(t, jobs.Config{Pool: b.pool}).PruneArchived(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.GetThread(ctx, b.pool, b.user.ID, old); err != nil {
 		t.Fatal("deleted without a retention")
 	}
-	b.rt.Retention = 30 * 24 * time.Hour
-	if err := b.rt.PruneArchived(ctx); err != nil {
+	if err := newRuntime(t, jobs.Config{Pool: b.pool, Retention: 30 * 24 * time.Hour}).PruneArchived(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.GetThread(ctx, b.pool, b.user.ID, old); err == nil {

@@ -8,6 +8,7 @@ import (
 
 	"pizzabot/agent"
 	"pizzabot/db"
+	"pizzabot/tools"
 )
 
 // Gates: whether a tool call runs, waits for a person, or is refused.
@@ -40,41 +41,6 @@ import (
 // The rules are read at each decision, through the caller's Querier: inside
 // a transaction, through the transaction.
 
-// Gate is the decision about one call of a tool in one run.
-type Gate struct {
-	// Deny: the tool is not offered and a call is refused.
-	Deny bool
-	// Ask: a call waits for a person's decision.
-	Ask bool
-	// AllowedDecisions are the decisions offered when Ask.
-	AllowedDecisions []string
-	// Description is what the skills say is at stake.
-	Description string
-	// Reason names the rules that decided, for the person deciding, e.g.
-	// "server policy: ask mcp__github__*; skill researcher: interruptOn".
-	Reason string
-	// Approvers route the decision to people (docs/team.md): one set of
-	// principals per rule that named approvers (a policy route, the
-	// skill's interruptOn, a parent skill's), and whoever decides must be
-	// in every set, by any one of its entries. Empty: whoever may decide
-	// in the thread. Kept on the waiting call (tool_calls.approvers).
-	Approvers [][]string
-	// DistinctApprover (four eyes), when any rule asks for it: whoever
-	// started the run may not decide.
-	DistinctApprover bool
-}
-
-// Interrupt returns an asking gate as a skill's interrupt (its routing
-// is carried apart: Approvers, DistinctApprover).
-func (g Gate) Interrupt() agent.Interrupt {
-	return agent.Interrupt{AllowedDecisions: slices.Clone(g.AllowedDecisions), Description: g.Description}
-}
-
-// Refusal is the result a denied call gets.
-func (g Gate) Refusal(tool string) string {
-	return fmt.Sprintf("Tool %s is not allowed on this server (%s). Do the task without it, or tell the user an admin must allow it.", tool, g.Reason)
-}
-
 // gateRules are the rules a run's calls are decided by.
 type gateRules struct {
 	policy agent.ToolPolicy
@@ -104,8 +70,8 @@ func (rt *Runtime) gateRules(ctx context.Context, q db.Querier, t db.Thread) (ga
 	if r.policy, err = agent.ParseToolPolicy([]byte(raw)); err != nil {
 		// Checked when saved, so only a hand edit gets here: fail closed.
 		r.policyErr = err
-		if rt.Logger != nil {
-			rt.Logger.ErrorContext(ctx, "the stored tool policy cannot be read: every tool call asks", "err", err)
+		if rt.cfg.Logger != nil {
+			rt.cfg.Logger.ErrorContext(ctx, "the stored tool policy cannot be read: every tool call asks", "err", err)
 		}
 	}
 	for depth := 0; ; depth++ {
@@ -132,35 +98,35 @@ func (rt *Runtime) gateRules(ctx context.Context, q db.Querier, t db.Thread) (ga
 // through q (the caller's transaction, if it holds one). It is the one
 // entry point for callers that decide a single call, such as a run_js
 // script's tools.call.
-func (rt *Runtime) gate(ctx context.Context, q db.Querier, threadID int64, name string) (Gate, error) {
+func (rt *Runtime) gate(ctx context.Context, q db.Querier, threadID int64, name string) (tools.Gate, error) {
 	t, err := db.GetRunThread(ctx, q, threadID)
 	if err != nil {
-		return Gate{}, err
+		return tools.Gate{}, err
 	}
 	r, err := rt.gateRules(ctx, q, t)
 	if err != nil {
-		return Gate{}, err
+		return tools.Gate{}, err
 	}
-	tool, known := rt.Tools.Get(name)
+	tool, known := rt.cfg.Tools.Get(name)
 	return r.decide(name, tool, known), nil
 }
 
 // decide applies the rules to a call of tool name.
-func (r gateRules) decide(name string, tool Tool, known bool) Gate {
+func (r gateRules) decide(name string, tool tools.Tool, known bool) tools.Gate {
 	verdict, entry := r.policy.Verdict(name)
 	if verdict == agent.PolicyDeny {
-		return Gate{Deny: true, Reason: "server policy: deny " + entry}
+		return tools.Gate{Deny: true, Reason: "server policy: deny " + entry}
 	}
 	if known && tool.Ask {
-		return Gate{} // ask_user is a question for a person already
+		return tools.Gate{} // ask_user is a question for a person already
 	}
-	var g Gate
+	var g tools.Gate
 	restricted := false // AllowedDecisions is some rule's list, narrowed by the others'
 	var reasons, descs []string
 	ask := func(reason string, in agent.Interrupt) {
 		g.Ask = true
 		reasons = append(reasons, reason)
-		g.route(in.Approvers, in.DistinctApprover)
+		g.Route(in.Approvers, in.DistinctApprover)
 		switch {
 		case in.AllowedDecisions == nil: // the policy's: any decision
 		case !restricted:
@@ -194,12 +160,12 @@ func (r gateRules) decide(name string, tool Tool, known bool) Gate {
 		}
 	}
 	if !g.Ask {
-		return Gate{}
+		return tools.Gate{}
 	}
 	// The policy's routes say who decides a call that asks; they never
 	// make a call ask by themselves.
 	for _, route := range r.policy.RoutesFor(name) {
-		g.route(route.Approvers, route.DistinctApprover)
+		g.Route(route.Approvers, route.DistinctApprover)
 		if len(route.Approvers) > 0 {
 			reasons = append(reasons, "server policy: routed to "+db.WaitingFor([][]string{route.Approvers}))
 		}
@@ -219,30 +185,17 @@ func (r gateRules) decide(name string, tool Tool, known bool) Gate {
 	return g
 }
 
-// route adds a rule's approvers (one set; none: the rule names nobody)
-// and four-eyes rule to the gate.
-func (g *Gate) route(approvers []string, distinct bool) {
-	if len(approvers) > 0 {
-		set := slices.Clone(approvers)
-		slices.Sort(set)
-		if !slices.ContainsFunc(g.Approvers, func(s []string) bool { return slices.Equal(s, set) }) {
-			g.Approvers = append(g.Approvers, set)
-		}
-	}
-	g.DistinctApprover = g.DistinctApprover || distinct
-}
-
 // outsideEffects reports whether a tool may act outside the database, so
 // that it asks by default: anything but database tools (Tx), read-only
 // tools (Idempotent), questions (Ask), and the two tools whose effects are
 // other tools' calls, each gated here on its own (task, run_js). A tool the
 // toolbox does not know counts as acting outside.
-func outsideEffects(name string, tool Tool, known bool) bool {
+func outsideEffects(name string, tool tools.Tool, known bool) bool {
 	if !known {
 		return true
 	}
 	switch {
-	case tool.Tx != nil, tool.Idempotent, tool.Ask, name == TaskTool, name == jsToolName:
+	case tool.Tx != nil, tool.Idempotent, tool.Ask, name == tools.TaskTool, name == tools.RunJSTool:
 		return false
 	}
 	return true

@@ -14,6 +14,7 @@ import (
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
 	"pizzabot/jobs"
+	"pizzabot/tools"
 )
 
 // setPolicy stores the server's tool policy, as the settings page does.
@@ -133,7 +134,7 @@ func TestPolicyDefaultAsksForOutsideEffects(t *testing.T) {
 			scriptmodel.ScriptToolCall{ID: "w", Name: "write_host_file", Arguments: `{"path":"` + filepath.Join(dir, "out.txt") + `","content":"written"}`},
 		)},
 		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: say("Done.")},
-	}}, gateSkills, jobs.WorkspaceTools(jobs.Workspace{})...)
+	}}, gateSkills, tools.WorkspaceTools(tools.Workspace{})...)
 	if _, err := db.AddGrant(context.Background(), b.pool, dir, true, b.user.ID); err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +177,7 @@ func TestPolicyDenyHidesAndRefuses(t *testing.T) {
 		{Match: scriptmodel.Match{LastUserContains: "from a script"}, Replies: []scriptmodel.Reply{callJS("js",
 			`let r; try { tools.call("publish_brief", {title: "JS"}); r = "ran" } catch (e) { r = "refused: " + e.message } r`, 0)}},
 		{Match: scriptmodel.Match{LastRole: "user"}, Replies: publishCall("p1", "Denied")},
-	}}, gateSkills, jobs.WorkspaceTools(jobs.Workspace{})...)
+	}}, gateSkills, tools.WorkspaceTools(tools.Workspace{})...)
 	setPolicy(t, b.pool, `{"permissions": {"allow": ["publish_brief", "*"], "deny": ["publish_*"]}}`)
 
 	for _, skill := range []string{"", "loose"} {
@@ -236,7 +237,7 @@ func TestPolicyGatesRunJSInnerCalls(t *testing.T) {
 	b := setupWith(t, scriptmodel.Script{Rules: []scriptmodel.Rule{
 		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{callJS("js", `tools.call("publish_brief", {title: "From JS"})`, 0)}},
 		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: say("Done.")},
-	}}, gateSkills, jobs.WorkspaceTools(jobs.Workspace{})...)
+	}}, gateSkills, tools.WorkspaceTools(tools.Workspace{})...)
 
 	th := b.start(t, "Publish from a script.", "")
 	b.wait(t, th.ID, db.StatusWaiting)
@@ -269,7 +270,7 @@ allowed-tools: mcp__go__echo
 ---
 Echo.
 `)}}, "")
-	b.rt.Skills = func() agent.SkillSet { return skills }
+	b.useSkills(func() agent.SkillSet { return skills })
 	setPolicy(t, b.pool, `{"permissions": {"allow": ["mcp__*"], "ask": ["mcp__go__*"]}}`)
 	b.connected(t, "go")
 

@@ -7,6 +7,7 @@ import (
 
 	"pizzabot/agent"
 	"pizzabot/db"
+	"pizzabot/tools"
 )
 
 // Images attached to a thread are shown to the model with the thread's first
@@ -17,36 +18,9 @@ import (
 // and tells the model in its instructions. Nothing is remembered between
 // steps: a thread with images on a text-only model pays one refused call per
 // step, which is cheap next to remembering wrongly (a vision model refusing
-// one broken image must not become "text-only" for everyone).
-
-// imageTypes are the image formats the Chat Completions providers accept
-// inline; attachments' types are sniffed, so these are exact.
-var imageTypes = []string{"image/png", "image/jpeg", "image/gif", "image/webp"}
-
-// Limits on the images shown to the model: providers refuse larger images,
-// and every image is sent again with every step.
-const (
-	maxImageSize = 5 << 20
-	maxImages    = 8
-)
-
-// showsImage reports whether an attachment is of a kind shown to the model
-// (the rank limit, maxImages, aside). It matches db.ThreadImages' filter.
-func showsImage(a db.Attachment) bool {
-	return slices.Contains(imageTypes, a.ContentType) && a.Size <= maxImageSize
-}
-
-// shownImageIDs returns the ids of the attachments of a thread that are
-// shown to the model.
-func shownImageIDs(as []db.Attachment) []int64 {
-	var ids []int64
-	for _, a := range as {
-		if showsImage(a) && len(ids) < maxImages {
-			ids = append(ids, a.ID)
-		}
-	}
-	return ids
-}
+// one broken image must not become "text-only" for everyone). Which
+// attachments are shown is the tools' rule (tools/images.go): read_attachment
+// refuses those the model already sees.
 
 // attachImages puts the thread's images on the first user message of msgs.
 func (rt *Runtime) attachImages(ctx context.Context, t db.Thread, msgs []agent.Message) error {
@@ -54,7 +28,7 @@ func (rt *Runtime) attachImages(ctx context.Context, t db.Thread, msgs []agent.M
 	if first < 0 {
 		return nil
 	}
-	as, err := db.ThreadImages(ctx, rt.Pool, t.UserID, t.ID, imageTypes, maxImageSize, maxImages)
+	as, err := db.ThreadImages(ctx, rt.cfg.Pool, t.UserID, t.ID, tools.ImageTypes, tools.MaxImageSize, tools.MaxImages)
 	if err != nil {
 		return err
 	}
@@ -76,7 +50,7 @@ func (rt *Runtime) stepShowingImages(ctx context.Context, threadID int64, in age
 	if err == nil || n == 0 || !agent.ImagesRefused(err) {
 		return out, err
 	}
-	rt.Logger.Info("the model refused images: step taken again without them", "thread_id", threadID, "err", err)
+	rt.cfg.Logger.Info("the model refused images: step taken again without them", "thread_id", threadID, "err", err)
 	msgs := slices.Clone(in.Messages)
 	for i := range msgs {
 		msgs[i].Images = nil

@@ -10,6 +10,7 @@ import (
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
 	"pizzabot/jobs"
+	"pizzabot/tools"
 )
 
 // tinyPNG is enough of a PNG for the content sniffer (and for the test).
@@ -20,7 +21,7 @@ var tinyPNG = []byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x0
 // and read_attachment says which is which.
 func TestImagesShownToModel(t *testing.T) {
 	t.Parallel()
-	b := wsSetup(t, jobs.Workspace{}, func(*wsBundle) scriptmodel.Script {
+	b := wsSetup(t, tools.Workspace{}, func(*wsBundle) scriptmodel.Script {
 		return scriptmodel.Script{Rules: []scriptmodel.Rule{
 			// A fresh database: the attachments are #1 and #2.
 			{Match: scriptmodel.Match{LastRole: "user", HasImage: true}, Replies: []scriptmodel.Reply{{ToolCalls: []scriptmodel.ScriptToolCall{

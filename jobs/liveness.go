@@ -167,7 +167,7 @@ func (rt *Runtime) SweepDead(ctx context.Context) {
 		case <-t.C:
 		}
 		if _, err := rt.RescueDead(ctx); err != nil && ctx.Err() == nil {
-			rt.Logger.Warn("sweep steps of dead processes", "err", err)
+			rt.cfg.Logger.Warn("sweep steps of dead processes", "err", err)
 		}
 	}
 }

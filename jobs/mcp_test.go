@@ -20,14 +20,16 @@ import (
 	"pizzabot/agent/mcpclient/mcptest"
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
+	"pizzabot/extensions"
 	"pizzabot/jobs"
+	"pizzabot/tools"
 )
 
 // mcpBundle is a runtime whose toolbox offers the tools of real MCP
 // servers, configured through Extensions.
 type mcpBundle struct {
 	*bundle
-	ext  *jobs.Extensions
+	ext  *extensions.Extensions
 	root string
 	// env is the servers' environment; the extensions read it from their
 	// reload goroutine (a settings change reloads on NOTIFY), so it is
@@ -55,7 +57,7 @@ func setupMCP(t *testing.T, script scriptmodel.Script, mcpJSON string) *mcpBundl
 		}
 	}
 	opts := mcpclient.Options{MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, CallTimeout: 15 * time.Second}
-	b.ext = &jobs.Extensions{
+	b.ext = &extensions.Extensions{
 		Pool:          b.pool,
 		DataRoot:      b.root,
 		BuiltinSkills: fstest.MapFS{},
@@ -69,7 +71,7 @@ func setupMCP(t *testing.T, script scriptmodel.Script, mcpJSON string) *mcpBundl
 		ProbeOptions: opts,
 		RefreshEvery: time.Hour,
 	}
-	b.rt.Tools.AddSource(jobs.MCPTools(b.ext.Manager))
+	b.rt.Toolbox().AddSource(extensions.MCPTools(b.ext.Manager))
 	b.ext.Start(context.Background())
 	t.Cleanup(b.ext.Close)
 	return b
@@ -160,7 +162,7 @@ func TestMCPToolsInARun(t *testing.T) {
 		t.Errorf("final answer = %q", last(ms).Content)
 	}
 	// The model was offered the servers' tools with their schemas.
-	tool, ok := b.rt.Tools.Get("mcp__go__echo")
+	tool, ok := b.rt.Toolbox().Get("mcp__go__echo")
 	if !ok || tool.Call == nil || tool.Tx != nil || !strings.Contains(string(tool.Spec.Parameters), `"text"`) {
 		t.Errorf("mcp__go__echo = %+v, %v", tool, ok)
 	}
@@ -239,15 +241,15 @@ func TestSkillMissingMCPToolIsHidden(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.reload(t) // deployed skills are read with the rest of the configuration
-	b.rt.Skills = b.ext.Skills
-	availability := func() jobs.SkillStatus {
-		for _, s := range b.rt.Tools.SkillAvailability(b.ext.Skills()) {
+	b.useSkills(b.ext.Skills)
+	availability := func() tools.SkillStatus {
+		for _, s := range b.rt.Toolbox().SkillAvailability(b.ext.Skills()) {
 			if s.Skill.Name == "echoer" {
 				return s
 			}
 		}
 		t.Fatal("no echoer skill")
-		return jobs.SkillStatus{}
+		return tools.SkillStatus{}
 	}
 	if s := availability(); s.Available() || strings.Join(s.Missing, ",") != "mcp__go__echo" {
 		t.Errorf("without the server: %+v", s.Missing)
@@ -366,7 +368,7 @@ func TestPluginInstallEnableDisable(t *testing.T) {
 	}}
 	b := setupMCP(t, script, "")
 	allowTools(t, b.pool, "mcp__plugin_greet_*") // MCP tools ask by default
-	b.rt.Skills = b.ext.Skills
+	b.useSkills(b.ext.Skills)
 	ctx := context.Background()
 
 	if _, err := b.ext.InstallPlugin(ctx, b.pool, b.user, bytes.NewReader(pluginZip(t)), "greet.zip", false); err != nil {

@@ -15,6 +15,7 @@ import (
 	"pizzabot/db"
 	"pizzabot/db/dbtest"
 	"pizzabot/jobs"
+	"pizzabot/tools"
 )
 
 // TestModelFromSettings checks that a run's model is built from the
@@ -36,14 +37,14 @@ func TestModelFromSettings(t *testing.T) {
 		defer mu.Unlock()
 		key, keyEnv = k, env
 	}
-	tools, err := jobs.NewToolbox()
+	toolbox, err := tools.NewToolbox()
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt := &jobs.Runtime{
+	rt := newRuntime(t, jobs.Config{
 		Pool:   pool,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Tools:  tools,
+		Tools:  toolbox,
 		Skills: func() agent.SkillSet { return agent.SkillSet{} },
 		// The environment names another server and key: the settings win.
 		DefaultModel: "openai:gpt-env",
@@ -63,18 +64,15 @@ func TestModelFromSettings(t *testing.T) {
 			return srv.URL + "/v1", keyEnv, key, nil
 		},
 		ModelRetry: agent.RetryPolicy{Attempts: 1, Base: time.Millisecond, Max: time.Millisecond},
-	}
-	client, err := jobs.NewClient(rt, jobs.ClientConfig{MaxWorkers: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := client.Start(ctx); err != nil {
+		MaxWorkers: 10,
+	})
+	if err := rt.StartWorkers(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = jobs.Stop(sctx, client)
+		_ = rt.StopWorkers(sctx)
 	})
 	if err := db.SetServerSetting(ctx, pool, db.SettingDefaultModel, "compatible:scripted"); err != nil {
 		t.Fatal(err)

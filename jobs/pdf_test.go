@@ -12,6 +12,8 @@ import (
 	"pizzabot/db"
 	"pizzabot/handlers"
 	"pizzabot/jobs"
+	"pizzabot/tools"
+	"pizzabot/tools/pdftest"
 )
 
 // A run reads an uploaded PDF through read_attachment, page by page; an
@@ -19,10 +21,10 @@ import (
 func TestReadPDFAttachmentInARun(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pdf := jobs.HandmadePDFForTest([]string{"Renewal contract for the flour supplier", "Price: 42 per sack", "Signed on 1 March"}, false)
+	pdf := pdftest.Handmade([]string{"Renewal contract for the flour supplier", "Price: 42 per sack", "Signed on 1 March"}, false)
 	var th db.Thread
 	var contract, locked db.Attachment
-	b := wsSetup(t, jobs.Workspace{}, func(b *wsBundle) scriptmodel.Script {
+	b := wsSetup(t, tools.Workspace{}, func(b *wsBundle) scriptmodel.Script {
 		var err error
 		if th, err = db.CreateThread(ctx, b.pool, db.NewThread{UserID: b.user.ID, Title: "contract", Model: "compatible:scripted"}); err != nil {
 			t.Fatal(err)
@@ -30,7 +32,7 @@ func TestReadPDFAttachmentInARun(t *testing.T) {
 		if contract, err = db.Attach(ctx, b.pool, b.user.ID, th.ID, "contract.pdf", "application/pdf", bytes.NewReader(pdf)); err != nil {
 			t.Fatal(err)
 		}
-		locked, err = db.Attach(ctx, b.pool, b.user.ID, th.ID, "locked.pdf", "", bytes.NewReader(jobs.HandmadePDFForTest([]string{"secret"}, true)))
+		locked, err = db.Attach(ctx, b.pool, b.user.ID, th.ID, "locked.pdf", "", bytes.NewReader(pdftest.Handmade([]string{"secret"}, true)))
 		if err != nil {
 			t.Fatal(err)
 		}

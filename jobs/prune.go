@@ -18,10 +18,6 @@ const (
 	FireRetention     = 90 * 24 * time.Hour
 	DeliveryRetention = 30 * 24 * time.Hour
 	PruneEvery        = time.Hour
-	// PinRetention is how long after a thread ends the skill and plugin
-	// versions it was pinned to are kept (in the database and in every
-	// replica's cache). A reply after that runs on the current version.
-	PinRetention = 24 * time.Hour
 	// StoredFileGrace keeps a stored file no version lists for a while: an
 	// install in progress may be about to list it.
 	StoredFileGrace = time.Hour
@@ -42,16 +38,16 @@ type PruneWorker struct {
 
 // Work prunes.
 func (w *PruneWorker) Work(ctx context.Context, _ *river.Job[PruneArgs]) error {
-	n, err := db.PruneTriggerRecords(ctx, w.rt.Pool, FireRetention, DeliveryRetention)
+	n, err := db.PruneTriggerRecords(ctx, w.rt.cfg.Pool, FireRetention, DeliveryRetention)
 	if n > 0 {
-		w.rt.Logger.Info("pruned trigger records", "rows", n)
+		w.rt.cfg.Logger.Info("pruned trigger records", "rows", n)
 	}
 	if err != nil {
 		return err
 	}
 	// Records of processes and of the steps taken over from dead ones
 	// matter for seconds; a week is for people looking into an incident.
-	if err := db.PruneProcessRecords(ctx, w.rt.Pool, 7*24*time.Hour); err != nil {
+	if err := db.PruneProcessRecords(ctx, w.rt.cfg.Pool, 7*24*time.Hour); err != nil {
 		return err
 	}
 	if err := w.rt.PruneExtensionStore(ctx); err != nil {
@@ -64,18 +60,18 @@ func (w *PruneWorker) Work(ctx context.Context, _ *river.Job[PruneArgs]) error {
 // plugins no thread needs any more, and the files only they listed (see
 // db.PruneExtensionStore): the current version of each is kept, and every
 // version pinned by a thread running, waiting, or ended less than
-// PinRetention ago.
+// db.PinRetention ago.
 func (rt *Runtime) PruneExtensionStore(ctx context.Context) error {
 	var n db.Pruned
-	err := db.InTx(ctx, rt.Pool, func(ctx context.Context, tx pgx.Tx) (err error) {
-		n, err = db.PruneExtensionStore(ctx, tx, PinRetention, StoredFileGrace)
+	err := db.InTx(ctx, rt.cfg.Pool, func(ctx context.Context, tx pgx.Tx) (err error) {
+		n, err = db.PruneExtensionStore(ctx, tx, db.PinRetention, StoredFileGrace)
 		return err
 	})
 	if err != nil {
 		return err
 	}
 	if n != (db.Pruned{}) {
-		rt.Logger.Info("pruned the extension store", "skill_versions", n.SkillVersions, "plugin_versions", n.PluginVersions, "files", n.Files)
+		rt.cfg.Logger.Info("pruned the extension store", "skill_versions", n.SkillVersions, "plugin_versions", n.PluginVersions, "files", n.Files)
 	}
 	return nil
 }
@@ -85,12 +81,12 @@ func (rt *Runtime) PruneExtensionStore(ctx context.Context) error {
 // transaction; none when Retention is 0. A thread unarchived meanwhile, or
 // running, is kept.
 func (rt *Runtime) PruneArchived(ctx context.Context) error {
-	if rt.Retention <= 0 {
+	if rt.cfg.Retention <= 0 {
 		return nil
 	}
 	total := 0
 	for {
-		refs, err := db.ArchivedThreadsOlderThan(ctx, rt.Pool, rt.Retention, 500)
+		refs, err := db.ArchivedThreadsOlderThan(ctx, rt.cfg.Pool, rt.cfg.Retention, 500)
 		if err != nil {
 			return err
 		}
@@ -99,7 +95,7 @@ func (rt *Runtime) PruneArchived(ctx context.Context) error {
 			byUser[r.UserID] = append(byUser[r.UserID], r.ThreadID)
 		}
 		n := 0
-		err = db.InTx(ctx, rt.Pool, func(ctx context.Context, tx pgx.Tx) error {
+		err = db.InTx(ctx, rt.cfg.Pool, func(ctx context.Context, tx pgx.Tx) error {
 			for user, ids := range byUser {
 				d, err := db.DeleteThreads(ctx, tx, user, ids)
 				if err != nil {
@@ -118,7 +114,7 @@ func (rt *Runtime) PruneArchived(ctx context.Context) error {
 		}
 	}
 	if total > 0 {
-		rt.Logger.Info("deleted archived threads past retention", "threads", total, "retention", rt.Retention.String())
+		rt.cfg.Logger.Info("deleted archived threads past retention", "threads", total, "retention", rt.cfg.Retention.String())
 	}
 	return nil
 }

@@ -51,7 +51,7 @@ func (rt *Runtime) rescue(ctx context.Context, why string, find func(ctx context
 	n := 0
 	for {
 		var refs []db.RunRef
-		err := db.InTx(ctx, rt.Pool, func(ctx context.Context, tx pgx.Tx) error {
+		err := db.InTx(ctx, rt.cfg.Pool, func(ctx context.Context, tx pgx.Tx) error {
 			var err error
 			if refs, err = find(ctx, tx); err != nil || len(refs) == 0 {
 				return err
@@ -67,7 +67,7 @@ func (rt *Runtime) rescue(ctx context.Context, why string, find func(ctx context
 			return n, err
 		}
 		for _, r := range refs {
-			rt.Logger.Info("rescued run", "thread_id", r.ThreadID, "gen", r.Gen, "why", why)
+			rt.cfg.Logger.Info("rescued run", "thread_id", r.ThreadID, "gen", r.Gen, "why", why)
 		}
 		n += len(refs)
 		if len(refs) < rescueBatch {

@@ -17,13 +17,14 @@ import (
 	"pizzabot/agent"
 	"pizzabot/db"
 	"pizzabot/metrics"
+	"pizzabot/tools"
 )
 
-// Runtime runs threads: it starts, continues, decides, cancels and retries
-// runs for the web and API handlers, and its step worker takes each step.
-// Every state change commits together with the job that acts on it.
-type Runtime struct {
-	// Pool serves the step jobs, River and the sweeps.
+// Config is what a Runtime is built from (New): the pools, the tools and
+// skills runs use, the models' settings, and the River client's tuning.
+type Config struct {
+
+	// Pool serves the step jobs, River and the sweeps (required).
 	Pool *pgxpool.Pool
 	// RequestPool, when set, serves the calls people make (Start, Reply,
 	// Retry, Cancel, Decide), apart from Pool: a hundred busy steps never
@@ -31,7 +32,7 @@ type Runtime struct {
 	// step from its heartbeat.
 	RequestPool *pgxpool.Pool
 	Logger      *slog.Logger
-	Tools       *Toolbox
+	Tools       *tools.Toolbox
 	// Skills returns the skills available now.
 	Skills func() agent.SkillSet
 	// SkillVersion loads a version of a stored custom skill, current or
@@ -72,6 +73,26 @@ type Runtime struct {
 	HeartbeatEvery time.Duration
 	StaleAfter     time.Duration
 
+	// MaxWorkers bounds the steps one process runs at once (default 100).
+	MaxWorkers int
+	// ScheduleEvery is how often the leader looks for due schedules
+	// (default ScheduleEvery); Now is the schedules' clock (default
+	// time.Now). Tests shorten the one and drive the other.
+	ScheduleEvery time.Duration
+	Now           func() time.Time
+	// ClientID names the River client; a process with a Liveness passes
+	// its ClientID, so that its step jobs are handed over as soon as it
+	// dies (SweepDead). Empty: River's random id, and only heartbeats tell
+	// whether its steps live.
+	ClientID string
+}
+
+// Runtime runs threads: it starts, continues, decides, cancels and retries
+// runs for the web and API handlers, and its River client's workers take
+// each step. Every state change commits together with the job that acts on
+// it. Build it with New; it is not changed after.
+type Runtime struct {
+	cfg    Config
 	client *river.Client[pgx.Tx]
 
 	modelsMu sync.Mutex
@@ -127,18 +148,18 @@ func (rt *Runtime) Start(ctx context.Context, user db.User, req StartRequest) (d
 		return db.Thread{}, err
 	}
 	if len(req.Files) > 0 {
-		rt.notePDFPages(ctx, rt.requestPool(), user.ID, t.ID) // pdf.go: after the commit
+		tools.NotePDFPages(ctx, rt.requestPool(), rt.cfg.Logger, user.ID, t.ID) // after the commit: PDFium is slow
 	}
 	return t, nil
 }
 
 // checkSkill refuses a skill that does not exist or lacks a tool.
 func (rt *Runtime) checkSkill(name string) error {
-	s, ok := rt.skills().Get(name)
+	s, ok := rt.Skills().Get(name)
 	if !ok {
 		return userErr(400, "there is no skill named %q", name)
 	}
-	if missing := rt.Tools.Missing(s); len(missing) > 0 {
+	if missing := rt.cfg.Tools.Missing(s); len(missing) > 0 {
 		return userErr(400, "skill %q is unavailable: it needs %s, which is not connected", name, strings.Join(missing, ", "))
 	}
 	return nil
@@ -148,7 +169,7 @@ func (rt *Runtime) checkSkill(name string) error {
 // "model"), or "" for the default. The spec was checked when the skill was
 // loaded; whether its provider has a key shows when the run calls it.
 func (rt *Runtime) skillModel(name string) string {
-	if s, ok := rt.skills().Get(name); ok {
+	if s, ok := rt.Skills().Get(name); ok {
 		return s.Model
 	}
 	return ""
@@ -162,10 +183,10 @@ func (rt *Runtime) ModelSpec(ctx context.Context, q db.Querier) string {
 
 // requestPool is the pool of the calls people make.
 func (rt *Runtime) requestPool() *pgxpool.Pool {
-	if rt.RequestPool != nil {
-		return rt.RequestPool
+	if rt.cfg.RequestPool != nil {
+		return rt.cfg.RequestPool
 	}
-	return rt.Pool
+	return rt.cfg.Pool
 }
 
 // runSkill returns the skill named name as the run of thread threadID sees
@@ -176,13 +197,13 @@ func (rt *Runtime) requestPool() *pgxpool.Pool {
 // meanwhile does not change a run under way. Built-in and deployed skills
 // change only with the deployment and are used as they are now. A pinned
 // version pruned meanwhile (jobs/prune.go: the thread had ended more than
-// PinRetention ago, and got a reply) gives way to the current one.
+// db.PinRetention ago, and got a reply) gives way to the current one.
 func (rt *Runtime) runSkill(ctx context.Context, q db.Querier, threadID int64, name string) (*agent.Skill, bool, error) {
-	s, ok := rt.skills().Get(name)
+	s, ok := rt.Skills().Get(name)
 	if ok && s.Source != agent.SourceCustom && s.Source != agent.SourcePlugin {
 		return s, ok, nil
 	}
-	if rt.SkillVersion != nil && (!ok || s.Source == agent.SourceCustom) {
+	if rt.cfg.SkillVersion != nil && (!ok || s.Source == agent.SourceCustom) {
 		v, err := db.ThreadSkillVersion(ctx, q, threadID)
 		if err != nil {
 			return nil, false, err
@@ -191,18 +212,18 @@ func (rt *Runtime) runSkill(ctx context.Context, q db.Querier, threadID int64, n
 			if ok && s.Version == v {
 				return s, ok, nil
 			}
-			pinned, err := rt.SkillVersion(ctx, q, v)
+			pinned, err := rt.cfg.SkillVersion(ctx, q, v)
 			if err == nil {
 				return pinned, true, nil
 			}
 			if !errors.Is(err, db.ErrNotFound) {
 				return nil, false, err
 			}
-			rt.Logger.Warn("pinned skill version is gone, using the current one", "thread_id", threadID, "skill", name, "version", v, "current", ok)
+			rt.cfg.Logger.Warn("pinned skill version is gone, using the current one", "thread_id", threadID, "skill", name, "version", v, "current", ok)
 			return s, ok, nil
 		}
 	}
-	if rt.PluginSkillVersion != nil && (!ok || s.Source == agent.SourcePlugin) {
+	if rt.cfg.PluginSkillVersion != nil && (!ok || s.Source == agent.SourcePlugin) {
 		plugin, v, err := db.ThreadPluginVersion(ctx, q, threadID)
 		if err != nil {
 			return nil, false, err
@@ -212,23 +233,40 @@ func (rt *Runtime) runSkill(ctx context.Context, q db.Querier, threadID int64, n
 		if v == "" || (ok && (s.Plugin != plugin || s.Version == v)) {
 			return s, ok, nil
 		}
-		pinned, err := rt.PluginSkillVersion(ctx, q, v, name)
+		pinned, err := rt.cfg.PluginSkillVersion(ctx, q, v, name)
 		if err == nil {
 			return pinned, true, nil
 		}
 		if !errors.Is(err, db.ErrNotFound) {
 			return nil, false, err
 		}
-		rt.Logger.Warn("pinned plugin version is gone, using the current one", "thread_id", threadID, "skill", name, "plugin", plugin, "version", v, "current", ok)
+		rt.cfg.Logger.Warn("pinned plugin version is gone, using the current one", "thread_id", threadID, "skill", name, "plugin", plugin, "version", v, "current", ok)
 	}
 	return s, ok, nil
 }
 
-func (rt *Runtime) skills() agent.SkillSet {
-	if rt.Skills == nil {
+// Skills returns the skills available now.
+func (rt *Runtime) Skills() agent.SkillSet {
+	if rt.cfg.Skills == nil {
 		return agent.SkillSet{}
 	}
-	return rt.Skills()
+	return rt.cfg.Skills()
+}
+
+// Toolbox is the tools runs may be offered.
+func (rt *Runtime) Toolbox() *tools.Toolbox { return rt.cfg.Tools }
+
+// DefaultModel is the model spec of the configuration (PIZZA_MODEL), which
+// the settings page may override (ModelSpec).
+func (rt *Runtime) DefaultModel() string { return rt.cfg.DefaultModel }
+
+// Getenv reads a variable of the environment runs see (provider keys and
+// base URLs); "" when there is none.
+func (rt *Runtime) Getenv(name string) string {
+	if rt.cfg.Getenv == nil {
+		return ""
+	}
+	return rt.cfg.Getenv(name)
 }
 
 // advance moves the thread's run to its next generation and queues the step
@@ -384,7 +422,7 @@ func (rt *Runtime) Cancel(ctx context.Context, user db.User, threadID int64) err
 		}
 		// Interrupt the step at once; it would notice at its next heartbeat anyway.
 		if _, err := rt.client.JobCancel(ctx, job); err != nil && !errors.Is(err, river.ErrNotFound) {
-			rt.Logger.Warn("cancel step job", "thread_id", threadID, "job_id", job, "err", err)
+			rt.cfg.Logger.Warn("cancel step job", "thread_id", threadID, "job_id", job, "err", err)
 		}
 	}
 	return nil
@@ -528,7 +566,7 @@ func (rt *Runtime) decide(ctx context.Context, tx pgx.Tx, user db.User, c db.Too
 	case db.DecisionApprove, db.DecisionRetry:
 		return db.RecordDecision(ctx, tx, rec, db.CallReady)
 	case db.DecisionEdit:
-		tool, ok := rt.Tools.Get(c.Name)
+		tool, ok := rt.cfg.Tools.Get(c.Name)
 		if !ok {
 			return userErr(400, "tool %s is no longer available", c.Name)
 		}
@@ -573,16 +611,16 @@ func (rt *Runtime) defaultModel(ctx context.Context, q db.Querier) string {
 	m, err := db.GetServerSetting(ctx, q, db.SettingDefaultModel)
 	switch {
 	case err != nil:
-		rt.Logger.WarnContext(ctx, "read the default model from the settings", "err", err)
+		rt.cfg.Logger.WarnContext(ctx, "read the default model from the settings", "err", err)
 	case m != "":
 		return m
 	}
-	return rt.DefaultModel
+	return rt.cfg.DefaultModel
 }
 
 // model returns the client for a model spec, built once per base URL and
 // key: the environment, overlaid with the provider's settings.
-func (rt *Runtime) model(spec string) (*agent.Model, error) {
+func (rt *Runtime) model(ctx context.Context, spec string) (*agent.Model, error) {
 	if spec == "" {
 		return nil, errors.New("no model is configured: set PIZZA_MODEL to <provider>:<model-id>, e.g. openai:gpt-4.1-mini, or choose one in the settings")
 	}
@@ -590,14 +628,14 @@ func (rt *Runtime) model(spec string) (*agent.Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	getenv := rt.Getenv
+	getenv := rt.cfg.Getenv
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
 	p, _ := agent.LookupProvider(ms.Provider)
-	if rt.ProviderSettings != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		baseURL, keyEnv, key, err := rt.ProviderSettings(ctx, p.Name)
+	if rt.cfg.ProviderSettings != nil {
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		baseURL, keyEnv, key, err := rt.cfg.ProviderSettings(ctx, p.Name)
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("read the settings of provider %s: %w", p.Name, err)
@@ -625,8 +663,8 @@ func (rt *Runtime) model(spec string) (*agent.Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	if rt.ModelRetry != (agent.RetryPolicy{}) {
-		m.Retry = rt.ModelRetry
+	if rt.cfg.ModelRetry != (agent.RetryPolicy{}) {
+		m.Retry = rt.cfg.ModelRetry
 	}
 	if rt.models == nil {
 		rt.models = map[string]cachedModel{}

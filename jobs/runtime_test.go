@@ -13,15 +13,14 @@ import (
 	"testing/fstest"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 
 	"pizzabot/agent"
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
 	"pizzabot/db/dbtest"
 	"pizzabot/jobs"
+	"pizzabot/tools"
 )
 
 func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
@@ -48,11 +47,27 @@ func (p *publishLog) got() []string {
 type bundle struct {
 	pool    *pgxpool.Pool
 	rt      *jobs.Runtime
-	client  *river.Client[pgx.Tx]
 	model   *scriptmodel.Server
 	user    db.User
 	other   db.User
 	publish *publishLog
+
+	skillsMu sync.Mutex
+	skills   func() agent.SkillSet // what the runtime's Config.Skills returns
+}
+
+// useSkills changes the skills the runtime sees from now on.
+func (b *bundle) useSkills(fn func() agent.SkillSet) {
+	b.skillsMu.Lock()
+	defer b.skillsMu.Unlock()
+	b.skills = fn
+}
+
+func (b *bundle) currentSkills() agent.SkillSet {
+	b.skillsMu.Lock()
+	fn := b.skills
+	b.skillsMu.Unlock()
+	return fn()
 }
 
 const testSkills = `---
@@ -77,14 +92,14 @@ interruptOn:
 Publish.
 `
 
-func publishTool(log *publishLog) jobs.Tool {
-	return jobs.Tool{
+func publishTool(log *publishLog) tools.Tool {
+	return tools.Tool{
 		Spec: agent.ToolSpec{
 			Name:        "publish_brief",
 			Description: "Publish a brief to the company.",
 			Parameters:  []byte(`{"type":"object","properties":{"title":{"type":"string","minLength":1}},"required":["title"]}`),
 		},
-		Call: func(_ context.Context, _ jobs.Run, args map[string]any) (string, error) {
+		Call: func(_ context.Context, _ tools.Run, args map[string]any) (string, error) {
 			title, _ := args["title"].(string)
 			log.add(title)
 			return "published " + title, nil
@@ -94,7 +109,7 @@ func publishTool(log *publishLog) jobs.Tool {
 
 // setup starts a runtime with a River client on a fresh database, answering
 // with a scripted model.
-func setup(t testing.TB, script scriptmodel.Script, extra ...jobs.Tool) *bundle {
+func setup(t testing.TB, script scriptmodel.Script, extra ...tools.Tool) *bundle {
 	t.Helper()
 	return setupWith(t, script, fstest.MapFS{
 		"researcher/SKILL.md": {Data: []byte(testSkills)},
@@ -103,7 +118,7 @@ func setup(t testing.TB, script scriptmodel.Script, extra ...jobs.Tool) *bundle 
 }
 
 // setupWith is setup with other skills.
-func setupWith(t testing.TB, script scriptmodel.Script, skillFiles fstest.MapFS, extra ...jobs.Tool) *bundle {
+func setupWith(t testing.TB, script scriptmodel.Script, skillFiles fstest.MapFS, extra ...tools.Tool) *bundle {
 	t.Helper()
 	skills := agent.LoadSkills(skillFiles, "")
 	if len(skills.Errors) > 0 {
@@ -113,23 +128,24 @@ func setupWith(t testing.TB, script scriptmodel.Script, skillFiles fstest.MapFS,
 }
 
 // setupSkillSet is setup with a loaded skill set (custom skills on disk).
-func setupSkillSet(t testing.TB, script scriptmodel.Script, skills agent.SkillSet, extra ...jobs.Tool) *bundle {
+func setupSkillSet(t testing.TB, script scriptmodel.Script, skills agent.SkillSet, extra ...tools.Tool) *bundle {
 	t.Helper()
 	ctx := context.Background()
 	b := &bundle{pool: dbtest.New(t), publish: &publishLog{}}
+	b.useSkills(func() agent.SkillSet { return skills })
 	b.model = scriptmodel.New(script)
 	srv := httptest.NewServer(b.model.Handler())
 	t.Cleanup(srv.Close)
 
-	tools, err := jobs.NewToolbox(append([]jobs.Tool{publishTool(b.publish)}, extra...)...)
+	toolbox, err := tools.NewToolbox(append([]tools.Tool{publishTool(b.publish)}, extra...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.rt = &jobs.Runtime{
+	b.rt = newRuntime(t, jobs.Config{
 		Pool:         b.pool,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Tools:        tools,
-		Skills:       func() agent.SkillSet { return skills },
+		Tools:        toolbox,
+		Skills:       b.currentSkills,
 		DefaultModel: "compatible:scripted",
 		Getenv: func(k string) string {
 			if k == "COMPATIBLE_BASE_URL" {
@@ -140,18 +156,15 @@ func setupSkillSet(t testing.TB, script scriptmodel.Script, skills agent.SkillSe
 		ModelRetry:     agent.RetryPolicy{Attempts: 3, Base: time.Millisecond, Max: 5 * time.Millisecond},
 		HeartbeatEvery: 100 * time.Millisecond,
 		StaleAfter:     time.Second,
-	}
-	b.client, err = jobs.NewClient(b.rt, jobs.ClientConfig{MaxWorkers: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.client.Start(ctx); err != nil {
+		MaxWorkers:     100,
+	})
+	if err := b.rt.StartWorkers(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = jobs.Stop(sctx, b.client)
+		_ = b.rt.StopWorkers(sctx)
 	})
 	if b.user, err = db.UpsertUser(ctx, b.pool, "test", "alice", "alice@example.com", "Alice", false); err != nil {
 		t.Fatal(err)

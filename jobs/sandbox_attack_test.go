@@ -11,6 +11,7 @@ import (
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
 	"pizzabot/jobs"
+	"pizzabot/tools"
 )
 
 // Attacks on run_js's approvals (issue 12): an approval must apply to
@@ -26,7 +27,7 @@ func TestSandboxAsyncGatedCallsOnlyTheShownOneRuns(t *testing.T) {
 		async function second() { tools.call("publish_brief", {title: "Unseen"}) }
 		first(); second();
 		"done"`
-	b := wsSetup(t, jobs.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
+	b := wsSetup(t, tools.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
 		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{callJS("s1", code, 0)}},
 		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Done."}}},
 	}}))
@@ -85,7 +86,7 @@ func TestSandboxAsyncGatedCallsOnlyTheShownOneRuns(t *testing.T) {
 // gated call again, not run it.
 func TestSandboxRetryAfterCrashDoesNotRunAnUnseenCall(t *testing.T) {
 	t.Parallel()
-	b := wsSetup(t, jobs.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
+	b := wsSetup(t, tools.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
 		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{callJS("s1",
 			`tools.call("publish_brief", {title: "Unseen"})`, 0)}},
 		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Done."}}},
@@ -128,7 +129,7 @@ const crashedCallSQL = `UPDATE tool_calls SET state = 'unknown', wait_kind = 'un
 // first only, because an approval names the call's place in the script too.
 func TestSandboxApprovalCoversOneCallOfIdenticalOnes(t *testing.T) {
 	t.Parallel()
-	b := wsSetup(t, jobs.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
+	b := wsSetup(t, tools.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
 		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{callJS("s1",
 			`tools.call("publish_brief", {title: "Twice"}); tools.call("publish_brief", {title: "Twice"}); "ok"`, 0)}},
 		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Done."}}},
@@ -174,7 +175,7 @@ func waitSlots(t *testing.T, n int, within time.Duration) {
 // slot back; a cancelled run's script and one running at shutdown end at
 // once. Not parallel: it counts the process's sandbox slots.
 func TestSandboxAsyncBusyLoopInARun(t *testing.T) {
-	b := wsSetup(t, jobs.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
+	b := wsSetup(t, tools.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
 		{Match: scriptmodel.Match{LastUserContains: "short", LastRole: "user"}, Replies: []scriptmodel.Reply{callJS("l1", asyncBusyLoop, 2)}},
 		{Match: scriptmodel.Match{LastUserContains: "long", LastRole: "user"}, Replies: []scriptmodel.Reply{callJS("l2", asyncBusyLoop, 120)}},
 		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "It failed."}}},
@@ -207,7 +208,7 @@ func TestSandboxAsyncBusyLoopInARun(t *testing.T) {
 	stopping := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	if err := jobs.Stop(ctx, b.client); err != nil {
+	if err := b.rt.StopWorkers(ctx); err != nil {
 		t.Errorf("stop: %v", err)
 	}
 	if took := time.Since(stopping); took > time.Second+hostileMargin {

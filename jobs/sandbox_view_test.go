@@ -11,7 +11,7 @@ import (
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
 	"pizzabot/handlers"
-	"pizzabot/jobs"
+	"pizzabot/tools"
 )
 
 // guardedSkill gates the scratch file writes of its scripts.
@@ -31,7 +31,7 @@ Use run_js.
 func TestSandboxApprovalShowsEveryArgumentWhole(t *testing.T) {
 	t.Parallel()
 	content := strings.Repeat("x", 5000) + "END"
-	b := wsSetup(t, jobs.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
+	b := wsSetup(t, tools.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
 		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{callJS("s1",
 			`tools.call("write_file", {content: "x".repeat(5000) + "END", path: "secret/target.md"}); "written"`, 0)}},
 		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Done."}}},

@@ -4,132 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-	// Time zones come with the binary: a container image without
-	// /usr/share/zoneinfo still reads "Europe/Paris".
-	_ "time/tzdata"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/robfig/cron/v3"
 
+	"pizzabot/cron"
 	"pizzabot/db"
 )
-
-// Cron is a schedule's cron expression read in its time zone.
-type Cron struct {
-	Expr     string
-	Timezone string
-	loc      *time.Location
-	sched    cron.Schedule
-}
-
-// CronError is a cron expression or time zone that cannot be used. Field is
-// "cron" or "timezone"; Msg is written for the person who typed it.
-type CronError struct {
-	Field string
-	Msg   string
-}
-
-func (e *CronError) Error() string { return e.Field + ": " + e.Msg }
-
-// MinEvery is the shortest interval "@every" accepts: a schedule starts
-// agent runs, and a 5-field cron expression cannot fire more often either.
-const MinEvery = time.Minute
-
-// cronParser reads the standard 5 fields (minute, hour, day of month, month,
-// day of week) and the descriptors @yearly, @monthly, @weekly, @daily,
-// @hourly and @every <duration>.
-var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
-
-// ParseCron checks a cron expression and an IANA time zone. It refuses an
-// expression that will never come due again after now, so a saved schedule
-// always has a next fire when it is saved.
-func ParseCron(expr, tz string, now time.Time) (Cron, error) {
-	c, err := parseCron(expr, tz)
-	if err != nil {
-		return Cron{}, err
-	}
-	if c.Next(now).IsZero() {
-		return Cron{}, &CronError{"cron", "This expression never comes due (is it a date that does not exist, such as February 30?)."}
-	}
-	return c, nil
-}
-
-func parseCron(expr, tz string) (Cron, error) {
-	expr = strings.Join(strings.Fields(expr), " ")
-	tz = strings.TrimSpace(tz)
-	loc, tzErr := loadZone(tz)
-	switch {
-	case expr == "":
-		return Cron{}, &CronError{"cron", "Enter a cron expression, such as 0 8 * * 1-5 (8:00 on weekdays)."}
-	case len(expr) > 200:
-		return Cron{}, &CronError{"cron", "The expression is longer than 200 characters."}
-	case strings.HasPrefix(expr, "TZ=") || strings.HasPrefix(expr, "CRON_TZ="):
-		return Cron{}, &CronError{"cron", "Choose the time zone in its own field, not in the expression."}
-	}
-	sched, err := cronParser.Parse(expr)
-	if err != nil {
-		return Cron{}, &CronError{"cron", "Not a valid cron expression: " + err.Error() +
-			". Use five fields (minute hour day-of-month month day-of-week) or @hourly, @daily, @weekly, @monthly, @yearly, @every 2h."}
-	}
-	if every, ok := sched.(cron.ConstantDelaySchedule); ok && every.Delay < MinEvery {
-		return Cron{}, &CronError{"cron", "@every must be at least one minute."}
-	}
-	if tzErr != nil {
-		return Cron{}, tzErr
-	}
-	if spec, ok := sched.(*cron.SpecSchedule); ok {
-		spec.Location = loc
-	}
-	return Cron{Expr: expr, Timezone: tz, loc: loc, sched: sched}, nil
-}
-
-// loadZone reads an IANA time zone name. "Local" is refused: it means the
-// zone of whichever server process reads it.
-func loadZone(tz string) (*time.Location, error) {
-	if tz == "" {
-		return nil, &CronError{"timezone", "Choose a time zone, such as UTC or Europe/Paris."}
-	}
-	if tz == "Local" {
-		return nil, &CronError{"timezone", "Name the zone itself (such as Europe/Paris): “Local” depends on the server."}
-	}
-	loc, err := time.LoadLocation(tz)
-	if err != nil {
-		return nil, &CronError{"timezone", fmt.Sprintf("Unknown time zone %q: use an IANA name such as UTC, Europe/Paris or America/New_York.", tz)}
-	}
-	return loc, nil
-}
-
-// Location is the zone the expression is read in.
-func (c Cron) Location() *time.Location { return c.loc }
-
-// Next returns the first time the schedule comes due strictly after t, in
-// the schedule's zone; the zero time when it never does again.
-func (c Cron) Next(t time.Time) time.Time {
-	if c.sched == nil {
-		return time.Time{}
-	}
-	n := c.sched.Next(t.In(c.loc))
-	if n.IsZero() {
-		return n
-	}
-	return n.In(c.loc)
-}
-
-// NextN returns the next n times the schedule comes due after t.
-func (c Cron) NextN(t time.Time, n int) []time.Time {
-	var out []time.Time
-	for len(out) < n {
-		t = c.Next(t)
-		if t.IsZero() {
-			break
-		}
-		out = append(out, t)
-	}
-	return out
-}
 
 // ScheduleArgs queue a sweep that starts the runs of due schedules.
 type ScheduleArgs struct{}
@@ -187,7 +69,7 @@ func (rt *Runtime) FireDueSchedules(ctx context.Context, now time.Time) (int, er
 			return n, err
 		}
 		var id int64
-		err := db.InTx(ctx, rt.Pool, func(ctx context.Context, tx pgx.Tx) error {
+		err := db.InTx(ctx, rt.cfg.Pool, func(ctx context.Context, tx pgx.Tx) error {
 			s, err := db.LockDueSchedule(ctx, tx, now, failed)
 			if err != nil {
 				return err
@@ -203,7 +85,7 @@ func (rt *Runtime) FireDueSchedules(ctx context.Context, now time.Time) (int, er
 		case err != nil && ctx.Err() != nil:
 			return n, ctx.Err()
 		case err != nil:
-			rt.Logger.Error("fire schedule", "schedule_id", id, "err", err)
+			rt.cfg.Logger.Error("fire schedule", "schedule_id", id, "err", err)
 			if id == 0 {
 				return n, err
 			}
@@ -218,7 +100,7 @@ func (rt *Runtime) FireDueSchedules(ctx context.Context, now time.Time) (int, er
 // must be skipped, and advances the schedule.
 func (rt *Runtime) fire(ctx context.Context, tx pgx.Tx, s db.Schedule, now time.Time) error {
 	rec := db.ScheduleFire{ScheduleID: s.ID, UserID: s.UserID, DueAt: *s.NextDueAt, FirstDueAt: *s.NextDueAt, Covers: 1, RanAt: now}
-	c, err := parseCron(s.Cron, s.Timezone)
+	c, err := cron.Read(s.Cron, s.Timezone)
 	if err != nil {
 		// Saved expressions were valid; a zone can still leave the tz
 		// database. Say so once and stop.
@@ -310,8 +192,8 @@ func (rt *Runtime) finishFire(ctx context.Context, tx pgx.Tx, s db.Schedule, rec
 	if err := db.AdvanceSchedule(ctx, tx, s.ID, nextAt, rec.RanAt, threadID); err != nil {
 		return err
 	}
-	rt.Metrics.ScheduleFire(rec.Outcome)
-	rt.Logger.Info("schedule fired", "schedule_id", s.ID, "user_id", s.UserID, "outcome", rec.Outcome,
+	rt.cfg.Metrics.ScheduleFire(rec.Outcome)
+	rt.cfg.Logger.Info("schedule fired", "schedule_id", s.ID, "user_id", s.UserID, "outcome", rec.Outcome,
 		"due_at", rec.DueAt, "covers", rec.Covers)
 	return nil
 }
@@ -325,7 +207,7 @@ func fireTime(t time.Time, loc *time.Location) string {
 // schedulePrompt is the schedule's prompt with a line telling the agent
 // when it was due, and for a catch-up which fires it stands for: a morning
 // brief should know which morning it is.
-func schedulePrompt(s db.Schedule, c Cron, rec db.ScheduleFire) string {
+func schedulePrompt(s db.Schedule, c cron.Schedule, rec db.ScheduleFire) string {
 	note := "Scheduled run of “" + s.Name + "”, due " + fireTime(rec.DueAt, c.Location()) + "."
 	if rec.Covers > 1 {
 		note = fmt.Sprintf("Catch-up run of “%s”: the server was not running when %d scheduled runs were due, "+
@@ -339,7 +221,7 @@ func schedulePrompt(s db.Schedule, c Cron, rec db.ScheduleFire) string {
 
 // scheduleRef is the thread's trigger reference: which schedule, and for a
 // catch-up how many fires it covers.
-func scheduleRef(s db.Schedule, c Cron, rec db.ScheduleFire) string {
+func scheduleRef(s db.Schedule, c cron.Schedule, rec db.ScheduleFire) string {
 	ref := fmt.Sprintf("schedule %d “%s”", s.ID, s.Name)
 	if rec.Covers > 1 {
 		ref += fmt.Sprintf(", covers %d missed fires from %s", rec.Covers, fireTime(rec.FirstDueAt, c.Location()))

@@ -2,7 +2,6 @@ package jobs_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -12,15 +11,15 @@ import (
 	"testing/fstest"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
 
 	"pizzabot/agent"
 	"pizzabot/agent/scriptmodel"
+	"pizzabot/cron"
 	"pizzabot/db"
 	"pizzabot/db/dbtest"
 	"pizzabot/jobs"
+	"pizzabot/tools"
 )
 
 // testClock is the schedules' clock in a test: it stands still until the
@@ -46,7 +45,6 @@ func (c *testClock) Set(t time.Time) {
 // own connection pool.
 type process struct {
 	rt      *jobs.Runtime
-	client  *river.Client[pgx.Tx]
 	pool    *pgxpool.Pool
 	stopped bool
 }
@@ -62,7 +60,7 @@ func startProcess(t *testing.T, url string, clk *testClock, modelURL string) *pr
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	tools, err := jobs.NewToolbox(publishTool(&publishLog{}))
+	toolbox, err := tools.NewToolbox(publishTool(&publishLog{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,10 +68,10 @@ func startProcess(t *testing.T, url string, clk *testClock, modelURL string) *pr
 		"researcher/SKILL.md": {Data: []byte(testSkills)},
 	}, "")
 	p := &process{pool: pool}
-	p.rt = &jobs.Runtime{
+	p.rt = newRuntime(t, jobs.Config{
 		Pool:         pool,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Tools:        tools,
+		Tools:        toolbox,
 		Skills:       func() agent.SkillSet { return skills },
 		DefaultModel: "compatible:scripted",
 		Getenv: func(k string) string {
@@ -85,12 +83,9 @@ func startProcess(t *testing.T, url string, clk *testClock, modelURL string) *pr
 		ModelRetry:     agent.RetryPolicy{Attempts: 3, Base: time.Millisecond, Max: 5 * time.Millisecond},
 		HeartbeatEvery: 100 * time.Millisecond,
 		StaleAfter:     time.Second,
-	}
-	p.client, err = jobs.NewClient(p.rt, jobs.ClientConfig{ScheduleEvery: 50 * time.Millisecond, Now: clk.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.client.Start(ctx); err != nil {
+		ScheduleEvery:  50 * time.Millisecond, Now: clk.Now,
+	})
+	if err := p.rt.StartWorkers(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.stop(t) })
@@ -104,7 +99,7 @@ func (p *process) stop(t *testing.T) {
 	p.stopped = true
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := jobs.Stop(ctx, p.client); err != nil {
+	if err := p.rt.StopWorkers(ctx); err != nil {
 		t.Errorf("stop: %v", err)
 	}
 }
@@ -140,7 +135,7 @@ func newScheduleBundle(t *testing.T, script scriptmodel.Script, start time.Time)
 // next due time computed at the clock's time.
 func (b *scheduleBundle) schedule(t *testing.T, name, expr, tz string, edit func(*db.ScheduleFields)) db.Schedule {
 	t.Helper()
-	c, err := jobs.ParseCron(expr, tz, b.clk.Now())
+	c, err := cron.Parse(expr, tz, b.clk.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,67 +192,6 @@ func mustZone(t *testing.T, name string) *time.Location {
 		t.Fatal(err)
 	}
 	return loc
-}
-
-func TestParseCron(t *testing.T) {
-	t.Parallel()
-	now := time.Date(2031, 3, 3, 6, 0, 0, 0, time.UTC)
-	tests := []struct {
-		expr, tz  string
-		wantField string // "" when valid
-		wantNext  time.Time
-	}{
-		{"0 8 * * 1-5", "Europe/Paris", "", time.Date(2031, 3, 3, 7, 0, 0, 0, time.UTC)},
-		{"  0   8 * * 1-5 ", " UTC ", "", time.Date(2031, 3, 3, 8, 0, 0, 0, time.UTC)},
-		{"@hourly", "UTC", "", time.Date(2031, 3, 3, 7, 0, 0, 0, time.UTC)},
-		{"@daily", "America/New_York", "", time.Date(2031, 3, 4, 5, 0, 0, 0, time.UTC)},
-		{"@every 90m", "UTC", "", now.Add(90 * time.Minute)},
-		{"@every 30s", "UTC", "cron", time.Time{}},
-		{"0 8 * *", "UTC", "cron", time.Time{}},
-		{"0 0 8 * * 1-5", "UTC", "cron", time.Time{}}, // seconds are not a field of ours
-		{"61 * * * *", "UTC", "cron", time.Time{}},
-		{"", "UTC", "cron", time.Time{}},
-		{"CRON_TZ=Asia/Tokyo 0 8 * * *", "UTC", "cron", time.Time{}},
-		{"0 0 30 2 *", "UTC", "cron", time.Time{}}, // February 30: never
-		{"0 8 * * *", "Mars/Olympus", "timezone", time.Time{}},
-		{"0 8 * * *", "", "timezone", time.Time{}},
-		{"0 8 * * *", "Local", "timezone", time.Time{}},
-	}
-	for _, tt := range tests {
-		c, err := jobs.ParseCron(tt.expr, tt.tz, now)
-		var ce *jobs.CronError
-		switch {
-		case tt.wantField == "" && err != nil:
-			t.Errorf("ParseCron(%q, %q) = %v, want ok", tt.expr, tt.tz, err)
-		case tt.wantField != "" && (!errors.As(err, &ce) || ce.Field != tt.wantField):
-			t.Errorf("ParseCron(%q, %q) = %v, want an error for %s", tt.expr, tt.tz, err, tt.wantField)
-		case tt.wantField == "":
-			if got := c.Next(now); !got.Equal(tt.wantNext) {
-				t.Errorf("ParseCron(%q, %q).Next = %v, want %v", tt.expr, tt.tz, got, tt.wantNext)
-			}
-		}
-	}
-}
-
-func TestCronFollowsItsZoneAcrossDST(t *testing.T) {
-	t.Parallel()
-	// Paris moves to summer time on Sunday March 30, 2031: 8:00 on weekdays
-	// is 07:00 UTC before and 06:00 UTC after.
-	c, err := jobs.ParseCron("0 8 * * 1-5", "Europe/Paris", time.Date(2031, 3, 27, 0, 0, 0, 0, time.UTC))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := c.NextN(time.Date(2031, 3, 27, 0, 0, 0, 0, time.UTC), 3)
-	want := []time.Time{
-		time.Date(2031, 3, 27, 7, 0, 0, 0, time.UTC),
-		time.Date(2031, 3, 28, 7, 0, 0, 0, time.UTC),
-		time.Date(2031, 3, 31, 6, 0, 0, 0, time.UTC),
-	}
-	for i := range want {
-		if i >= len(got) || !got[i].Equal(want[i]) {
-			t.Fatalf("next fires = %v, want %v", got, want)
-		}
-	}
 }
 
 func TestScheduleFiresAtItsTimes(t *testing.T) {

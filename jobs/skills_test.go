@@ -11,7 +11,7 @@ import (
 
 	"pizzabot/agent"
 	"pizzabot/agent/scriptmodel"
-	"pizzabot/jobs"
+	"pizzabot/tools"
 )
 
 // publicSkill is shaped like the skills of the public Agent Skills
@@ -85,7 +85,7 @@ func TestSkillFolderInARun(t *testing.T) {
 		callTool("c9", "read_file", map[string]any{"path": base + "assets/logo.png"}),
 		{Content: "Done."},
 	}}}}
-	b := setupSkillSet(t, script, set, jobs.WorkspaceTools(jobs.Workspace{})...)
+	b := setupSkillSet(t, script, set, tools.WorkspaceTools(tools.Workspace{})...)
 	th := b.start(t, "Write the 3P update", "internal-comms")
 	b.wait(t, th.ID, "done")
 

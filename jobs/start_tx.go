@@ -64,7 +64,7 @@ func (rt *Runtime) StartTx(ctx context.Context, tx pgx.Tx, user db.User, req Sta
 		// Without files the prompt is known: the thread (with the default
 		// model of the settings), its message and its run's generation
 		// are one statement (every run pays for its start).
-		t, gen, err := db.StartThread(ctx, tx, nt, req.Prompt, rt.DefaultModel)
+		t, gen, err := db.StartThread(ctx, tx, nt, req.Prompt, rt.cfg.DefaultModel)
 		if err != nil {
 			return db.Thread{}, err
 		}

@@ -8,10 +8,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
 	"pizzabot/agent"
 	"pizzabot/db"
+	"pizzabot/tools"
 )
 
 // StepArgs queue one step of a thread's run at a generation of it.
@@ -45,7 +47,7 @@ var errLeaseLost = errors.New("lease lost")
 func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
 	rt := w.rt
 	a := job.Args
-	outcome, err := db.TakeLease(ctx, rt.Pool, a.ThreadID, a.Gen, job.ID, rt.staleAfter())
+	outcome, err := db.TakeLease(ctx, rt.cfg.Pool, a.ThreadID, a.Gen, job.ID, rt.staleAfter())
 	if err != nil {
 		return err
 	}
@@ -69,24 +71,24 @@ func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
 	<-hbDone
 	switch {
 	case err == nil:
-		rt.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "ok")
+		rt.cfg.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "ok")
 		return nil
 	case errors.Is(err, errLeaseLost) || errors.Is(context.Cause(ctx), errLeaseLost):
-		rt.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "lease_lost")
+		rt.cfg.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "lease_lost")
 		return nil
 	case ctx.Err() != nil:
-		rt.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "handed_back")
+		rt.cfg.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "handed_back")
 		// Shutdown (or River's own cancel): hand the run back at once. A
 		// tool call cut off here stays "running" and the next job treats
 		// its outcome as unknown.
 		bg, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer done()
-		if rerr := db.ReleaseLease(bg, rt.Pool, a.ThreadID, job.ID); rerr != nil {
-			rt.Logger.Warn("release lease", "thread_id", a.ThreadID, "err", rerr)
+		if rerr := db.ReleaseLease(bg, rt.cfg.Pool, a.ThreadID, job.ID); rerr != nil {
+			rt.cfg.Logger.Warn("release lease", "thread_id", a.ThreadID, "err", rerr)
 		}
 		return river.JobSnooze(0)
 	}
-	rt.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "error")
+	rt.cfg.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "error")
 	return err
 }
 
@@ -114,7 +116,7 @@ func modelOutcome(err error) string {
 
 // toolOutcome labels a tool call's result.
 func toolOutcome(err error) string {
-	var na *NeedsApproval
+	var na *tools.NeedsApproval
 	switch {
 	case err == nil:
 		return "ok"
@@ -125,15 +127,15 @@ func toolOutcome(err error) string {
 }
 
 func (rt *Runtime) staleAfter() time.Duration {
-	if rt.StaleAfter > 0 {
-		return rt.StaleAfter
+	if rt.cfg.StaleAfter > 0 {
+		return rt.cfg.StaleAfter
 	}
 	return 30 * time.Second
 }
 
 func (rt *Runtime) heartbeatEvery() time.Duration {
-	if rt.HeartbeatEvery > 0 {
-		return rt.HeartbeatEvery
+	if rt.cfg.HeartbeatEvery > 0 {
+		return rt.cfg.HeartbeatEvery
 	}
 	return 5 * time.Second
 }
@@ -148,10 +150,10 @@ func (rt *Runtime) heartbeat(ctx context.Context, cancel context.CancelCauseFunc
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			ok, err := db.Heartbeat(ctx, rt.Pool, threadID, jobID)
+			ok, err := db.Heartbeat(ctx, rt.cfg.Pool, threadID, jobID)
 			if err != nil {
 				if ctx.Err() == nil {
-					rt.Logger.Warn("heartbeat", "thread_id", threadID, "err", err)
+					rt.cfg.Logger.Warn("heartbeat", "thread_id", threadID, "err", err)
 				}
 				continue
 			}
@@ -167,7 +169,7 @@ func (rt *Runtime) heartbeat(ctx context.Context, cancel context.CancelCauseFunc
 // run. fn gets the transaction's context (db.InTx): a pool connection asked
 // for with it fails at once, so a Tx tool cannot take a second one.
 func (rt *Runtime) commit(ctx context.Context, jobID int64, a StepArgs, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	return db.InTx(ctx, rt.Pool, func(ctx context.Context, tx pgx.Tx) error {
+	return db.InTx(ctx, rt.cfg.Pool, func(ctx context.Context, tx pgx.Tx) error {
 		ok, err := db.HoldsLease(ctx, tx, a.ThreadID, a.Gen, jobID)
 		if err != nil {
 			return err
@@ -183,7 +185,7 @@ func (rt *Runtime) commit(ctx context.Context, jobID int64, a StepArgs, fn func(
 // server in one round trip with the lease check; fn then runs as in commit.
 // When the lease is lost the batch's writes are rolled back with the rest.
 func (rt *Runtime) commitBatch(ctx context.Context, jobID int64, a StepArgs, first func(b *pgx.Batch) error, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	return db.InTx(ctx, rt.Pool, func(ctx context.Context, tx pgx.Tx) error {
+	return db.InTx(ctx, rt.cfg.Pool, func(ctx context.Context, tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		var checked db.LeaseCheck
 		db.QueueHoldsLease(b, a.ThreadID, a.Gen, jobID, &checked)
@@ -206,7 +208,7 @@ func (rt *Runtime) commitBatch(ctx context.Context, jobID int64, a StepArgs, fir
 // step decides what the run needs next: its open tool calls, or the model.
 // What it needs to know of the run is read at once (db.ReadRun).
 func (rt *Runtime) step(ctx context.Context, jobID int64, a StepArgs) error {
-	v, err := db.ReadRun(ctx, rt.Pool, a.ThreadID, imageTypes, maxImageSize)
+	v, err := db.ReadRun(ctx, rt.cfg.Pool, a.ThreadID, tools.ImageTypes, tools.MaxImageSize)
 	if err != nil {
 		return err
 	}
@@ -237,40 +239,40 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 	}
 	var skill *agent.Skill
 	if t.Skill != "" {
-		s, ok, err := rt.runSkill(ctx, rt.Pool, t.ID, t.Skill)
+		s, ok, err := rt.runSkill(ctx, rt.cfg.Pool, t.ID, t.Skill)
 		if err != nil {
 			return err
 		}
 		if !ok {
 			return rt.fail(ctx, jobID, a, started, t.Model, fmt.Sprintf("Skill %q is not available any more.", t.Skill))
 		}
-		if missing := rt.Tools.Missing(s); len(missing) > 0 {
+		if missing := rt.cfg.Tools.Missing(s); len(missing) > 0 {
 			return rt.fail(ctx, jobID, a, started, t.Model, fmt.Sprintf("Skill %q needs %s, which is not connected.", t.Skill, strings.Join(missing, ", ")))
 		}
 		skill = s
-		system += "\n\n# Skill: " + s.Name + "\n\n" + skillFolderPrompt(s) + "\n\n" + s.Body // tools_skills.go
+		system += "\n\n# Skill: " + s.Name + "\n\n" + tools.SkillFolderPrompt(s) + "\n\n" + s.Body
 	}
-	model, err := rt.model(t.Model)
+	model, err := rt.model(ctx, t.Model)
 	if err != nil {
 		return rt.fail(ctx, jobID, a, started, t.Model, err.Error())
 	}
-	rules, err := rt.gateRules(ctx, rt.Pool, t) // no transaction is held here
+	rules, err := rt.gateRules(ctx, rt.cfg.Pool, t) // no transaction is held here
 	if err != nil {
 		return err
 	}
-	tools := rules.offered(rt.offerTask(t, rt.Tools.Offer(skill)))
+	tools := rules.offered(rt.offerTask(t, rt.cfg.Tools.Offer(skill)))
 	in := agent.StepInput{Model: model, System: system, Messages: toAgent(v.Messages), Tools: tools}
 	if v.Images > 0 {
 		if err := rt.attachImages(ctx, t, in.Messages); err != nil { // see images.go
 			return err
 		}
 	}
-	if rt.OnDelta != nil {
+	if rt.cfg.OnDelta != nil {
 		// Every model call starts its stream with a reset: receivers tell
 		// its text from text a previous call sent after its commit.
-		rt.OnDelta(t.ID, "", true)
-		in.OnDelta = func(s string) { rt.OnDelta(t.ID, s, false) }
-		in.OnReset = func() { rt.OnDelta(t.ID, "", true) }
+		rt.cfg.OnDelta(t.ID, "", true)
+		in.OnDelta = func(s string) { rt.cfg.OnDelta(t.ID, s, false) }
+		in.OnReset = func() { rt.cfg.OnDelta(t.ID, "", true) }
 	}
 	called := time.Now()
 	out, err := rt.stepShowingImages(ctx, t.ID, in)
@@ -278,7 +280,7 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 	if out != nil {
 		usage = out.Usage
 	}
-	rt.Metrics.ModelCall(providerOf(t.Model), modelOutcome(err), time.Since(called), usage.PromptTokens, usage.CompletionTokens)
+	rt.cfg.Metrics.ModelCall(providerOf(t.Model), modelOutcome(err), time.Since(called), usage.PromptTokens, usage.CompletionTokens)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -286,7 +288,7 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 		var pe *agent.ProviderError
 		if errors.As(err, &pe) {
 			if pe.Cause != nil { // the details users are not shown (URLs, addresses)
-				rt.Logger.WarnContext(ctx, "model provider failed", "thread_id", t.ID, "provider", pe.Provider, "err", pe.Cause)
+				rt.cfg.Logger.WarnContext(ctx, "model provider failed", "thread_id", t.ID, "provider", pe.Provider, "err", pe.Cause)
 			}
 			return rt.fail(ctx, jobID, a, started, t.Model, "The model provider failed: "+pe.Error())
 		}
@@ -321,7 +323,7 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 		waiting := false
 		for _, p := range out.Calls {
 			nc := db.NewToolCall{ThreadID: t.ID, MessageID: m.ID, CallID: p.Call.ID, Name: p.Call.Name, Arguments: p.Call.Arguments, State: db.CallReady}
-			tool, known := rt.Tools.Get(p.Call.Name)
+			tool, known := rt.cfg.Tools.Get(p.Call.Name)
 			g := rules.decide(p.Call.Name, tool, known) // gate.go
 			refusal := ""
 			switch {
@@ -362,7 +364,7 @@ const unknownOutcome = "The server stopped while this call was running: it may o
 
 func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, userID int64, open []db.ToolCallRow) error {
 	started := time.Now()
-	run := Run{ThreadID: a.ThreadID, UserID: userID}
+	run := tools.Run{ThreadID: a.ThreadID, UserID: userID}
 	// Sub-agents first, so that they work while the other calls run.
 	if err := rt.delegate(ctx, jobID, a, open); err != nil {
 		return err
@@ -371,7 +373,7 @@ func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, userID
 		if skipInStep(c) {
 			continue // a sub-agent's to answer (task.go)
 		}
-		tool, known := rt.Tools.Get(c.Name)
+		tool, known := rt.cfg.Tools.Get(c.Name)
 		switch c.State {
 		case db.CallPending, db.CallUnknown:
 			return rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
@@ -403,7 +405,7 @@ func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, userID
 }
 
 // runCall executes one ready call and commits its result.
-func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run Run, c db.ToolCallRow, tool Tool, known bool) error {
+func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run tools.Run, c db.ToolCallRow, tool tools.Tool, known bool) error {
 	if !known || (tool.Tx == nil && tool.Call == nil) {
 		return rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
 			return db.CompleteToolCall(ctx, tx, c, fmt.Sprintf("tool %q is not available", c.Name), true)
@@ -411,7 +413,7 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run Run
 	}
 	// A policy that denies the tool now wins over an approval given
 	// before it changed. No transaction is held here.
-	if g, err := rt.gate(ctx, rt.Pool, a.ThreadID, c.Name); err != nil {
+	if g, err := rt.gate(ctx, rt.cfg.Pool, a.ThreadID, c.Name); err != nil {
 		return err
 	} else if g.Deny {
 		return rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
@@ -424,9 +426,9 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run Run
 			return db.CompleteToolCall(ctx, tx, c, err.Error(), true)
 		})
 	}
-	// Tools that need the runtime (run_js calling other tools) find it and
-	// this call in their context; see workspace.go.
-	ctx = rt.withCallEnv(ctx, jobID, a, c)
+	// Tools that need the run service (run_js calling other tools, reads
+	// outside the step's transaction) get it and this call explicitly.
+	run.Call, run.Host = c, &callHost{rt: rt, jobID: jobID, step: a}
 	if tool.Tx != nil {
 		return rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
 			// A savepoint: a failing tool must not abort the transaction
@@ -436,7 +438,7 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run Run
 				return err
 			}
 			result, terr := tool.Tx(ctx, sp, run, args)
-			rt.Metrics.ToolCall(c.Name, toolOutcome(terr))
+			rt.cfg.Metrics.ToolCall(c.Name, toolOutcome(terr))
 			if terr != nil {
 				if err := sp.Rollback(ctx); err != nil {
 					return err
@@ -462,7 +464,7 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run Run
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	rt.Metrics.ToolCall(c.Name, toolOutcome(terr))
+	rt.cfg.Metrics.ToolCall(c.Name, toolOutcome(terr))
 	return rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
 		if terr != nil {
 			return failCall(ctx, tx, c, terr) // an error result, or parked for approval
@@ -482,4 +484,47 @@ func toAgent(ms []db.Message) []agent.Message {
 		out = append(out, am)
 	}
 	return out
+}
+
+// callHost is what the run service offers a tool executing one call of a
+// step (tools.Host): its pools, its gate and skills, and commits under the
+// step's lease.
+type callHost struct {
+	rt    *Runtime
+	jobID int64
+	step  StepArgs
+}
+
+func (h *callHost) Pool() *pgxpool.Pool     { return h.rt.cfg.Pool }
+func (h *callHost) Toolbox() *tools.Toolbox { return h.rt.cfg.Tools }
+func (h *callHost) Commit(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	return h.rt.commit(ctx, h.jobID, h.step, fn)
+}
+func (h *callHost) RunSkill(ctx context.Context, q db.Querier, threadID int64, name string) (*agent.Skill, bool, error) {
+	return h.rt.runSkill(ctx, q, threadID, name)
+}
+func (h *callHost) Gate(ctx context.Context, q db.Querier, threadID int64, name string) (tools.Gate, error) {
+	return h.rt.gate(ctx, q, threadID, name)
+}
+
+// failCall writes the outcome of a call whose tool returned terr: parked
+// for a decision when terr is a tools.NeedsApproval, an error result otherwise.
+func failCall(ctx context.Context, tx pgx.Tx, c db.ToolCallRow, terr error) error {
+	var na *tools.NeedsApproval
+	if errors.As(terr, &na) {
+		allowed := na.AllowedDecisions
+		if len(allowed) == 0 {
+			allowed = []string{db.DecisionApprove, db.DecisionReject}
+		}
+		if na.Inner != nil {
+			if err := db.ParkSandboxCall(ctx, tx, c.ID, na.Inner.Seq, na.Inner.Tool, na.Inner.Arguments); err != nil {
+				return err
+			}
+		}
+		if err := db.SetToolCallWait(ctx, tx, c.ID, db.CallPending, db.WaitApproval, allowed, na.Description); err != nil {
+			return err
+		}
+		return db.SetToolCallGate(ctx, tx, c.ID, na.Reason, na.Approvers, na.DistinctApprover)
+	}
+	return db.CompleteToolCall(ctx, tx, c, terr.Error(), true)
 }

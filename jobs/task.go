@@ -2,7 +2,6 @@ package jobs
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"pizzabot/agent"
 	"pizzabot/db"
+	"pizzabot/tools"
 )
 
 // Skills as sub-agents (docs/subagents.md).
@@ -32,32 +32,8 @@ import (
 // locks a parent's children before the parent. The two orders agree, so
 // they never deadlock.
 
-// TaskTool is the name of the tool a run delegates with.
-const TaskTool = "task"
-
 // maxTaskResult bounds the answer a sub-agent gives back to its parent.
 const maxTaskResult = 64 << 10
-
-// taskParameters is the task tool's schema as the toolbox holds it (for
-// approval forms and checks). A run is offered the same schema with the
-// skill restricted to those it may delegate to (taskSpec).
-const taskParameters = `{"type":"object","properties":{
-	"skill":{"type":"string","minLength":1,"description":"The skill that does the task"},
-	"task":{"type":"string","minLength":1,"maxLength":102400,"description":"The sub-agent's instructions, self-contained: it sees nothing else of this conversation"}},
-	"required":["skill","task"],"additionalProperties":false}`
-
-const taskDescription = `Delegate a task to a sub-agent: a separate run of one of the skills below, with that skill's own instructions and only that skill's tools. Its final answer comes back as the result of this call. The sub-agent sees nothing of this conversation: write in "task" everything it needs (the goal, the facts, the form of the answer you want). Several task calls in one answer run in parallel. A sub-agent may stop for the user's approval; you then wait for it.`
-
-// taskTool is the task tool in the toolbox. It has neither Tx nor Call: the
-// step runtime recognises it by name and starts a sub-agent instead of
-// running it (delegate), and scripts (run_js) cannot call it.
-func taskTool() Tool {
-	return Tool{Spec: agent.ToolSpec{
-		Name:        TaskTool,
-		Description: taskDescription + "\n\nThe skills are listed when the tool is offered.",
-		Parameters:  schema(taskParameters),
-	}}
-}
 
 // subagentSystemPrompt replaces baseSystemPrompt for a sub-agent.
 const subagentSystemPrompt = `You are Pizza Bot, working as a sub-agent: another agent delegated a task to you and waits for your answer, which it receives as the result of its call. Work autonomously with the tools you have, and finish with a clear, self-contained answer in Markdown: it is all the other agent gets back. Ask the user (ask_user, when offered) only when you cannot proceed well without them.`
@@ -66,55 +42,32 @@ const subagentSystemPrompt = `You are Pizza Bot, working as a sub-agent: another
 // task tool. Where Offer offers it (a run without a skill, or a skill whose
 // allowed-tools names it), a top-level run gets it with the skills it may
 // delegate to; a sub-agent, or a run with no skill to delegate to, does not.
-func (rt *Runtime) offerTask(t db.Thread, tools []agent.ToolSpec) []agent.ToolSpec {
-	i := slices.IndexFunc(tools, func(s agent.ToolSpec) bool { return s.Name == TaskTool })
+func (rt *Runtime) offerTask(t db.Thread, specs []agent.ToolSpec) []agent.ToolSpec {
+	i := slices.IndexFunc(specs, func(s agent.ToolSpec) bool { return s.Name == tools.TaskTool })
 	if i < 0 {
-		return tools
+		return specs
 	}
 	var skills []agent.Skill
 	if t.ParentThreadID == nil {
 		skills = rt.delegable(t.Skill)
 	}
 	if len(skills) == 0 {
-		return slices.Delete(tools, i, i+1)
+		return slices.Delete(specs, i, i+1)
 	}
-	tools[i] = taskSpec(skills)
-	return tools
+	specs[i] = tools.TaskSpec(skills)
+	return specs
 }
 
 // delegable returns the skills a run of skill own may delegate to: every
 // skill whose tools are all connected now, but its own.
 func (rt *Runtime) delegable(own string) []agent.Skill {
 	var out []agent.Skill
-	for _, s := range rt.Tools.SkillAvailability(rt.skills()) {
+	for _, s := range rt.cfg.Tools.SkillAvailability(rt.Skills()) {
 		if s.Available() && s.Skill.Name != own {
 			out = append(out, s.Skill)
 		}
 	}
 	return out
-}
-
-// taskSpec is the task tool as offered: the skills listed in its
-// description and enumerated in its schema.
-func taskSpec(skills []agent.Skill) agent.ToolSpec {
-	var desc strings.Builder
-	desc.WriteString(taskDescription)
-	desc.WriteString("\n\nSkills:")
-	names := make([]string, len(skills))
-	for i, s := range skills {
-		names[i] = s.Name
-		fmt.Fprintf(&desc, "\n- %s: %s", s.Name, strings.Join(strings.Fields(s.Description), " "))
-	}
-	var params map[string]any
-	if err := json.Unmarshal([]byte(taskParameters), &params); err != nil {
-		panic(err) // a constant
-	}
-	params["properties"].(map[string]any)["skill"].(map[string]any)["enum"] = names
-	raw, err := json.Marshal(params)
-	if err != nil {
-		panic(err)
-	}
-	return agent.ToolSpec{Name: TaskTool, Description: desc.String(), Parameters: raw}
 }
 
 // checkTask reads a task call of parent: the skill and the instructions, or
@@ -125,7 +78,7 @@ func (rt *Runtime) checkTask(parent db.Thread, c db.ToolCallRow) (skill, task, r
 	if parent.ParentThreadID != nil {
 		return "", "", "A sub-agent cannot delegate: do the task with your own tools."
 	}
-	args, err := taskTool().Spec.ValidateArguments(c.EffectiveArguments())
+	args, err := tools.Task().Spec.ValidateArguments(c.EffectiveArguments())
 	if err != nil {
 		return "", "", err.Error()
 	}
@@ -154,7 +107,7 @@ func (rt *Runtime) checkTask(parent db.Thread, c db.ToolCallRow) (skill, task, r
 func (rt *Runtime) delegate(ctx context.Context, jobID int64, a StepArgs, open []db.ToolCallRow) error {
 	var ready []db.ToolCallRow
 	for _, c := range open {
-		if c.Name == TaskTool && c.State == db.CallReady {
+		if c.Name == tools.TaskTool && c.State == db.CallReady {
 			ready = append(ready, c)
 		}
 	}
@@ -206,7 +159,7 @@ func (rt *Runtime) delegate(ctx context.Context, jobID int64, a StepArgs, open [
 // belongs to its sub-agent (delegate started it, or refused it, in this
 // step already).
 func skipInStep(c db.ToolCallRow) bool {
-	return c.State == db.CallDelegated || c.Name == TaskTool && c.State == db.CallReady
+	return c.State == db.CallDelegated || c.Name == tools.TaskTool && c.State == db.CallReady
 }
 
 // afterTools decides, at the end of a tool step, what the run does next:
@@ -316,7 +269,7 @@ func taskResult(ctx context.Context, tx pgx.Tx, childID int64, skill, status, ms
 		if strings.TrimSpace(answer) == "" {
 			return fmt.Sprintf("The sub-agent (skill %s) finished without an answer.", skill), false, nil
 		}
-		return clipText(answer, maxTaskResult), false, nil
+		return tools.ClipText(answer, maxTaskResult), false, nil
 	case db.StatusFailed:
 		return fmt.Sprintf("The sub-agent (skill %s) failed: %s", skill, msg), true, nil
 	}

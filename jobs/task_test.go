@@ -17,6 +17,7 @@ import (
 	"pizzabot/db"
 	"pizzabot/db/dbtest"
 	"pizzabot/jobs"
+	"pizzabot/tools"
 )
 
 // The skills of the sub-agent tests: each sees different tools.
@@ -68,14 +69,14 @@ Never runs.
 }
 
 // browserTool is the browser skill's only tool.
-func browserTool() jobs.Tool {
-	return jobs.Tool{
+func browserTool() tools.Tool {
+	return tools.Tool{
 		Spec: agent.ToolSpec{
 			Name:        "browser_open",
 			Description: "Open a web page and return its title.",
 			Parameters:  []byte(`{"type":"object","properties":{"url":{"type":"string"}},"required":["url"]}`),
 		},
-		Call: func(_ context.Context, _ jobs.Run, args map[string]any) (string, error) {
+		Call: func(_ context.Context, _ tools.Run, args map[string]any) (string, error) {
 			return "Page title: Pizza at " + args["url"].(string), nil
 		},
 		Idempotent: true,
@@ -90,7 +91,7 @@ func setupSubagents(t *testing.T, script scriptmodel.Script) *bundle {
 	b.model = scriptmodel.New(script)
 	srv := httptest.NewServer(b.model.Handler())
 	t.Cleanup(srv.Close)
-	tools, err := jobs.NewToolbox(publishTool(b.publish), browserTool())
+	toolbox, err := tools.NewToolbox(publishTool(b.publish), browserTool())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,10 +99,10 @@ func setupSubagents(t *testing.T, script scriptmodel.Script) *bundle {
 	if len(skills.Errors) > 0 {
 		t.Fatalf("skills: %v", skills.Errors)
 	}
-	b.rt = &jobs.Runtime{
+	b.rt = newRuntime(t, jobs.Config{
 		Pool:         b.pool,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Tools:        tools,
+		Tools:        toolbox,
 		Skills:       func() agent.SkillSet { return skills },
 		DefaultModel: "compatible:scripted",
 		Getenv: func(k string) string {
@@ -113,18 +114,15 @@ func setupSubagents(t *testing.T, script scriptmodel.Script) *bundle {
 		ModelRetry:     agent.RetryPolicy{Attempts: 2, Base: time.Millisecond, Max: 5 * time.Millisecond},
 		HeartbeatEvery: 100 * time.Millisecond,
 		StaleAfter:     time.Second,
-	}
-	b.client, err = jobs.NewClient(b.rt, jobs.ClientConfig{MaxWorkers: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.client.Start(ctx); err != nil {
+		MaxWorkers:     20,
+	})
+	if err := b.rt.StartWorkers(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = jobs.Stop(sctx, b.client)
+		_ = b.rt.StopWorkers(sctx)
 	})
 	if b.user, err = db.UpsertUser(ctx, b.pool, "test", "alice", "alice@example.com", "Alice", false); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"pizzabot/db/dbtest"
 	"pizzabot/handlers"
 	"pizzabot/jobs"
+	"pizzabot/tools"
 )
 
 // scripterSkill may run scripts that publish; publishing needs approval.
@@ -35,14 +36,14 @@ Use run_js.
 
 // notifyTool is a test tool with effects outside the database and no
 // approval: it counts its calls.
-func notifyTool(log *publishLog) jobs.Tool {
-	return jobs.Tool{
+func notifyTool(log *publishLog) tools.Tool {
+	return tools.Tool{
 		Spec: agent.ToolSpec{
 			Name:        "notify",
 			Description: "Send a notification.",
 			Parameters:  []byte(`{"type":"object","properties":{"text":{}},"required":["text"]}`),
 		},
-		Call: func(_ context.Context, _ jobs.Run, args map[string]any) (string, error) {
+		Call: func(_ context.Context, _ tools.Run, args map[string]any) (string, error) {
 			b, _ := json.Marshal(args["text"])
 			log.add(string(b))
 			return "notified", nil
@@ -59,7 +60,7 @@ type wsBundle struct {
 // wsSetup starts a runtime like setup, with the workspace tools, the
 // notify tool and the scripter skill.
 // script is called once the users exist.
-func wsSetup(t *testing.T, ws jobs.Workspace, script func(b *wsBundle) scriptmodel.Script) *wsBundle {
+func wsSetup(t *testing.T, ws tools.Workspace, script func(b *wsBundle) scriptmodel.Script) *wsBundle {
 	t.Helper()
 	ctx := context.Background()
 	b := &wsBundle{bundle: &bundle{pool: dbtest.New(t), publish: &publishLog{}}, notify: &publishLog{}}
@@ -76,8 +77,8 @@ func wsSetup(t *testing.T, ws jobs.Workspace, script func(b *wsBundle) scriptmod
 	b.model = scriptmodel.New(script(b))
 	srv := httptest.NewServer(b.model.Handler())
 	t.Cleanup(srv.Close)
-	extra := append([]jobs.Tool{publishTool(b.publish), notifyTool(b.notify)}, jobs.WorkspaceTools(ws)...)
-	tools, err := jobs.NewToolbox(extra...)
+	extra := append([]tools.Tool{publishTool(b.publish), notifyTool(b.notify)}, tools.WorkspaceTools(ws)...)
+	toolbox, err := tools.NewToolbox(extra...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,10 +89,10 @@ func wsSetup(t *testing.T, ws jobs.Workspace, script func(b *wsBundle) scriptmod
 	if len(skills.Errors) > 0 {
 		t.Fatalf("skills: %v", skills.Errors)
 	}
-	b.rt = &jobs.Runtime{
+	b.rt = newRuntime(t, jobs.Config{
 		Pool:         b.pool,
 		Logger:       slog.New(slog.DiscardHandler),
-		Tools:        tools,
+		Tools:        toolbox,
 		Skills:       func() agent.SkillSet { return skills },
 		DefaultModel: "compatible:scripted",
 		Getenv: func(k string) string {
@@ -103,18 +104,15 @@ func wsSetup(t *testing.T, ws jobs.Workspace, script func(b *wsBundle) scriptmod
 		ModelRetry:     agent.RetryPolicy{Attempts: 3, Base: time.Millisecond, Max: 5 * time.Millisecond},
 		HeartbeatEvery: 100 * time.Millisecond,
 		StaleAfter:     5 * time.Second,
-	}
-	b.client, err = jobs.NewClient(b.rt, jobs.ClientConfig{MaxWorkers: 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := b.client.Start(ctx); err != nil {
+		MaxWorkers:     20,
+	})
+	if err := b.rt.StartWorkers(ctx); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		_ = jobs.Stop(sctx, b.client)
+		_ = b.rt.StopWorkers(sctx)
 	})
 	return b
 }
@@ -165,7 +163,7 @@ func (b *bundle) decide(t *testing.T, id int64, typ string) db.ToolCallRow {
 
 func TestRunJSReturnsResult(t *testing.T) {
 	t.Parallel()
-	b := wsSetup(t, jobs.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
+	b := wsSetup(t, tools.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
 		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{callJS("j1",
 			`const xs = [5, 3, 8]; console.log("sorting", xs.length); xs.sort((a, b) => a - b)`, 0)}},
 		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Sorted."}}},
@@ -183,7 +181,7 @@ func TestRunJSReturnsResult(t *testing.T) {
 // and another thread's run finishes meanwhile.
 func TestRunJSLimitsInARun(t *testing.T) {
 	t.Parallel()
-	b := wsSetup(t, jobs.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
+	b := wsSetup(t, tools.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
 		{Match: scriptmodel.Match{LastUserContains: "loop", LastRole: "user"}, Replies: []scriptmodel.Reply{callJS("l1", "while (true) {}", 1)}},
 		{Match: scriptmodel.Match{LastUserContains: "bomb", LastRole: "user"}, Replies: []scriptmodel.Reply{callJS("m1",
 			"const a = []; for (;;) a.push(new Float64Array(1 << 18))", 60)}},
@@ -220,7 +218,7 @@ func TestRunJSInterruptOnNeedsApproval(t *testing.T) {
 		tools.call("write_file", {path: "log.md", content: a});
 		const b = tools.call("publish_brief", {title: "Brief B"});
 		[a, b].join(" + ")`
-	b := wsSetup(t, jobs.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
+	b := wsSetup(t, tools.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
 		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{callJS("s1", code, 0)}},
 		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Both published."}}},
 	}}))
@@ -287,7 +285,7 @@ func TestRunJSInterruptOnNeedsApproval(t *testing.T) {
 
 func TestRunJSInterruptRejected(t *testing.T) {
 	t.Parallel()
-	b := wsSetup(t, jobs.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
+	b := wsSetup(t, tools.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
 		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{callJS("s1",
 			`try { tools.call("publish_brief", {title: "Nope"}) } catch (e) { tools.call("notify", {text: "caught"}) }`, 0)}},
 		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Not published."}}},
@@ -312,7 +310,7 @@ func TestRunJSInterruptRejected(t *testing.T) {
 // stopped instead of running the approved call in another context.
 func TestRunJSNondeterministicScriptIsStopped(t *testing.T) {
 	t.Parallel()
-	b := wsSetup(t, jobs.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
+	b := wsSetup(t, tools.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
 		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{callJS("s1",
 			`tools.call("notify", {text: Math.random()}); tools.call("publish_brief", {title: "T"})`, 0)}},
 		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Hm."}}},
@@ -334,7 +332,7 @@ func TestRunJSNondeterministicScriptIsStopped(t *testing.T) {
 // run_js or ask_user, nor tools outside a skill's list.
 func TestRunJSToolsAreTheRunsTools(t *testing.T) {
 	t.Parallel()
-	b := wsSetup(t, jobs.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
+	b := wsSetup(t, tools.Workspace{}, fixed(scriptmodel.Script{Rules: []scriptmodel.Rule{
 		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{callJS("s1", `
 			const out = [];
 			for (const name of ["ask_user", "run_js", "save_memory", "notify"]) {
@@ -357,7 +355,7 @@ func TestMemoryToolsAreScopedToTheUser(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	var bobSecret db.Memory
-	b := wsSetup(t, jobs.Workspace{}, func(b *wsBundle) scriptmodel.Script {
+	b := wsSetup(t, tools.Workspace{}, func(b *wsBundle) scriptmodel.Script {
 		var err error
 		bobSecret, _, err = db.SaveMemory(ctx, b.pool, b.other.ID, nil, "Bob's favourite pizza is hawaii")
 		if err != nil {
@@ -404,7 +402,7 @@ func TestReadAttachment(t *testing.T) {
 	ctx := context.Background()
 	var th db.Thread
 	var note, pdf, other db.Attachment
-	b := wsSetup(t, jobs.Workspace{}, func(b *wsBundle) scriptmodel.Script {
+	b := wsSetup(t, tools.Workspace{}, func(b *wsBundle) scriptmodel.Script {
 		// A thread with attachments, as the compose form makes it, and one
 		// of another thread.
 		var err error

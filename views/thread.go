@@ -10,6 +10,7 @@ import (
 
 	"github.com/a-h/templ"
 
+	"pizzabot/argform"
 	"pizzabot/db"
 )
 
@@ -84,7 +85,7 @@ type DecisionForm struct {
 	// Fields is the edit form generated from the tool's JSON schema, nil
 	// when the schema is not a flat object of simple values: the arguments
 	// are then edited as JSON in a textarea.
-	Fields []ArgField
+	Fields []argform.Field
 	// JSON is the text of the arguments textarea, when Fields is nil; ""
 	// shows the call's arguments.
 	JSON string
@@ -96,46 +97,6 @@ type DecisionForm struct {
 	// Error is why the last submission was refused.
 	Error string
 }
-
-// ArgKind is the input an argument is edited with.
-type ArgKind string
-
-// The kinds of argument inputs.
-const (
-	ArgText     ArgKind = "text"     // one line of text
-	ArgTextarea ArgKind = "textarea" // text of several lines
-	ArgNumber   ArgKind = "number"   // any number
-	ArgInteger  ArgKind = "integer"  // a whole number
-	ArgChoice   ArgKind = "choice"   // one of Options (an enum, or true/false)
-)
-
-// ArgField is one argument of an edit form generated from a schema.
-type ArgField struct {
-	// Name is the property name; the form field is "arg." + Name.
-	Name string
-	// Description is the schema's description of the property.
-	Description string
-	Kind        ArgKind
-	// Options are the choices of an ArgChoice field.
-	Options []ArgOption
-	// Required fields cannot be left empty.
-	Required bool
-	// Value is the field's text: the call's argument, or what the user
-	// last submitted.
-	Value string
-	// Error is why Value was refused.
-	Error string
-}
-
-// ArgOption is one choice of an ArgChoice field. Value is the JSON text of
-// the choice ("\"draft\"", "3", "true"), Label what the user reads.
-type ArgOption struct {
-	Value string
-	Label string
-}
-
-// FieldName is the form field of an argument.
-func (f ArgField) FieldName() string { return "arg." + f.Name }
 
 // call is a tool call of an assistant message, with its recorded state
 // (nil when the thread has no row for it) and the result that answered it.
@@ -528,7 +489,7 @@ func joinList(names []string) string {
 
 // invalidAttrs marks a refused argument's input for assistive technology
 // (and for the script, which focuses the first one).
-func invalidAttrs(a ArgField) templ.Attributes {
+func invalidAttrs(a argform.Field) templ.Attributes {
 	if a.Error != "" {
 		return templ.Attributes{"aria-invalid": "true"}
 	}

@@ -1,4 +1,8 @@
-package jobs
+// Package extensions runs what extends the agents beyond the built-in tools
+// and skills: MCP servers (their tools join the toolbox, tools.go), plugins
+// and custom skills, stored in PostgreSQL (store.go) so that every replica
+// serves the same ones, and pinned per run to the version it started with.
+package extensions
 
 import (
 	"context"
@@ -22,6 +26,7 @@ import (
 	"pizzabot/agent"
 	"pizzabot/agent/mcpclient"
 	"pizzabot/db"
+	"pizzabot/jobs"
 )
 
 // Extensions are what extend the agents beyond the built-in tools and
@@ -33,7 +38,7 @@ import (
 // running exactly the servers that are enabled, and makes the changes the
 // settings page asks for.
 //
-// What the settings page changes lives in PostgreSQL only (extstore.go):
+// What the settings page changes lives in PostgreSQL only (store.go):
 // the data root's .mcp.json, skills/ and plugins/ are deployment-time
 // configuration, read and never written, like environment variables. A
 // deployed skill or plugin wins over a stored one of the same name.
@@ -715,4 +720,9 @@ func capitalize(s string) string {
 		return s
 	}
 	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// userErr is a refusal shown to the person as is.
+func userErr(status int, format string, args ...any) error {
+	return &jobs.UserError{Status: status, Msg: fmt.Sprintf(format, args...)}
 }

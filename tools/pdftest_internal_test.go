@@ -1,13 +1,13 @@
-package jobs
+package tools
 
 import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"pizzabot/tools/pdftest"
 	"strings"
 	"testing"
 )
@@ -40,54 +40,11 @@ func chromiumPDF(t testing.TB, html string) []byte {
 	return pdf
 }
 
-// handmadePDF writes a minimal valid PDF by hand: one page per string,
-// in Helvetica (ASCII text only). encrypt adds a standard security handler
-// whose password is not empty, as a password-protected file has.
-func handmadePDF(pages []string, encrypt bool) []byte {
-	var b bytes.Buffer
-	var offsets []int
-	obj := func(body string) {
-		offsets = append(offsets, b.Len())
-		fmt.Fprintf(&b, "%d 0 obj\n%s\nendobj\n", len(offsets), body)
-	}
-	b.WriteString("%PDF-1.4\n")
-	n := len(pages)
-	// 1 catalog, 2 pages, 3 font, then a page and its content per page.
-	obj("<< /Type /Catalog /Pages 2 0 R >>")
-	var kids []string
-	for i := range pages {
-		kids = append(kids, fmt.Sprintf("%d 0 R", 4+2*i))
-	}
-	obj(fmt.Sprintf("<< /Type /Pages /Kids [%s] /Count %d >>", strings.Join(kids, " "), n))
-	obj("<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>")
-	for i, text := range pages {
-		obj(fmt.Sprintf("<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> /Contents %d 0 R >>", 5+2*i))
-		stream := fmt.Sprintf("BT /F1 24 Tf 72 700 Td (%s) Tj ET", text)
-		obj(fmt.Sprintf("<< /Length %d >>\nstream\n%s\nendstream", len(stream), stream))
-	}
-	trailerExtra := ""
-	if encrypt {
-		pad := strings.Repeat("ab", 32)
-		obj(fmt.Sprintf("<< /Filter /Standard /V 1 /R 2 /O <%s> /U <%s> /P -4 >>", pad, pad))
-		trailerExtra = fmt.Sprintf(" /Encrypt %d 0 R /ID [<%s> <%s>]", len(offsets), pad[:32], pad[:32])
-	}
-	xref := b.Len()
-	fmt.Fprintf(&b, "xref\n0 %d\n0000000000 65535 f \n", len(offsets)+1)
-	for _, o := range offsets {
-		fmt.Fprintf(&b, "%010d 00000 n \n", o)
-	}
-	fmt.Fprintf(&b, "trailer\n<< /Size %d /Root 1 0 R%s >>\nstartxref\n%d\n%%%%EOF\n", len(offsets)+1, trailerExtra, xref)
-	return b.Bytes()
-}
-
 // haveCJKFont reports whether fontconfig knows a font for Chinese.
 func haveCJKFont() bool {
 	out, err := exec.Command("fc-list", ":lang=zh").Output()
 	return err == nil && len(bytes.TrimSpace(out)) > 0
 }
-
-// HandmadePDFForTest exposes handmadePDF to the package's external tests.
-var HandmadePDFForTest = handmadePDF
 
 // A PDF printed by Chromium is read page by page, in three languages.
 func TestReadPDFFromChromium(t *testing.T) {
@@ -134,11 +91,11 @@ func TestReadPDFFromChromium(t *testing.T) {
 func TestReadPDFHandmadeBrokenEncrypted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	got, err := readPDF(ctx, handmadePDF([]string{"Hello from page one", "Second page here"}, false), 1, 10, 1<<20)
+	got, err := readPDF(ctx, pdftest.Handmade([]string{"Hello from page one", "Second page here"}, false), 1, 10, 1<<20)
 	if err != nil || got.Pages != 2 || !strings.Contains(got.Text[0], "Hello from page one") || !strings.Contains(got.Text[1], "Second page") {
 		t.Fatalf("handmade = %+v, %v", got, err)
 	}
-	good := handmadePDF([]string{"Hello"}, false)
+	good := pdftest.Handmade([]string{"Hello"}, false)
 	for name, content := range map[string][]byte{
 		"not a pdf": []byte("%PDF-1.7\n..."),
 		"empty":     nil,
@@ -148,7 +105,7 @@ func TestReadPDFHandmadeBrokenEncrypted(t *testing.T) {
 			t.Errorf("%s: err = %v, want ErrPDFBroken", name, err)
 		}
 	}
-	if _, err := readPDF(ctx, handmadePDF([]string{"Secret"}, true), 1, 10, 1<<20); !errors.Is(err, ErrPDFEncrypted) {
+	if _, err := readPDF(ctx, pdftest.Handmade([]string{"Secret"}, true), 1, 10, 1<<20); !errors.Is(err, ErrPDFEncrypted) {
 		t.Errorf("encrypted: err = %v, want ErrPDFEncrypted", err)
 	}
 }

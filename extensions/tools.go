@@ -1,10 +1,11 @@
-package jobs
+package extensions
 
 import (
 	"context"
 	"errors"
 
 	"pizzabot/agent/mcpclient"
+	"pizzabot/tools"
 )
 
 // MCPTools returns the tools of the connected MCP servers as run tools, to
@@ -15,15 +16,15 @@ import (
 // person instead of calling again (a server's read-only hint is not trusted
 // for that). A server that is down, or does not answer within the per-call
 // timeout, gives the model a tool error and the run goes on.
-func MCPTools(m *mcpclient.Manager) func() []Tool {
-	return func() []Tool {
+func MCPTools(m *mcpclient.Manager) func() []tools.Tool {
+	return func() []tools.Tool {
 		mts := m.Tools()
-		out := make([]Tool, 0, len(mts))
+		out := make([]tools.Tool, 0, len(mts))
 		for _, mt := range mts {
 			name := mt.Spec.Name
-			out = append(out, Tool{
+			out = append(out, tools.Tool{
 				Spec: mt.Spec,
-				Call: func(ctx context.Context, _ Run, args map[string]any) (string, error) {
+				Call: func(ctx context.Context, _ tools.Run, args map[string]any) (string, error) {
 					res, err := m.Call(ctx, name, args)
 					if err != nil {
 						var ce *mcpclient.CallError

@@ -2,8 +2,10 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"pizzabot/tools"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -11,25 +13,25 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 )
 
-// ClientConfig tunes the River client.
-type ClientConfig struct {
-	// MaxWorkers bounds the steps one process runs at once (default 100).
-	MaxWorkers int
-	// ScheduleEvery is how often the leader looks for due schedules
-	// (default ScheduleEvery); Now is the schedules' clock (default
-	// time.Now). Tests shorten the one and drive the other.
-	ScheduleEvery time.Duration
-	Now           func() time.Time
-	// ID names the River client; a process with a Liveness passes its
-	// ClientID, so that its step jobs are handed over as soon as it dies
-	// (SweepDead). Empty: River's random id, and only heartbeats tell
-	// whether its steps live.
-	ID string
-}
-
-// NewClient builds the River client that works the runtime's jobs and wires
-// it into the runtime. Call Start on it to begin working.
-func NewClient(rt *Runtime, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
+// New builds a runtime and the River client that works its jobs. Call
+// StartWorkers to begin taking steps; a runtime whose workers are not
+// started still starts, decides and cancels runs (another process takes the
+// steps).
+func New(cfg Config) (*Runtime, error) {
+	if cfg.Pool == nil {
+		return nil, errors.New("jobs.New: Config.Pool is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Tools == nil {
+		tb, err := tools.NewToolbox()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Tools = tb
+	}
+	rt := &Runtime{} // its workers hold it; its config is set below
 	if cfg.MaxWorkers <= 0 {
 		cfg.MaxWorkers = 100
 	}
@@ -49,11 +51,12 @@ func NewClient(rt *Runtime, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 	if err := river.AddWorkerSafely(workers, &ScheduleWorker{rt: rt, now: cfg.Now}); err != nil {
 		return nil, err
 	}
-	client, err := river.NewClient(riverpgxv5.New(rt.Pool), &river.Config{
-		ID: cfg.ID,
+	rt.cfg = cfg
+	client, err := river.NewClient(riverpgxv5.New(rt.cfg.Pool), &river.Config{
+		ID: cfg.ClientID,
 		// River reports routine progress at info level every few seconds;
 		// only its warnings and errors belong in our log.
-		Logger:  slog.New(minLevel{rt.Logger.Handler(), slog.LevelWarn}).With("component", "river"),
+		Logger:  slog.New(minLevel{rt.cfg.Logger.Handler(), slog.LevelWarn}).With("component", "river"),
 		Workers: workers,
 		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}},
 		PeriodicJobs: []*river.PeriodicJob{
@@ -78,18 +81,27 @@ func NewClient(rt *Runtime, cfg ClientConfig) (*river.Client[pgx.Tx], error) {
 		return nil, fmt.Errorf("river client: %w", err)
 	}
 	rt.client = client
-	return client, nil
+	return rt, nil
 }
 
-// Stop lets running steps finish within ctx, then cancels the rest, which
-// hand their runs back (they resume on the next start, or on another process).
-func Stop(ctx context.Context, client *river.Client[pgx.Tx]) error {
-	if err := client.Stop(ctx); err == nil {
+// Client is the River client working the runtime's jobs (River's job UI
+// reads through it).
+func (rt *Runtime) Client() *river.Client[pgx.Tx] { return rt.client }
+
+// StartWorkers starts taking steps, schedules and sweeps until ctx ends or
+// StopWorkers.
+func (rt *Runtime) StartWorkers(ctx context.Context) error { return rt.client.Start(ctx) }
+
+// StopWorkers lets running steps finish within ctx, then cancels the rest,
+// which hand their runs back (they resume on the next start, or on another
+// process).
+func (rt *Runtime) StopWorkers(ctx context.Context) error {
+	if err := rt.client.Stop(ctx); err == nil {
 		return nil
 	}
 	hard, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return client.StopAndCancel(hard)
+	return rt.client.StopAndCancel(hard)
 }
 
 // minLevel drops records below its level.

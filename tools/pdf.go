@@ -1,10 +1,11 @@
-package jobs
+package tools
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -149,16 +150,16 @@ func extractPDF(inst pdfium.Pdfium, content []byte, first, n, maxBytes int) (PDF
 	return out, nil
 }
 
-// notePDFPages records the page count of the thread's PDFs that have none.
+// NotePDFPages records the page count of the thread's PDFs that have none.
 // It runs after the transaction that attached them has committed: PDFium
 // takes a while (seconds for the first PDF a process reads, while it
 // compiles), and no transaction may wait on it, since a long transaction
 // holds back every live update and a connection. A PDF whose count is not
 // recorded here (a webhook's, an error) gets it when it is first read.
-func (rt *Runtime) notePDFPages(ctx context.Context, q db.Querier, userID, threadID int64) {
+func NotePDFPages(ctx context.Context, q db.Querier, log *slog.Logger, userID, threadID int64) {
 	as, err := db.ListAttachments(ctx, q, userID, threadID)
 	if err != nil {
-		rt.Logger.WarnContext(ctx, "count PDF pages", "thread_id", threadID, "err", err)
+		log.WarnContext(ctx, "count PDF pages", "thread_id", threadID, "err", err)
 		return
 	}
 	for _, a := range as {
@@ -174,7 +175,7 @@ func (rt *Runtime) notePDFPages(ctx context.Context, q db.Querier, userID, threa
 			continue // a broken or encrypted PDF says so when it is read
 		}
 		if err := db.SetAttachmentPages(ctx, q, userID, a.ID, t.Pages); err != nil {
-			rt.Logger.WarnContext(ctx, "record PDF pages", "attachment_id", a.ID, "err", err)
+			log.WarnContext(ctx, "record PDF pages", "attachment_id", a.ID, "err", err)
 		}
 	}
 }

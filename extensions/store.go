@@ -1,4 +1,4 @@
-package jobs
+package extensions
 
 import (
 	"context"
@@ -198,11 +198,11 @@ func (x *Extensions) listenOnce(ctx context.Context) error {
 
 // pruneCache deletes the cache folders of the versions no one needs any
 // more (db.NeededVersions: neither current nor pinned by a thread running,
-// waiting or ended less than PinRetention ago), and forgets the skills
+// waiting or ended less than db.PinRetention ago), and forgets the skills
 // loaded from them; the hourly prune deletes the same versions from the
 // database. Folders being written (".tmp-", ".upload-") are left alone.
 func (x *Extensions) pruneCache(ctx context.Context) error {
-	skills, plugins, err := db.NeededVersions(ctx, x.Pool, PinRetention)
+	skills, plugins, err := db.NeededVersions(ctx, x.Pool, db.PinRetention)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package jobs
+package tools
 
 import (
 	"context"
@@ -12,15 +12,48 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"pizzabot/agent"
 	"pizzabot/db"
 )
 
-// Run identifies the run a tool works for.
+// Run is the run a tool works for, and what the run service gives the
+// tool for the call it executes. It is passed to every call explicitly.
 type Run struct {
 	ThreadID int64
 	UserID   int64
+	// Call is the tool call being executed; zero outside a step.
+	Call db.ToolCallRow
+	// Host is the run service executing the call; nil outside a step (a
+	// tool called on its own), where tools that need it refuse or do less.
+	Host Host
+}
+
+// Host is what the run service offers a tool while it executes one call.
+type Host interface {
+	// Pool serves reads outside any transaction. A Tx tool reads through
+	// its transaction instead: see db.InTx.
+	Pool() *pgxpool.Pool
+	// Commit runs fn in a transaction under the step's lease.
+	Commit(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error
+	// RunSkill returns the skill named name as the run of thread threadID
+	// sees it (the version it started with), through q.
+	RunSkill(ctx context.Context, q db.Querier, threadID int64, name string) (*agent.Skill, bool, error)
+	// Gate decides a call of tool name in thread threadID's run: the one
+	// gate (jobs/gate.go), through q.
+	Gate(ctx context.Context, q db.Querier, threadID int64, name string) (Gate, error)
+	// Toolbox is the run service's tools (run_js offers them to scripts).
+	Toolbox() *Toolbox
+}
+
+// host returns the run service executing the call, or an error for a tool
+// called outside a run.
+func (r Run) host() (Host, error) {
+	if r.Host == nil {
+		return nil, errors.New("this tool only runs inside a run")
+	}
+	return r.Host, nil
 }
 
 // Tool is a tool a run can call. Exactly one of Tx and Call is set, unless
@@ -217,17 +250,17 @@ func builtinTools() []Tool {
 					if !ok {
 						return "", fmt.Errorf("ls lists the scratch space (no path) or a skill's folder under /skills/; %q is neither", p)
 					}
-					skills, err := runSkills(ctx, tx, run.ThreadID)
+					skills, err := runSkills(ctx, tx, run)
 					if err != nil {
 						return "", err
 					}
-					return skillLs(skills, name, rel) // tools_skills.go
+					return skillLs(skills, name, rel) // skills.go
 				}
 				files, err := db.ListScratch(ctx, tx, run.ThreadID)
 				if err != nil {
 					return "", err
 				}
-				skills, err := runSkills(ctx, tx, run.ThreadID)
+				skills, err := runSkills(ctx, tx, run)
 				if err != nil {
 					return "", err
 				}
@@ -258,18 +291,18 @@ func builtinTools() []Tool {
 					return "", err
 				}
 				if name, rel, ok := inSkillView(p); ok {
-					skills, err := runSkills(ctx, tx, run.ThreadID)
+					skills, err := runSkills(ctx, tx, run)
 					if err != nil {
 						return "", err
 					}
-					return skillRead(skills, name, rel) // tools_skills.go
+					return skillRead(skills, name, rel) // skills.go
 				}
 				content, err := db.ReadScratch(ctx, tx, run.ThreadID, p)
 				if errors.Is(err, db.ErrNotFound) {
 					// SKILL.md's relative references ("examples/a.md")
 					// resolve in the skill's folder when the scratch
 					// space has no such file.
-					skills, serr := runSkills(ctx, tx, run.ThreadID)
+					skills, serr := runSkills(ctx, tx, run)
 					if serr != nil {
 						return "", serr
 					}
@@ -361,7 +394,7 @@ func builtinTools() []Tool {
 			},
 			Ask: true,
 		},
-		taskTool(), // the runtime starts a sub-agent for it: task.go
+		Task(), // the run service starts a sub-agent for it (jobs/task.go)
 	}
 }
 
@@ -374,7 +407,7 @@ func boolInt(b bool) int {
 
 func writeScratch(ctx context.Context, tx pgx.Tx, threadID int64, p, content string) error {
 	if _, _, ok := inSkillView(p); ok {
-		return errSkillReadOnly(p) // tools_skills.go
+		return errSkillReadOnly(p) // skills.go
 	}
 	if len(content) > maxScratchFile {
 		return fmt.Errorf("content is %d bytes; a scratch file holds at most %d", len(content), maxScratchFile)

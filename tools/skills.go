@@ -1,4 +1,4 @@
-package jobs
+package tools
 
 import (
 	"context"
@@ -49,20 +49,19 @@ func errSkillReadOnly(p string) error {
 // runSkills returns the skills whose folders a run sees: its own skill and
 // its parent run's (a sub-agent started by a skill run), first its own.
 // Outside the runtime (no call environment) it sees none.
-func runSkills(ctx context.Context, q db.Querier, threadID int64) ([]*agent.Skill, error) {
-	env, err := callEnvFrom(ctx)
-	if err != nil {
+func runSkills(ctx context.Context, q db.Querier, run Run) ([]*agent.Skill, error) {
+	if run.Host == nil {
 		return nil, nil
 	}
 	var out []*agent.Skill
-	id := threadID
+	id := run.ThreadID
 	for depth := 0; depth < 4; depth++ { // sub-agents are one level deep; a bound all the same
 		t, err := db.GetRunThread(ctx, q, id)
 		if err != nil {
 			return nil, err
 		}
 		if t.Skill != "" {
-			s, ok, err := env.rt.runSkill(ctx, q, t.ID, t.Skill)
+			s, ok, err := run.Host.RunSkill(ctx, q, t.ID, t.Skill)
 			if err != nil {
 				return nil, err
 			}
@@ -164,9 +163,9 @@ func skillRead(skills []*agent.Skill, name, rel string) (string, error) {
 	return agent.ReadSkillFile(s, rel)
 }
 
-// skillFolderPrompt is the line the system prompt gives a run of a skill:
+// SkillFolderPrompt is the line the system prompt gives a run of a skill:
 // where its folder is and what runs there.
-func skillFolderPrompt(s *agent.Skill) string {
+func SkillFolderPrompt(s *agent.Skill) string {
 	if s == nil || s.Files == nil {
 		return ""
 	}
@@ -180,14 +179,14 @@ func skillFolderPrompt(s *agent.Skill) string {
 // sandbox gets their text as data; it never opens a file.
 func skillProgram(ctx context.Context, run Run, code, file string, argv any) (agent.ScriptProgram, error) {
 	prog := agent.ScriptProgram{Code: code}
-	env, err := callEnvFrom(ctx)
+	host, err := run.host()
 	if err != nil {
 		if file != "" {
 			return prog, errors.New("file runs a skill's script, and this run has no skill")
 		}
 		return prog, nil
 	}
-	skills, err := runSkills(ctx, env.rt.Pool, run.ThreadID) // no transaction is held here
+	skills, err := runSkills(ctx, host.Pool(), run) // no transaction is held here
 	if err != nil {
 		return prog, err
 	}

@@ -1,4 +1,4 @@
-package jobs
+package tools
 
 import (
 	"bytes"
@@ -41,13 +41,13 @@ import (
 // stopped with an error rather than guessing. A script that only computes is
 // unaffected.
 
-// jsToolName is the sandbox tool's name; a script cannot call it.
-const jsToolName = "run_js"
+// RunJSTool is the sandbox tool's name; a script cannot call it.
+const RunJSTool = "run_js"
 
 func runJSTool(lim agent.SandboxLimits) Tool {
 	return Tool{
 		Spec: agent.ToolSpec{
-			Name: jsToolName,
+			Name: RunJSTool,
 			Description: "Run a JavaScript (ES2023) program in a sandbox and return the value of its last expression (awaited when it is a promise) and its console output. " +
 				"Use it to calculate, parse, transform or check data exactly instead of doing it in your head. " +
 				"The sandbox has no network, no file system, no timers and no modules; it stops after timeout_seconds (default 10) or 64 MiB of memory. " +
@@ -78,7 +78,7 @@ func runJSTool(lim agent.SandboxLimits) Tool {
 			if err != nil {
 				return "", err
 			}
-			prog, err := skillProgram(ctx, run, code, file, args["args"]) // tools_skills.go
+			prog, err := skillProgram(ctx, run, code, file, args["args"]) // skills.go
 			if err != nil {
 				return "", err
 			}
@@ -132,7 +132,7 @@ func formatScript(errMsg, value, console string, calls []string) string {
 
 // scriptBridge carries out a script's tools.call for one run_js call.
 type scriptBridge struct {
-	env     *callEnv // nil outside the runtime: the script has no tools
+	host    Host // nil outside a run: the script has no tools
 	run     Run
 	skill   *agent.Skill
 	offered map[string]Tool
@@ -143,18 +143,17 @@ type scriptBridge struct {
 
 func newScriptBridge(ctx context.Context, run Run) (*scriptBridge, error) {
 	b := &scriptBridge{run: run, offered: map[string]Tool{}}
-	env, err := callEnvFrom(ctx)
-	if err != nil {
+	if run.Host == nil {
 		return b, nil // a script without tools
 	}
-	b.env = env
-	rt := env.rt
-	t, err := db.GetRunThread(ctx, rt.Pool, run.ThreadID)
+	b.host = run.Host
+	pool := run.Host.Pool()
+	t, err := db.GetRunThread(ctx, pool, run.ThreadID)
 	if err != nil {
 		return nil, err
 	}
 	if t.Skill != "" {
-		s, ok, err := rt.runSkill(ctx, rt.Pool, t.ID, t.Skill)
+		s, ok, err := run.Host.RunSkill(ctx, pool, t.ID, t.Skill)
 		if err != nil {
 			return nil, err
 		}
@@ -163,14 +162,15 @@ func newScriptBridge(ctx context.Context, run Run) (*scriptBridge, error) {
 		}
 		b.skill = s
 	}
-	for _, spec := range rt.Tools.Offer(b.skill) {
-		tool, ok := rt.Tools.Get(spec.Name)
-		if !ok || spec.Name == jsToolName || tool.Ask || (tool.Tx == nil && tool.Call == nil) {
+	box := run.Host.Toolbox()
+	for _, spec := range box.Offer(b.skill) {
+		tool, ok := box.Get(spec.Name)
+		if !ok || spec.Name == RunJSTool || tool.Ask || (tool.Tx == nil && tool.Call == nil) {
 			continue
 		}
 		b.offered[spec.Name] = tool
 	}
-	if b.journal, err = db.ListSandboxCalls(ctx, rt.Pool, env.call.ID); err != nil {
+	if b.journal, err = db.ListSandboxCalls(ctx, pool, run.Call.ID); err != nil {
 		return nil, err
 	}
 	return b, nil
@@ -189,11 +189,11 @@ func (b *scriptBridge) names() string {
 }
 
 func (b *scriptBridge) note(name, args, outcome string) {
-	b.log = append(b.log, fmt.Sprintf("%s %s → %s", name, clipText(args, 300), outcome))
+	b.log = append(b.log, fmt.Sprintf("%s %s → %s", name, ClipText(args, 300), outcome))
 }
 
 func (b *scriptBridge) call(ctx context.Context, name, argJSON string) (string, error) {
-	if b.env == nil {
+	if b.host == nil {
 		return "", errors.New("tools are not available to scripts here")
 	}
 	tool, ok := b.offered[name]
@@ -212,12 +212,12 @@ func (b *scriptBridge) call(ctx context.Context, name, argJSON string) (string, 
 		if j.Name != name || canonicalJSON(j.Arguments) != canon {
 			return "", agent.Halt(fmt.Errorf("The script did not repeat the tool calls it made before the approval: its call number %d was %s %s, and is now %s %s. "+
 				"A script that calls tools must make the same calls in the same order each time it runs; nothing more was run.",
-				seq+1, j.Name, clipText(j.Arguments, 200), name, clipText(argJSON, 200)))
+				seq+1, j.Name, ClipText(j.Arguments, 200), name, ClipText(argJSON, 200)))
 		}
 		if j.State == db.SandboxDone {
 			outcome := "ok (recorded before the approval, not run again)"
 			if j.IsError {
-				outcome = "error (recorded before the approval): " + clipText(j.Result, 200)
+				outcome = "error (recorded before the approval): " + ClipText(j.Result, 200)
 			}
 			b.note(name, argJSON, outcome)
 			if j.IsError {
@@ -233,7 +233,7 @@ func (b *scriptBridge) call(ctx context.Context, name, argJSON string) (string, 
 	// The one gate (gate.go) decides, as for the model's own calls; no
 	// transaction is held here. A deny wins even over an approval given
 	// before the policy changed.
-	g, err := b.env.rt.gate(ctx, b.env.rt.Pool, b.run.ThreadID, name)
+	g, err := b.host.Gate(ctx, b.host.Pool(), b.run.ThreadID, name)
 	if err != nil {
 		return "", agent.Halt(err)
 	}
@@ -257,7 +257,7 @@ func (b *scriptBridge) call(ctx context.Context, name, argJSON string) (string, 
 		return "", agent.Halt(b.park(seq, name, canon, agent.Interrupt{AllowedDecisions: na.AllowedDecisions, Description: na.Description}, na.Reason))
 	}
 	if terr != nil {
-		b.note(name, argJSON, "error: "+clipText(terr.Error(), 200))
+		b.note(name, argJSON, "error: "+ClipText(terr.Error(), 200))
 		return "", terr
 	}
 	b.note(name, argJSON, "ok")
@@ -269,7 +269,7 @@ func (b *scriptBridge) call(ctx context.Context, name, argJSON string) (string, 
 // canonical arguments) and its last decision, an approval, was taken after
 // it was parked showing it.
 func (b *scriptBridge) approved(seq int, name, canon string) bool {
-	c := b.env.call
+	c := b.run.Call
 	in := c.InnerCall
 	return in != nil && c.Decision == db.DecisionApprove && c.DecidedAt != nil && c.DecidedAt.After(in.ParkedAt) &&
 		in.Seq == seq && in.Tool == name && in.Arguments == canon
@@ -305,14 +305,14 @@ func (b *scriptBridge) park(seq int, name, canon string, in agent.Interrupt, rea
 // that let it run, if any. A database tool's
 // effect and its journal entry commit together.
 func (b *scriptBridge) execute(ctx context.Context, seq int, name, canon string, tool Tool, args map[string]any, approved bool) (string, error) {
-	entry := db.SandboxCall{ToolCallID: b.env.call.ID, Seq: seq, Name: name, Arguments: canon, State: db.SandboxDone}
+	entry := db.SandboxCall{ToolCallID: b.run.Call.ID, Seq: seq, Name: name, Arguments: canon, State: db.SandboxDone}
 	if approved {
-		entry.ApprovedBy, entry.ApprovedAt = b.env.call.DecidedBy, b.env.call.DecidedAt
+		entry.ApprovedBy, entry.ApprovedAt = b.run.Call.DecidedBy, b.run.Call.DecidedAt
 	}
 	var result string
 	var terr error
 	if tool.Tx != nil {
-		err := b.env.commit(ctx, func(ctx context.Context, tx pgx.Tx) error {
+		err := b.host.Commit(ctx, func(ctx context.Context, tx pgx.Tx) error {
 			sp, err := tx.Begin(ctx)
 			if err != nil {
 				return err
@@ -353,7 +353,7 @@ func (b *scriptBridge) execute(ctx context.Context, seq int, name, canon string,
 	} else {
 		entry.Result = result
 	}
-	if err := b.env.commit(ctx, func(ctx context.Context, tx pgx.Tx) error { return db.PutSandboxCall(ctx, tx, entry) }); err != nil {
+	if err := b.host.Commit(ctx, func(ctx context.Context, tx pgx.Tx) error { return db.PutSandboxCall(ctx, tx, entry) }); err != nil {
 		return "", agent.Halt(err)
 	}
 	return result, terr

@@ -1,4 +1,4 @@
-package jobs
+package tools
 
 import (
 	"context"
@@ -91,7 +91,7 @@ func memoryTools() []Tool {
 				if err != nil {
 					return "", err
 				}
-				return fmt.Sprintf("Forgot memory #%d: %s", m.ID, clipText(m.Content, 200)), nil
+				return fmt.Sprintf("Forgot memory #%d: %s", m.ID, ClipText(m.Content, 200)), nil
 			},
 		},
 	}

@@ -1,4 +1,4 @@
-package handlers
+package triggers
 
 import (
 	"net/http"

@@ -1,7 +1,8 @@
-package jobs
+package tools
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"pizzabot/agent"
 	"pizzabot/db"
 	"pizzabot/db/dbtest"
 )
@@ -82,9 +85,8 @@ func newGrantFixture(t *testing.T) *grantFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.run = Run{ThreadID: th.ID, UserID: u.ID}
-	rt := &Runtime{Pool: pool}
-	f.ctx = context.WithValue(ctx, callEnvKey{}, &callEnv{rt: rt})
+	f.run = Run{ThreadID: th.ID, UserID: u.ID, Host: poolHost{pool}}
+	f.ctx = ctx
 	f.pool = pool
 	f.tools = map[string]Tool{}
 	for _, tool := range grantTools([]string{filepath.Join(f.docs, "data")}) {
@@ -293,3 +295,17 @@ func TestGrantToolsRefuseFIFO(t *testing.T) {
 		}
 	}
 }
+
+// poolHost is a Host that only reads: what the grant tools need of the run
+// service.
+type poolHost struct{ pool *pgxpool.Pool }
+
+func (h poolHost) Pool() *pgxpool.Pool { return h.pool }
+func (poolHost) Toolbox() *Toolbox     { return nil }
+func (poolHost) Commit(context.Context, func(context.Context, pgx.Tx) error) error {
+	return errors.New("no step to commit in")
+}
+func (poolHost) RunSkill(context.Context, db.Querier, int64, string) (*agent.Skill, bool, error) {
+	return nil, false, nil
+}
+func (poolHost) Gate(context.Context, db.Querier, int64, string) (Gate, error) { return Gate{}, nil }

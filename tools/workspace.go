@@ -1,11 +1,7 @@
-package jobs
+package tools
 
 import (
-	"context"
-	"errors"
 	"fmt"
-
-	"github.com/jackc/pgx/v5"
 
 	"pizzabot/agent"
 	"pizzabot/db"
@@ -52,61 +48,6 @@ type NeedsApproval struct {
 
 func (e *NeedsApproval) Error() string { return "waiting for approval: " + e.Description }
 
-// failCall writes the outcome of a call whose tool returned terr: parked
-// for a decision when terr is a NeedsApproval, an error result otherwise.
-func failCall(ctx context.Context, tx pgx.Tx, c db.ToolCallRow, terr error) error {
-	var na *NeedsApproval
-	if errors.As(terr, &na) {
-		allowed := na.AllowedDecisions
-		if len(allowed) == 0 {
-			allowed = []string{db.DecisionApprove, db.DecisionReject}
-		}
-		if na.Inner != nil {
-			if err := db.ParkSandboxCall(ctx, tx, c.ID, na.Inner.Seq, na.Inner.Tool, na.Inner.Arguments); err != nil {
-				return err
-			}
-		}
-		if err := db.SetToolCallWait(ctx, tx, c.ID, db.CallPending, db.WaitApproval, allowed, na.Description); err != nil {
-			return err
-		}
-		return db.SetToolCallGate(ctx, tx, c.ID, na.Reason, na.Approvers, na.DistinctApprover)
-	}
-	return db.CompleteToolCall(ctx, tx, c, terr.Error(), true)
-}
-
-// callEnv is what a tool executed by the runtime may need of it: the
-// runtime itself (pool, toolbox, skills) and the call it executes, with the
-// step's lease to commit under. runCall puts it in the tool's context.
-type callEnv struct {
-	rt    *Runtime
-	jobID int64
-	step  StepArgs
-	call  db.ToolCallRow
-}
-
-type callEnvKey struct{}
-
-// withCallEnv returns ctx carrying the runtime's view of the call being
-// executed.
-func (rt *Runtime) withCallEnv(ctx context.Context, jobID int64, a StepArgs, c db.ToolCallRow) context.Context {
-	return context.WithValue(ctx, callEnvKey{}, &callEnv{rt: rt, jobID: jobID, step: a, call: c})
-}
-
-// callEnvFrom returns the call environment, or an error for a tool called
-// outside the runtime.
-func callEnvFrom(ctx context.Context) (*callEnv, error) {
-	env, ok := ctx.Value(callEnvKey{}).(*callEnv)
-	if !ok {
-		return nil, errors.New("this tool only runs inside a run")
-	}
-	return env, nil
-}
-
-// commit runs fn in a transaction under the step's lease.
-func (env *callEnv) commit(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	return env.rt.commit(ctx, env.jobID, env.step, fn)
-}
-
 // intArg reads an optional integer argument (numbers arrive as json.Number),
 // clamped to [lo, hi]; def when absent.
 func intArg(args map[string]any, key string, def, lo, hi int64) int64 {
@@ -134,8 +75,8 @@ func intArg(args map[string]any, key string, def, lo, hi int64) int64 {
 	return min(max(n, lo), hi)
 }
 
-// clipText cuts s to at most n bytes on a character boundary, saying so.
-func clipText(s string, n int) string {
+// ClipText cuts s to at most n bytes on a character boundary, saying so.
+func ClipText(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}

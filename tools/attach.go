@@ -1,4 +1,4 @@
-package jobs
+package tools
 
 import (
 	"context"
@@ -66,11 +66,11 @@ func attachmentTools() []Tool {
 			// It only reads, so a crash mid-call simply runs it again.
 			Idempotent: true,
 			Call: func(ctx context.Context, run Run, args map[string]any) (string, error) {
-				env, err := callEnvFrom(ctx)
+				host, err := run.host()
 				if err != nil {
 					return "", err
 				}
-				q := env.rt.Pool
+				q := host.Pool()
 				id := intArg(args, "id", 0, 0, 1<<62)
 				a, err := db.GetAttachment(ctx, q, run.UserID, id)
 				if errors.Is(err, db.ErrNotFound) || (err == nil && a.ThreadID != run.ThreadID) {
@@ -80,12 +80,12 @@ func attachmentTools() []Tool {
 					return "", err
 				}
 				shown := false
-				if showsImage(a) { // and among the first maxImages? (images.go)
+				if ShowsImage(a) { // and among the first MaxImages? (images.go)
 					as, err := db.ListAttachments(ctx, q, run.UserID, run.ThreadID)
 					if err != nil {
 						return "", err
 					}
-					shown = slices.Contains(shownImageIDs(as), a.ID)
+					shown = slices.Contains(ShownImageIDs(as), a.ID)
 				}
 				if a.IsPDF() {
 					t, text, err := readPDFAttachment(ctx, a, int(intArg(args, "page", 1, 1, 1<<31-1)))
@@ -112,7 +112,7 @@ func readAttachment(a db.Attachment, shown bool, offset int64) (string, error) {
 			"(unless your instructions say that this model cannot see images).", a.Name, mt, a.Size), nil
 	case strings.HasPrefix(mt, "image/"):
 		return "", fmt.Errorf("%s is an image (%s, %d bytes) that is not shown to the model (only PNG, JPEG, GIF and WebP images up to %d MB, at most %d per thread, are), so its content cannot be read; tell the user",
-			a.Name, mt, a.Size, maxImageSize>>20, maxImages)
+			a.Name, mt, a.Size, MaxImageSize>>20, MaxImages)
 	}
 	text, ok := db.AttachmentText(a.Content)
 	if !ok {

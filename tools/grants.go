@@ -1,4 +1,4 @@
-package jobs
+package tools
 
 import (
 	"bufio"
@@ -143,12 +143,12 @@ func (g grant) mode() string {
 	return "read-only"
 }
 
-func (gt *grantTools_) grants(ctx context.Context) ([]grant, error) {
-	env, err := callEnvFrom(ctx)
+func (gt *grantTools_) grants(ctx context.Context, run Run) ([]grant, error) {
+	host, err := run.host()
 	if err != nil {
 		return nil, err
 	}
-	rows, err := db.ListGrants(ctx, env.rt.Pool)
+	rows, err := db.ListGrants(ctx, host.Pool())
 	if err != nil {
 		return nil, err
 	}
@@ -189,10 +189,10 @@ func within(p, base string) bool {
 
 // resolve checks a path from the model; see the comment at the top.
 // forWrite allows a file (and parent directories) that do not exist yet.
-func (gt *grantTools_) resolve(ctx context.Context, raw any, forWrite bool) (target, error) {
+func (gt *grantTools_) resolve(ctx context.Context, run Run, raw any, forWrite bool) (target, error) {
 	p, _ := raw.(string)
 	p = strings.TrimSpace(p)
-	gs, err := gt.grants(ctx)
+	gs, err := gt.grants(ctx, run)
 	if err != nil {
 		return target{}, err
 	}
@@ -317,8 +317,8 @@ func (t target) open() (*os.Root, error) {
 // openPath resolves a path inside a grant (for reading) and opens it
 // through the grant's root, so a symlink swapped in after the check cannot
 // lead outside.
-func (gt *grantTools_) openPath(ctx context.Context, path any) (target, *os.File, error) {
-	t, err := gt.resolve(ctx, path, false)
+func (gt *grantTools_) openPath(ctx context.Context, run Run, path any) (target, *os.File, error) {
+	t, err := gt.resolve(ctx, run, path, false)
 	if err != nil {
 		return target{}, nil, err
 	}
@@ -368,9 +368,9 @@ func fileKind(m fs.FileMode) string {
 	return "a special file"
 }
 
-func (gt *grantTools_) listDir(ctx context.Context, _ Run, args map[string]any) (string, error) {
+func (gt *grantTools_) listDir(ctx context.Context, run Run, args map[string]any) (string, error) {
 	if p, _ := args["path"].(string); strings.TrimSpace(p) == "" {
-		gs, err := gt.grants(ctx)
+		gs, err := gt.grants(ctx, run)
 		if err != nil {
 			return "", err
 		}
@@ -388,7 +388,7 @@ func (gt *grantTools_) listDir(ctx context.Context, _ Run, args map[string]any) 
 		}
 		return strings.TrimRight(b.String(), "\n"), nil
 	}
-	t, f, err := gt.openPath(ctx, args["path"])
+	t, f, err := gt.openPath(ctx, run, args["path"])
 	if err != nil {
 		return "", err
 	}
@@ -421,8 +421,8 @@ func (gt *grantTools_) listDir(ctx context.Context, _ Run, args map[string]any) 
 	return strings.TrimRight(b.String(), "\n"), nil
 }
 
-func (gt *grantTools_) readFile(ctx context.Context, _ Run, args map[string]any) (string, error) {
-	t, f, err := gt.openPath(ctx, args["path"])
+func (gt *grantTools_) readFile(ctx context.Context, run Run, args map[string]any) (string, error) {
+	t, f, err := gt.openPath(ctx, run, args["path"])
 	if err != nil {
 		return "", err
 	}
@@ -466,8 +466,8 @@ func isBinary(data []byte) bool {
 	return !utf8.Valid(head)
 }
 
-func (gt *grantTools_) search(ctx context.Context, _ Run, args map[string]any) (string, error) {
-	t, err := gt.resolve(ctx, args["path"], false)
+func (gt *grantTools_) search(ctx context.Context, run Run, args map[string]any) (string, error) {
+	t, err := gt.resolve(ctx, run, args["path"], false)
 	if err != nil {
 		return "", err
 	}
@@ -577,14 +577,14 @@ func searchFile(root *os.Root, name string, re *regexp.Regexp, limit int) ([]str
 	sc.Buffer(make([]byte, 0, 64<<10), maxHostRead)
 	for n := 1; sc.Scan() && len(out) < limit; n++ {
 		if line := sc.Text(); re.MatchString(line) {
-			out = append(out, fmt.Sprintf("%d: %s", n, clipText(line, 300)))
+			out = append(out, fmt.Sprintf("%d: %s", n, ClipText(line, 300)))
 		}
 	}
 	return out, nil
 }
 
 func (gt *grantTools_) writeFile(ctx context.Context, run Run, args map[string]any) (string, error) {
-	env, err := callEnvFrom(ctx)
+	host, err := run.host()
 	if err != nil {
 		return "", err
 	}
@@ -592,7 +592,7 @@ func (gt *grantTools_) writeFile(ctx context.Context, run Run, args map[string]a
 	if len(content) > maxHostRead {
 		return "", fmt.Errorf("content is %d bytes; write_host_file writes at most %d", len(content), maxHostRead)
 	}
-	t, err := gt.resolve(ctx, args["path"], true)
+	t, err := gt.resolve(ctx, run, args["path"], true)
 	if err != nil {
 		return "", err
 	}
@@ -646,7 +646,7 @@ func (gt *grantTools_) writeFile(ctx context.Context, run Run, args map[string]a
 	sum := sha256.Sum256([]byte(content))
 	rec := db.HostWrite{ThreadID: run.ThreadID, UserID: run.UserID, Path: t.real, Size: int64(len(content)),
 		SHA256: hex.EncodeToString(sum[:]), Created: !t.exists}
-	if err := db.RecordHostWrite(ctx, env.rt.Pool, rec); err != nil {
+	if err := db.RecordHostWrite(ctx, host.Pool(), rec); err != nil {
 		return "", fmt.Errorf("the file was written, but recording the write failed: %w", err)
 	}
 	what := "Replaced"
