@@ -149,7 +149,19 @@ func TestSharedFolder(t *testing.T) {
 	if _, err := b.pool.Exec(b.ctx, `UPDATE threads SET title = 'Renamed' WHERE id = $1`, th.ID); err != nil {
 		t.Fatal(err)
 	}
-	bobAll.quiet(500 * time.Millisecond)
+	// Nothing of the thread's later changes reaches bob (earlier ones may
+	// still be on their way).
+	for deadline := time.After(time.Second); ; {
+		select {
+		case ev := <-bobAll.events:
+			if strings.Contains(ev.data, "Renamed") {
+				t.Errorf("bob's stream got a change made after the unshare: %s", ev.data)
+			}
+			continue
+		case <-deadline:
+		}
+		break
+	}
 
 	var actions []string
 	for _, e := range must(db.ListAudit(b.ctx, b.pool, 10)) {
