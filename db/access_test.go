@@ -329,7 +329,7 @@ func TestThreadFilterMatchesSharedListings(t *testing.T) {
 		{status: db.StatusWaiting, distinct: true},
 		{status: db.StatusWaiting, approvers: [][]string{{"group:deal-desk"}}, distinct: true},
 	} {
-		th := b.thread(b.alice, "t"+itoa(int64(i)), db.StatusRunning)
+		th := b.thread(b.alice, "deal "+itoa(int64(i)), db.StatusRunning)
 		if c.status == db.StatusWaiting {
 			b.wait(th, c.approvers, c.distinct)
 		} else if c.status != db.StatusRunning {
@@ -374,6 +374,11 @@ func TestThreadFilterMatchesSharedListings(t *testing.T) {
 					if got, want := flt.Matches(th), slices.Contains(listed, id); got != want {
 						t.Errorf("%s: %+v.Matches(thread %d) = %v, ListThreads lists it: %v", u.Name, flt, id, got, want)
 					}
+				}
+				// A search every title matches lists the same threads.
+				flt.Search = db.ParseSearch("deal")
+				if found := b.list(u, flt); !slices.Equal(found, listed) {
+					t.Errorf("%s: %s search lists %v, the queue %v", u.Name, q, found, listed)
 				}
 				n = int64(len(listed))
 				if folder == 0 {

@@ -491,7 +491,7 @@ func searchAll(ctx context.Context, q Querier, a Access, f ThreadFilter, after *
 		err := scope(func(arg func(any) string) string {
 			return "user_id = ANY (" + arg(owners) + ")"
 		}, func(arg func(any) string) []string {
-			c := []string{"t.user_id = ANY (" + arg(owners) + ")", "t.folder_id = ANY (" + arg(shared) + ")", "t.parent_thread_id IS NULL"}
+			c := []string{"t.user_id = ANY (" + arg(owners) + ")", "t.user_id <> $1", "t.folder_id = ANY (" + arg(shared) + ")", "t.parent_thread_id IS NULL"}
 			switch f.Queue {
 			case QueueUnread:
 				c = append(c, "EXISTS (SELECT 1 FROM thread_unread u WHERE u.user_id = $1 AND u.thread_id = t.id)")

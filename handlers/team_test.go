@@ -183,8 +183,16 @@ func TestUnsharedPageLosesThread(t *testing.T) {
 	f := b.folder(b.alice, "Deals")
 	th := b.thread(b.alice, "CRM note", db.StatusDone)
 	b.move(b.alice, f.ID, th.ID)
+	att := must(db.Attach(b.ctx, b.pool, b.alice.ID, th.ID, "notes.txt", "text/plain", strings.NewReader("ACME renews")))
+	b.get("bob", "/attachments/"+itoa(att.ID)).wantStatus(http.StatusNotFound)
 	s := must(db.ShareFolder(b.ctx, b.pool, b.alice.ID, f.ID, "group:deal-desk", db.RoleMember))
 	b.get("bob", "/threads/"+itoa(th.ID)).wantStatus(http.StatusOK)
+	if body := b.get("bob", "/attachments/"+itoa(att.ID)).wantStatus(http.StatusOK).body(); body != "ACME renews" {
+		t.Errorf("bob downloads %q", body)
+	}
+	if got := b.apiGet("bob", "/api/v1/threads?q=CRM").want(http.StatusOK).Body.String(); !strings.Contains(got, "CRM note") {
+		t.Errorf("bob's search for CRM = %s, want the shared thread", got)
+	}
 	pos := b.broker.Position()
 	page := b.open("bob", "thread="+itoa(th.ID)+"&list="+url.QueryEscape("/inbox/all"), pos.String())
 	if _, err := db.Unshare(b.ctx, b.pool, b.alice.ID, f.ID, s.ID); err != nil {
@@ -199,6 +207,10 @@ func TestUnsharedPageLosesThread(t *testing.T) {
 			t.Errorf("resync = %s, want the thread gone from the page and the list", ev.data)
 		}
 		break
+	}
+	b.get("bob", "/attachments/"+itoa(att.ID)).wantStatus(http.StatusNotFound)
+	if got := b.apiGet("bob", "/api/v1/threads?q=CRM").want(http.StatusOK).Body.String(); strings.Contains(got, "CRM note") {
+		t.Errorf("bob's search still finds the unshared thread: %s", got)
 	}
 }
 
