@@ -358,59 +358,69 @@ func ListThreads(ctx context.Context, q Querier, a Access, f ThreadFilter, after
 		ts, err = readThreads(ctx, q, `SELECT `+threadColumns+`, `+inActionSQL("$1")+threadFrom+` WHERE `+strings.Join(where, " AND ")+
 			` ORDER BY t.updated_at DESC, t.id DESC LIMIT `+arg(limit+1), args)
 	default:
+		// One branch per source, disjoint, each an index scan that stops
+		// at a page and reads its rows' columns (the summary's lookups
+		// included) for that page only; the pages merged.
 		n := arg(limit + 1)
+		cols := threadColumnsFor("$1")
+		if f.Queue == QueueAction {
+			// Every branch lists what is the person's to decide.
+			cols = strings.Replace(cols, inActionSQL("$1"), "true AS in_action", 1)
+		}
+		page := ` ORDER BY t.updated_at DESC, t.id DESC LIMIT ` + n
 		var branches []string
 		if own {
-			branches = append(branches, `SELECT t.id, t.updated_at FROM threads t WHERE `+strings.Join(ownConds(f, common, arg), " AND ")+`
-				ORDER BY t.updated_at DESC, t.id DESC LIMIT `+n)
+			branches = append(branches, `SELECT `+cols+threadFrom+`WHERE `+strings.Join(ownConds(f, common, arg), " AND ")+page)
 		}
 		cond := strings.Join(append([]string{"true"}, common...), " AND ")
 		if len(shared) > 0 {
 			ids := arg(shared)
 			switch f.Queue {
 			case QueueUnread:
-				// By the person's unread rows, however large the folders.
-				branches = append(branches, `SELECT x.id, x.updated_at FROM thread_unread u
-					CROSS JOIN LATERAL (SELECT t.id, t.updated_at FROM threads t
-						WHERE t.id = u.thread_id AND `+cond+` OFFSET 0) x
-					WHERE u.user_id = $1 AND u.folder_id = ANY (`+ids+`)
-					ORDER BY x.updated_at DESC, x.id DESC LIMIT `+n)
+				// By the person's unread rows, however large the folders;
+				// the columns of a page of them.
+				branches = append(branches, `SELECT `+cols+` FROM (
+						SELECT x.id FROM thread_unread u
+						CROSS JOIN LATERAL (SELECT t.id, t.updated_at FROM threads t
+							WHERE t.id = u.thread_id AND `+cond+` OFFSET 0) x
+						WHERE u.user_id = $1 AND u.folder_id = ANY (`+ids+`)
+						ORDER BY x.updated_at DESC, x.id DESC LIMIT `+n+`) p
+					JOIN threads t ON t.id = p.id LEFT JOIN folders f ON f.id = t.folder_id`)
 			case QueueAction:
-				branches = append(branches, `SELECT x.id, x.updated_at FROM unnest(`+ids+`::bigint[]) sf(id)
-					CROSS JOIN LATERAL (SELECT t.id, t.updated_at FROM threads t
+				branches = append(branches, `SELECT x.* FROM unnest(`+ids+`::bigint[]) sf(id)
+					CROSS JOIN LATERAL (SELECT `+cols+threadFrom+`
 						WHERE t.folder_id = sf.id AND t.status = 'waiting'
-						  AND pizza_decider_action(t.wait_for, t.started_by, t.user_id, $1) AND `+cond+`
-						ORDER BY t.updated_at DESC, t.id DESC LIMIT `+n+`) x`)
+						  AND pizza_decider_action(t.wait_for, t.started_by, t.user_id, $1) AND `+cond+page+`) x`)
 			default:
-				branches = append(branches, `SELECT x.id, x.updated_at FROM unnest(`+ids+`::bigint[], `+arg(owners)+`::bigint[]) sf(id, owner)
-					CROSS JOIN LATERAL (SELECT t.id, t.updated_at FROM threads t
-						WHERE t.user_id = sf.owner AND t.folder_id = sf.id AND t.parent_thread_id IS NULL AND `+cond+`
-						ORDER BY t.updated_at DESC, t.id DESC LIMIT `+n+`) x`)
+				branches = append(branches, `SELECT x.* FROM unnest(`+ids+`::bigint[], `+arg(owners)+`::bigint[]) sf(id, owner)
+					CROSS JOIN LATERAL (SELECT `+cols+threadFrom+`
+						WHERE t.user_id = sf.owner AND t.folder_id = sf.id AND t.parent_thread_id IS NULL AND `+cond+page+`) x`)
 			}
 		}
 		if routed {
+			// Not what the other branches list: the person's own threads
+			// and their shared folders' (in Action, those theirs to decide
+			// as owner or member).
 			rc := cond
 			if f.FolderID != 0 {
 				rc += " AND t.folder_id = " + arg(f.FolderID)
 			}
-			branches = append(branches, `SELECT t.id, t.updated_at FROM threads t
-				WHERE t.id IN (`+routedSQL("$1", arg(a.Principals))+`) AND t.status = 'waiting' AND `+rc)
+			if f.Queue == QueueAction {
+				members, _ := a.folders(0, true)
+				rc += ` AND NOT ((t.user_id = $1 OR coalesce(t.folder_id = ANY (` + arg(members) + `), false))
+					AND pizza_decider_action(t.wait_for, t.started_by, t.user_id, $1))`
+			} else {
+				all, _ := a.folders(0, false)
+				rc += ` AND t.user_id <> $1 AND NOT coalesce(t.folder_id = ANY (` + arg(all) + `), false)`
+			}
+			branches = append(branches, `SELECT `+cols+threadFrom+`
+				WHERE t.id IN (`+routedSQL("$1", arg(a.Principals))+`) AND t.status = 'waiting' AND `+rc+page)
 		}
 		if len(branches) == 0 {
 			return nil, nil, nil
 		}
-		for i, br := range branches {
-			branches[i] = `SELECT id, updated_at FROM (` + br + `) b` + strconv.Itoa(i)
-		}
-		cols := threadColumnsFor("$1")
-		if f.Queue == QueueAction {
-			// Every branch lists what is the person's to decide.
-			cols = strings.Replace(cols, inActionSQL("$1"), "true AS in_action", 1)
-		}
-		ts, err = readThreads(ctx, q, `SELECT `+cols+`
-			FROM ((`+strings.Join(branches, ") UNION (")+`) ORDER BY updated_at DESC, id DESC LIMIT `+n+`) page
-			JOIN threads t ON t.id = page.id LEFT JOIN folders f ON f.id = t.folder_id
-			ORDER BY t.updated_at DESC, t.id DESC`, args)
+		ts, err = readThreads(ctx, q, `SELECT * FROM ((`+strings.Join(branches, ") UNION ALL (")+`)) x
+			ORDER BY x.updated_at DESC, x.id DESC LIMIT `+n, args)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("list threads: %w", err)
