@@ -146,6 +146,12 @@ type apiPending struct {
 	// InnerCall is, on a run_js call waiting for approval, the script's
 	// call that an approval lets run, with its arguments whole.
 	InnerCall *apiInnerCall `json:"inner_call,omitempty"`
+	// WaitingFor names whom a call routed to named approvers waits for
+	// (docs/team.md), and Yours whether the reader may decide it: false
+	// for a viewer, a call routed to others, or a four-eyes call of a run
+	// they started (a decision is refused with the reason).
+	WaitingFor string `json:"waiting_for,omitempty"`
+	Yours      bool   `json:"yours"`
 }
 
 // apiInnerCall is the script's call a run_js approval applies to: its place
@@ -514,14 +520,14 @@ func (h *Handler) apiShowThread(w http.ResponseWriter, r *http.Request) error {
 	}
 	for _, c := range v.Calls {
 		if c.State == db.CallPending || c.State == db.CallUnknown {
-			out.Pending = append(out.Pending, toAPIPending(c))
+			out.Pending = append(out.Pending, toAPIPending(c, v.Deciders))
 		}
 		if c.Decision != "" && c.DecidedAt != nil {
 			out.Decisions = append(out.Decisions, toAPIDecision(c))
 		}
 	}
 	for _, c := range waitingSubagentCalls(v.Subagents) {
-		out.Pending = append(out.Pending, toAPIPending(c))
+		out.Pending = append(out.Pending, toAPIPending(c, v.Deciders))
 	}
 	return writeJSON(w, http.StatusOK, out)
 }
@@ -561,7 +567,9 @@ func waitingSubagentCalls(subs []db.SubagentView) []db.ToolCallRow {
 	return out
 }
 
-func toAPIPending(c db.ToolCallRow) apiPending {
+// toAPIPending shows a waiting call; deciders says which the reader may
+// decide (db.ThreadView.Deciders), nil: all of them.
+func toAPIPending(c db.ToolCallRow, deciders map[int64]string) apiPending {
 	kind := c.WaitKind
 	if kind == "" {
 		kind = db.WaitApproval
@@ -581,6 +589,8 @@ func toAPIPending(c db.ToolCallRow) apiPending {
 		AllowedDecisions: allowed,
 		Description:      c.Description,
 		Reason:           c.GateReason,
+		WaitingFor:       db.WaitingFor(c.Approvers),
+		Yours:            deciders == nil || deciders[c.ID] == db.DecideOK,
 	}
 	if in := c.InnerCall; in != nil && c.State == db.CallPending {
 		p.InnerCall = &apiInnerCall{Seq: in.Seq, Tool: in.Tool, Arguments: apiArguments(in.Arguments)}

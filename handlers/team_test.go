@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -238,6 +239,11 @@ func TestRoutedCallQueues(t *testing.T) {
 		t.Errorf("owner's page: %q, %q, %d approve buttons", got, page.text("waiting-indicator"), len(page.all("approve-button")))
 	}
 	decide := map[string]any{"decisions": []map[string]any{{"id": call, "type": "approve"}}}
+	for who, yours := range map[string]bool{"alice": false, "carol": true} {
+		if body := b.apiGet(who, "/api/v1/threads/"+itoa(th.ID)).want(http.StatusOK).Body.String(); !strings.Contains(body, `"waiting_for":"deploy-oncall","yours":`+strconv.FormatBool(yours)) {
+			t.Errorf("%s reads the pending call as %s", who, body)
+		}
+	}
 	b.apiPost("alice", "/api/v1/threads/"+itoa(th.ID)+"/decisions", decide).wantError(http.StatusForbidden, "waits for deploy-oncall")
 	if page := b.get("carol", "/threads/"+itoa(th.ID)).wantStatus(http.StatusOK); len(page.all("approve-button")) != 1 || page.text("thread-role") != "Routed to you" {
 		t.Errorf("the approver's page: %d approve buttons, role %q", len(page.all("approve-button")), page.text("thread-role"))
