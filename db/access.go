@@ -90,6 +90,10 @@ type Access struct {
 	Principals []string
 	// Shared are the folders others shared with the person, by name.
 	Shared []SharedFolder
+	// Routed are the waiting threads with a call routed to the person
+	// that is theirs to decide (pizza_routed_ok): a lookup of the few
+	// waiting routed calls naming one of their principals.
+	Routed []int64
 }
 
 // OwnerAccess is access to one's own threads alone: for the runtime and
@@ -135,16 +139,19 @@ func (a Access) folders(only int64, members bool) (ids, owners []int64) {
 func LoadAccess(ctx context.Context, q Querier, userID int64) (Access, error) {
 	a := Access{UserID: userID}
 	rows, err := q.Query(ctx, `
-		SELECT u.principals, f.id, f.user_id, f.name, coalesce(nullif(o.name, ''), o.email, '') AS owner, sh.role,
+		WITH u AS MATERIALIZED (
+			SELECT u.id, u.principals, ARRAY(`+routedSQL("u.id", "u.principals")+` AND r.status = 'waiting') AS routed
+			FROM users u WHERE u.id = $1 AND NOT u.disabled
+		)
+		SELECT u.principals, u.routed, f.id, f.user_id, f.name, coalesce(nullif(o.name, ''), o.email, '') AS owner, sh.role,
 		       (SELECT count(*) FROM thread_unread x WHERE x.user_id = u.id AND x.folder_id = f.id) AS unread
-		FROM users u
+		FROM u
 		LEFT JOIN LATERAL (
 			SELECT s.folder_id, CASE WHEN bool_or(s.role = 'member') THEN 'member' ELSE 'viewer' END AS role
 			FROM folder_shares s WHERE s.principal = ANY (u.principals) GROUP BY s.folder_id
 		) sh ON true
 		LEFT JOIN folders f ON f.id = sh.folder_id AND f.user_id <> u.id
 		LEFT JOIN users o ON o.id = f.user_id
-		WHERE u.id = $1 AND NOT u.disabled
 		ORDER BY lower(f.name), f.id`, userID)
 	if err != nil {
 		return Access{}, fmt.Errorf("load access of user %d: %w", userID, err)
@@ -153,15 +160,16 @@ func LoadAccess(ctx context.Context, q Querier, userID int64) (Access, error) {
 	for rows.Next() {
 		var (
 			principals []string
+			routed     []int64
 			id, owner  *int64
 			name, who  *string
 			role       *string
 			unread     int64
 		)
-		if err := rows.Scan(&principals, &id, &owner, &name, &who, &role, &unread); err != nil {
+		if err := rows.Scan(&principals, &routed, &id, &owner, &name, &who, &role, &unread); err != nil {
 			return Access{}, fmt.Errorf("load access of user %d: %w", userID, err)
 		}
-		a.Principals = principals
+		a.Principals, a.Routed = principals, routed
 		if id != nil {
 			a.Shared = append(a.Shared, SharedFolder{ID: *id, OwnerID: *owner, Name: *name, Owner: *who, Role: *role, Unread: unread})
 		}

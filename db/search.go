@@ -504,11 +504,11 @@ func searchAll(ctx context.Context, q Querier, a Access, f ThreadFilter, after *
 			return nil, err
 		}
 	}
-	if f.Queue != QueueUnread && len(a.Principals) > 0 {
+	if f.Queue != QueueUnread && len(a.Routed) > 0 {
 		err := scope(func(arg func(any) string) string {
-			return "thread_id IN (" + routedSQL(arg(a.UserID), arg(a.Principals)) + ")"
+			return "thread_id = ANY (" + arg(a.Routed) + ")"
 		}, func(arg func(any) string) []string {
-			c := []string{"t.id IN (" + routedSQL("$1", arg(a.Principals)) + ")", "t.status = 'waiting'"}
+			c := []string{"t.id = ANY (" + arg(a.Routed) + ")", "$1::bigint > 0", "t.status = 'waiting'"}
 			if f.FolderID != 0 {
 				c = append(c, "t.folder_id = "+arg(f.FolderID))
 			}

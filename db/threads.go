@@ -302,10 +302,11 @@ type readThread struct {
 	ReadInAction bool `db:"in_action"`
 }
 
-// routedSQL selects the top-level threads with a waiting call routed to
-// user me (principals p: SQL parameters) that is theirs to decide: a GIN
-// lookup of the few waiting routed calls naming one of their principals,
-// each checked with pizza_routed_ok.
+// routedSQL selects the top-level threads (r) with a waiting call routed
+// to user me (principals p: SQL expressions) that is theirs to decide: a
+// GIN lookup of the few waiting routed calls naming one of their
+// principals, each checked with pizza_routed_ok. LoadAccess runs it once
+// per request (Access.Routed).
 func routedSQL(me, p string) string {
 	return `SELECT r.id FROM tool_calls c JOIN threads k ON k.id = c.thread_id
 		JOIN threads r ON r.id = coalesce(k.parent_thread_id, k.id)
@@ -339,7 +340,7 @@ func ListThreads(ctx context.Context, q Querier, a Access, f ThreadFilter, after
 	}
 	// A call routed to the person brings its thread to their Action, and
 	// to All while it waits for them.
-	routed := f.Queue != QueueUnread && len(a.Principals) > 0
+	routed := f.Queue != QueueUnread && len(a.Routed) > 0
 	common := commonConds(f, after, arg)
 
 	var ts []Thread
@@ -414,7 +415,7 @@ func ListThreads(ctx context.Context, q Querier, a Access, f ThreadFilter, after
 				rc += ` AND t.user_id <> $1 AND NOT coalesce(t.folder_id = ANY (` + arg(all) + `), false)`
 			}
 			branches = append(branches, `SELECT `+cols+threadFrom+`
-				WHERE t.id IN (`+routedSQL("$1", arg(a.Principals))+`) AND t.status = 'waiting' AND `+rc+page)
+				WHERE t.id = ANY (`+arg(a.Routed)+`) AND t.status = 'waiting' AND `+rc+page)
 		}
 		if len(branches) == 0 {
 			return nil, nil, nil
@@ -514,14 +515,14 @@ func CountThreads(ctx context.Context, q Querier, a Access) (Counts, error) {
 		action = ` + (SELECT count(*) FROM threads t WHERE t.folder_id = ANY (` + m + `) AND t.status = 'waiting'
 			AND pizza_decider_action(t.wait_for, t.started_by, t.user_id, $1))`
 	}
-	if len(a.Principals) > 0 {
+	if len(a.Routed) > 0 {
 		// Routed threads not counted already: in All, the others' threads
 		// outside the shared folders; in Action, those not counted as
 		// the owner's or a member's.
-		p := arg(a.Principals)
-		all += ` + (SELECT count(*) FROM threads t WHERE t.id IN (` + routedSQL("$1", p) + `)
+		r := arg(a.Routed)
+		all += ` + (SELECT count(*) FROM threads t WHERE t.id = ANY (` + r + `)
 			AND t.status = 'waiting' AND t.user_id <> $1 AND NOT coalesce(t.folder_id = ANY (` + i + `), false))`
-		action += ` + (SELECT count(*) FROM threads t WHERE t.id IN (` + routedSQL("$1", p) + `)
+		action += ` + (SELECT count(*) FROM threads t WHERE t.id = ANY (` + r + `)
 			AND t.status = 'waiting' AND NOT ((t.user_id = $1 OR coalesce(t.folder_id = ANY (` + m + `), false))
 				AND pizza_decider_action(t.wait_for, t.started_by, t.user_id, $1)))`
 	}
