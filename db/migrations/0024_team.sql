@@ -365,28 +365,36 @@ LANGUAGE sql STABLE AS $$
     WHERE r.id = p_root AND r.routed AND c.approvers <> '[]' AND NOT u.disabled AND u.id <> r.user_id
 $$;
 
-CREATE OR REPLACE FUNCTION pizza_record_event(p_user bigint, p_thread bigint, p_kind text) RETURNS void
+-- Records a change of thread p_thread for its owner p_user and, the first
+-- time in this transaction, for its other readers: when its top-level
+-- thread p_root is in a folder that is shared (p_folder) or had a call
+-- routed (p_routed). The triggers pass what they know of the top-level
+-- thread, so that a thread nobody else reads costs no more than before
+-- (at most one lookup by key in folder_shares).
+CREATE FUNCTION pizza_record_event_as(p_user bigint, p_thread bigint, p_kind text,
+                                      p_root bigint, p_folder bigint, p_routed boolean) RETURNS void
 LANGUAGE plpgsql AS $$
-DECLARE
-    root   bigint;
-    folder bigint;
-    routed boolean;
 BEGIN
     INSERT INTO events (user_id, thread_id, kind) VALUES (p_user, p_thread, p_kind)
     ON CONFLICT (txid, user_id, thread_id, kind) DO NOTHING;
-    -- The first record of this change in this transaction: tell the
-    -- thread's other readers too. A thread in no shared folder and never
-    -- routed costs one lookup by key here.
-    IF FOUND THEN
-        SELECT r.id, r.folder_id, r.routed INTO root, folder, routed
-        FROM threads t JOIN threads r ON r.id = coalesce(t.parent_thread_id, t.id) WHERE t.id = p_thread;
-        IF routed OR (folder IS NOT NULL AND EXISTS (SELECT 1 FROM folder_shares s WHERE s.folder_id = folder)) THEN
-            INSERT INTO events (user_id, thread_id, kind)
-            SELECT a, p_thread, p_kind FROM pizza_thread_audience(root) a WHERE a <> p_user
-            ON CONFLICT (txid, user_id, thread_id, kind) DO NOTHING;
-        END IF;
+    IF FOUND AND p_root IS NOT NULL
+       AND (p_routed OR (p_folder IS NOT NULL AND EXISTS (SELECT 1 FROM folder_shares s WHERE s.folder_id = p_folder))) THEN
+        INSERT INTO events (user_id, thread_id, kind)
+        SELECT a, p_thread, p_kind FROM pizza_thread_audience(p_root) a WHERE a <> p_user
+        ON CONFLICT (txid, user_id, thread_id, kind) DO NOTHING;
     END IF;
     PERFORM pg_notify('pizza_events', pg_current_xact_id()::text);
+END $$;
+
+-- pizza_record_event_as for a thread whose top-level thread is looked up.
+CREATE OR REPLACE FUNCTION pizza_record_event(p_user bigint, p_thread bigint, p_kind text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+BEGIN
+    SELECT root.id, root.folder_id, root.routed INTO r
+    FROM threads t JOIN threads root ON root.id = coalesce(t.parent_thread_id, t.id) WHERE t.id = p_thread;
+    PERFORM pizza_record_event_as(p_user, p_thread, p_kind, r.id, r.folder_id, coalesce(r.routed, false));
 END $$;
 
 -- Records a change for the people a folder was shared with: a thread that
@@ -401,24 +409,44 @@ END $$;
 
 CREATE OR REPLACE FUNCTION pizza_threads_event() RETURNS trigger
 LANGUAGE plpgsql AS $$
+DECLARE
+    kind text;
 BEGIN
     IF TG_OP = 'DELETE' THEN
-        PERFORM pizza_record_event(OLD.user_id, OLD.id, 'deleted');
+        PERFORM pizza_record_event_as(OLD.user_id, OLD.id, 'deleted', NULL, NULL, false);
         IF OLD.folder_id IS NOT NULL THEN
             PERFORM pizza_record_folder_event(OLD.folder_id, OLD.user_id, OLD.id, 'deleted');
         END IF;
         RETURN NULL;
-    ELSIF TG_OP = 'INSERT' OR NEW.status IS DISTINCT FROM OLD.status THEN
-        PERFORM pizza_record_event(NEW.user_id, NEW.id, 'status');
+    END IF;
+    kind := CASE WHEN TG_OP = 'INSERT' OR NEW.status IS DISTINCT FROM OLD.status THEN 'status' ELSE 'thread' END;
+    IF NEW.parent_thread_id IS NULL THEN
+        PERFORM pizza_record_event_as(NEW.user_id, NEW.id, kind, NEW.id, NEW.folder_id, NEW.routed);
     ELSE
-        PERFORM pizza_record_event(NEW.user_id, NEW.id, 'thread');
+        PERFORM pizza_record_event(NEW.user_id, NEW.id, kind);
+        PERFORM pizza_record_event(NEW.user_id, NEW.parent_thread_id, 'tool_call');
     END IF;
     IF TG_OP = 'UPDATE' AND OLD.folder_id IS NOT NULL AND OLD.folder_id IS DISTINCT FROM NEW.folder_id THEN
         -- Moved out of a shared folder: its readers there see it go.
         PERFORM pizza_record_folder_event(OLD.folder_id, OLD.user_id, OLD.id, 'thread');
     END IF;
-    IF NEW.parent_thread_id IS NOT NULL THEN
-        PERFORM pizza_record_event(NEW.user_id, NEW.parent_thread_id, 'tool_call');
+    RETURN NULL;
+END $$;
+
+-- Messages and tool calls: one lookup of the thread and its top-level
+-- thread for both events (migration 0017's, with the readers).
+CREATE OR REPLACE FUNCTION pizza_thread_part_event() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    r record;
+BEGIN
+    SELECT t.user_id, t.parent_thread_id, root.id AS root, root.folder_id, root.routed INTO r
+    FROM threads t JOIN threads root ON root.id = coalesce(t.parent_thread_id, t.id) WHERE t.id = NEW.thread_id;
+    IF r.user_id IS NOT NULL THEN
+        PERFORM pizza_record_event_as(r.user_id, NEW.thread_id, TG_ARGV[0], r.root, r.folder_id, r.routed);
+        IF r.parent_thread_id IS NOT NULL THEN
+            PERFORM pizza_record_event_as(r.user_id, r.parent_thread_id, 'tool_call', r.root, r.folder_id, r.routed);
+        END IF;
     END IF;
     RETURN NULL;
 END $$;
