@@ -407,8 +407,9 @@ func (c *config) loadGrants(getenv func(string) string) []error {
 		}
 	}
 	index := map[string]int{}
+	dataRoot := tools.NewProtected(c.DataRoot)
 	for _, g := range append(fromEnv, fromFile...) {
-		if c.DataRoot != "" && (g.Path == c.DataRoot || strings.HasPrefix(g.Path, c.DataRoot+string(filepath.Separator))) {
+		if dataRoot.Contains(g.Path) {
 			errs = append(errs, fmt.Errorf("folder grant %s is inside PIZZA_DATA_ROOT, which agents must not reach", g.Path))
 			continue
 		}

@@ -39,3 +39,39 @@ func TestGrantsConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestGrantsConfigRefuseTheDataRootThroughSymlinks: a grant that reaches
+// the data root through a symlink is refused at start, as the settings page
+// and the grant tools refuse it (tools.Protected, one rule): a folder
+// linking into the data root, and the data root itself named through a
+// link. Compared by name only, both got through.
+func TestGrantsConfigRefuseTheDataRootThroughSymlinks(t *testing.T) {
+	t.Parallel()
+	real := t.TempDir()
+	skills := filepath.Join(real, "skills")
+	if err := os.Mkdir(skills, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	links := t.TempDir()
+	intoRoot := filepath.Join(links, "skills-link")
+	if err := os.Symlink(skills, intoRoot); err != nil {
+		t.Fatal(err)
+	}
+	rootLink := filepath.Join(links, "root-link")
+	if err := os.Symlink(real, rootLink); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ name, dataRoot, grant string }{
+		{"a folder that links into the data root", real, intoRoot},
+		{"the real path of a data root named through a link", rootLink, skills},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env := map[string]string{"PIZZA_DATA_ROOT": tt.dataRoot, "PIZZA_GRANTS": tt.grant + ":rw"}
+			_, err := loadConfig(func(k string) string { return env[k] })
+			if err == nil || !strings.Contains(err.Error(), "inside PIZZA_DATA_ROOT") {
+				t.Errorf("grant %s with data root %s: error = %v, want it refused", tt.grant, tt.dataRoot, err)
+			}
+		})
+	}
+}

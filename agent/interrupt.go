@@ -7,7 +7,11 @@ import (
 	"strings"
 )
 
-// The decisions a person can make about an interrupted tool call.
+// The decisions a skill's interruptOn may allow on a tool's calls. They are
+// four of the decisions a run stores (db.Decision*: the same names; the
+// other two, retry and skip, are offered by the runtime alone, on a call a
+// crash cut off); a test in jobs holds the two lists together. The agent
+// only names them: the runtime (jobs.Runtime.Decide) applies a decision.
 const (
 	// DecisionApprove runs the call as the model made it.
 	DecisionApprove = "approve"
@@ -21,13 +25,13 @@ const (
 	DecisionRespond = "respond"
 )
 
-// Decisions lists every decision name.
+// Decisions lists the decisions interruptOn may allow.
 var Decisions = []string{DecisionApprove, DecisionEdit, DecisionReject, DecisionRespond}
 
 // DefaultDecisions are the decisions allowed by "interruptOn: {tool: true}".
 var DefaultDecisions = []string{DecisionApprove, DecisionEdit, DecisionReject}
 
-// IsDecision reports whether s is a decision name.
+// IsDecision reports whether interruptOn may allow s.
 func IsDecision(s string) bool { return slices.Contains(Decisions, s) }
 
 // Interrupt says that calls of a tool stop for a person to decide.
@@ -77,66 +81,4 @@ func ParsePrincipal(s string) (string, error) {
 // Allows reports whether decision is one of the allowed decisions.
 func (in Interrupt) Allows(decision string) bool {
 	return slices.Contains(in.AllowedDecisions, decision)
-}
-
-// Decision is what a person decided about an interrupted call.
-type Decision struct {
-	// Type is one of the Decision* names.
-	Type string `json:"type"`
-	// Arguments are the edited arguments, a JSON object (edit only).
-	Arguments string `json:"arguments,omitempty"`
-	// Message is the reason given to the model (reject, optional) or the
-	// answer (respond).
-	Message string `json:"message,omitempty"`
-}
-
-// Resolution is what to do with an interrupted call once decided.
-type Resolution struct {
-	// Run reports that the tool runs, with Call and Args.
-	Run bool
-	// Call is the call to run; for edit its Arguments are the edited ones.
-	Call ToolCall
-	// Args are the checked arguments to run with.
-	Args map[string]any
-	// Result is the tool message to append instead of running (reject,
-	// respond).
-	Result *Message
-}
-
-// Resolve applies a person's decision to an interrupted call of the tool
-// spec. It fails when the decision is not allowed, or when edited
-// arguments do not fit the tool's schema, with a message for the person.
-func Resolve(in Interrupt, spec ToolSpec, call ToolCall, d Decision) (Resolution, error) {
-	if !IsDecision(d.Type) {
-		return Resolution{}, fmt.Errorf("unknown decision %q (want one of %s)", d.Type, strings.Join(Decisions, ", "))
-	}
-	if !in.Allows(d.Type) {
-		return Resolution{}, fmt.Errorf("decision %q is not allowed for %s (allowed: %s)", d.Type, call.Name, strings.Join(in.AllowedDecisions, ", "))
-	}
-	switch d.Type {
-	case DecisionApprove:
-		args, err := spec.ValidateArguments(call.Arguments)
-		if err != nil {
-			return Resolution{}, err
-		}
-		return Resolution{Run: true, Call: call, Args: args}, nil
-	case DecisionEdit:
-		args, err := spec.ValidateArguments(d.Arguments)
-		if err != nil {
-			return Resolution{}, fmt.Errorf("edited %s", err)
-		}
-		edited := call
-		edited.Arguments = d.Arguments
-		return Resolution{Run: true, Call: edited, Args: args}, nil
-	case DecisionReject:
-		text := "The user rejected this tool call; it was not run."
-		if msg := strings.TrimSpace(d.Message); msg != "" {
-			text += " Their message: " + msg
-		}
-		res := ToolResult(call, text, true)
-		return Resolution{Call: call, Result: &res}, nil
-	default: // respond
-		res := ToolResult(call, d.Message, false)
-		return Resolution{Call: call, Result: &res}, nil
-	}
 }

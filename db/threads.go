@@ -31,6 +31,9 @@ const (
 	TriggerWebhook  = "webhook"
 )
 
+// TriggerKinds lists every trigger kind, in the order filters offer them.
+var TriggerKinds = []string{TriggerManual, TriggerSchedule, TriggerCatchup, TriggerWebhook}
+
 // Thread is a unit of work: a conversation with an agent and its run.
 type Thread struct {
 	ID          int64     `db:"id"`

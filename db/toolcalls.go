@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -31,6 +32,19 @@ const (
 	DecisionRetry   = "retry"   // runs an unknown-outcome call again
 	DecisionSkip    = "skip"    // gives up an unknown-outcome call
 )
+
+// Decisions lists every decision a person can take, in the order forms and
+// messages name them. Which of them a call takes is its AllowedDecisions.
+var Decisions = []string{DecisionApprove, DecisionEdit, DecisionReject, DecisionRespond, DecisionRetry, DecisionSkip}
+
+// IsDecision reports whether s names a decision.
+func IsDecision(s string) bool { return slices.Contains(Decisions, s) }
+
+// AwaitsDecision reports whether a call in state waits for a person: one
+// that stopped for an approval or a question (pending), or one whose outcome
+// a crash left unknown. A run with such a call waits (StatusWaiting) until
+// every one is decided.
+func AwaitsDecision(state string) bool { return state == CallPending || state == CallUnknown }
 
 // ToolCallRow is a tool call of a run, with its state and decision.
 type ToolCallRow struct {
@@ -70,6 +84,16 @@ type ToolCallRow struct {
 	// at: what its approver is shown and what an approval lets run
 	// (sandboxcalls.go). Nil on every other call.
 	InnerCall *InnerCall `db:"inner_call"`
+}
+
+// AwaitsDecision reports whether the call waits for a person (see the
+// function AwaitsDecision).
+func (c ToolCallRow) AwaitsDecision() bool { return AwaitsDecision(c.State) }
+
+// Allows reports whether the call takes decision: one of its
+// AllowedDecisions.
+func (c ToolCallRow) Allows(decision string) bool {
+	return slices.Contains(c.AllowedDecisions, decision)
 }
 
 // EffectiveArguments are the arguments the call runs with: the edited ones

@@ -26,7 +26,7 @@ import (
 	"pizzabot/agent"
 	"pizzabot/agent/mcpclient"
 	"pizzabot/db"
-	"pizzabot/jobs"
+	"pizzabot/refusal"
 )
 
 // Extensions are what extend the agents beyond the built-in tools and
@@ -477,21 +477,21 @@ const MaxMCPEntry = 64 << 10
 func (x *Extensions) SaveServer(ctx context.Context, q db.Querier, user db.User, name string, cfg agent.MCPServerConfig, isNew bool) (agent.MCPServerConfig, error) {
 	name = strings.TrimSpace(name)
 	if err := agent.ValidMCPServerName(name); err != nil {
-		return cfg, userErr(400, "%s", capitalize(err.Error()))
+		return cfg, refusal.New(refusal.Invalid, "name", "%s", capitalize(err.Error()))
 	}
 	if strings.HasPrefix(name, "plugin_") {
-		return cfg, userErr(400, "Names starting with plugin_ are kept for plugins' servers.")
+		return cfg, refusal.New(refusal.Invalid, "name", "Names starting with plugin_ are kept for plugins' servers.")
 	}
 	norm, err := cfg.Normalize()
 	if err != nil {
-		return cfg, userErr(400, "%s", capitalize(err.Error()))
+		return cfg, refusal.New(refusal.Invalid, "config", "%s", capitalize(err.Error()))
 	}
 	if err := norm.CheckSyntax(); err != nil {
-		return cfg, userErr(400, "%s", capitalize(err.Error()))
+		return cfg, refusal.New(refusal.Invalid, "config", "%s", capitalize(err.Error()))
 	}
 	for _, e := range x.State().Servers {
 		if e.Name == name && e.Source != agent.MCPSourceSettings && e.ShadowedBy == "" {
-			return cfg, userErr(409, "A server named %q is configured in %s; it wins over the settings page. Choose another name, or edit it there.", name, sourceLabel(e.MCPServer))
+			return cfg, refusal.New(refusal.Conflict, "name", "A server named %q is configured in %s; it wins over the settings page. Choose another name, or edit it there.", name, sourceLabel(e.MCPServer))
 		}
 	}
 	raw, err := json.Marshal(norm)
@@ -499,12 +499,12 @@ func (x *Extensions) SaveServer(ctx context.Context, q db.Querier, user db.User,
 		return cfg, err
 	}
 	if len(raw) > MaxMCPEntry {
-		return cfg, userErr(413, "The configuration is larger than %d KiB.", MaxMCPEntry>>10)
+		return cfg, refusal.New(refusal.TooLarge, "config", "The configuration is larger than %d KiB.", MaxMCPEntry>>10)
 	}
 	if isNew {
 		err = db.InsertMCPServer(ctx, q, name, raw, user.ID)
 		if errors.Is(err, db.ErrMCPServerExists) {
-			return cfg, userErr(409, "A server named %q already exists.", name)
+			return cfg, refusal.New(refusal.Conflict, "name", "A server named %q already exists.", name)
 		}
 	} else {
 		err = db.UpdateMCPServer(ctx, q, name, raw, user.ID)
@@ -536,7 +536,7 @@ func (x *Extensions) Restart(name string) bool { return x.Manager.Restart(name) 
 func (x *Extensions) Test(ctx context.Context, name, plugin string, cfg agent.MCPServerConfig) (mcpclient.Status, error) {
 	norm, err := cfg.Normalize()
 	if err != nil {
-		return mcpclient.Status{}, userErr(400, "%s", capitalize(err.Error()))
+		return mcpclient.Status{}, refusal.New(refusal.Invalid, "config", "%s", capitalize(err.Error()))
 	}
 	lookup := x.lookup
 	if plugin != "" {
@@ -548,7 +548,7 @@ func (x *Extensions) Test(ctx context.Context, name, plugin string, cfg agent.MC
 	}
 	expanded, err := norm.Expand(lookup)
 	if err != nil {
-		return mcpclient.Status{}, userErr(400, "%s", capitalize(err.Error()))
+		return mcpclient.Status{}, refusal.New(refusal.Invalid, "config", "%s", capitalize(err.Error()))
 	}
 	return mcpclient.Probe(ctx, mcpclient.Spec{Name: name, Config: expanded}, x.ProbeOptions), nil
 }
@@ -564,17 +564,17 @@ func (x *Extensions) InstallPlugin(ctx context.Context, q db.Querier, user db.Us
 	defer os.RemoveAll(tmp)
 	p, err := agent.InstallPlugin(tmp, archive, agent.PluginNameFromFile(filename), false)
 	if err != nil {
-		return p, userErr(400, "%s", capitalize(err.Error()))
+		return p, refusal.New(refusal.Invalid, "archive", "%s", capitalize(err.Error()))
 	}
 	if st := x.State(); slices.ContainsFunc(st.Plugins, func(e PluginEntry) bool { return e.Name == p.Name && e.Deployed }) {
-		return p, userErr(409, "A plugin named %q is deployed in %s; it wins over the settings page. Rename this one, or change it there.", p.Name, x.PluginsDir())
+		return p, refusal.New(refusal.Conflict, "archive", "A plugin named %q is deployed in %s; it wins over the settings page. Rename this one, or change it there.", p.Name, x.PluginsDir())
 	}
 	exists, err := db.StoredPluginExists(ctx, q, p.Name)
 	if err != nil {
 		return p, err
 	}
 	if exists && !replace {
-		return p, userErr(400, "A plugin named %q is already installed: replace it, or uninstall it first", p.Name)
+		return p, refusal.New(refusal.Invalid, "archive", "A plugin named %q is already installed: replace it, or uninstall it first", p.Name)
 	}
 	f, data, err := packFolder("plugin", p.Name, p.Dir)
 	if err != nil {
@@ -612,7 +612,7 @@ func (x *Extensions) UninstallPlugin(ctx context.Context, q db.Querier, name str
 		return err
 	}
 	if p.Deployed {
-		return userErr(409, "The plugin %q is deployed in %s: remove it there.", name, x.PluginsDir())
+		return refusal.New(refusal.Conflict, "", "The plugin %q is deployed in %s: remove it there.", name, x.PluginsDir())
 	}
 	if err := db.SetPluginDisabled(ctx, q, name, false, 0); err != nil {
 		return err
@@ -666,7 +666,7 @@ func (x *Extensions) InstallSkills(ctx context.Context, q db.Querier, user db.Us
 	defer os.RemoveAll(tmp)
 	installed, err := agent.InstallSkills(tmp, archive, agent.PluginNameFromFile(filename), false)
 	if err != nil {
-		return nil, userErr(400, "%s", err.Error())
+		return nil, refusal.New(refusal.Invalid, "archive", "%s", err.Error())
 	}
 	cur, err := db.ListCustomSkills(ctx, q)
 	if err != nil {
@@ -685,7 +685,7 @@ func (x *Extensions) InstallSkills(ctx context.Context, q db.Querier, user db.Us
 		}
 	}
 	if len(problems) > 0 {
-		return nil, userErr(400, "nothing was installed: %s", strings.Join(problems, "; "))
+		return nil, refusal.New(refusal.Invalid, "archive", "nothing was installed: %s", strings.Join(problems, "; "))
 	}
 	for _, s := range installed {
 		f, data, err := packFolder("skill", s.Name, filepath.Join(tmp, s.Name))
@@ -710,7 +710,7 @@ func (x *Extensions) DeleteSkill(ctx context.Context, q db.Querier, name string)
 
 func (x *Extensions) refuseDeployedSkill(name string) error {
 	if s, ok := x.Skills().Get(name); ok && s.Source == agent.SourceDeployment {
-		return userErr(409, "A skill named %q is deployed in %s; it wins over the settings page. Choose another name, or change it there.", name, x.SkillsDir())
+		return refusal.New(refusal.Conflict, "name", "A skill named %q is deployed in %s; it wins over the settings page. Choose another name, or change it there.", name, x.SkillsDir())
 	}
 	return nil
 }
@@ -720,9 +720,4 @@ func capitalize(s string) string {
 		return s
 	}
 	return strings.ToUpper(s[:1]) + s[1:]
-}
-
-// userErr is a refusal shown to the person as is.
-func userErr(status int, format string, args ...any) error {
-	return &jobs.UserError{Status: status, Msg: fmt.Sprintf(format, args...)}
 }

@@ -15,9 +15,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"pizzabot/db"
-	"pizzabot/jobs"
 )
 
 // Admission control for the routes that start runs (the API, the compose
@@ -320,10 +317,8 @@ func databaseUnreachable(err error) bool {
 // isServerFailure reports whether err would be a 500: not a refusal that
 // names what the user did wrong.
 func isServerFailure(err error) bool {
-	var he httpError
-	var ue *jobs.UserError
-	var tooLarge *http.MaxBytesError
-	return !errors.As(err, &he) && !errors.As(err, &ue) && !errors.Is(err, db.ErrNotFound) && !errors.As(err, &tooLarge)
+	_, ok := refused(err, pageWords)
+	return !ok
 }
 
 // DiskFloor is the free space the data root's file system must keep for

@@ -12,17 +12,13 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-
-	"pizzabot/db"
-	"pizzabot/jobs"
 )
 
 // The JSON API under /api/v1 shares the web's handlers' shape: a handler
 // returns an error, and h.api renders it, here as {"error": "..."} with its
-// status instead of an HTML page. It authenticates with the same
-// Deps.Authenticate as the web, so whatever that accepts (the session now,
-// a personal access token in an Authorization: Bearer header later) signs in
-// API clients too.
+// status instead of an HTML page (classify chooses the status for both). It
+// signs in with the same Deps.Authenticate as the web (signIn): a personal
+// access token in an Authorization: Bearer header, or the browser's session.
 
 // apiPrefix is the path every API route starts with; renderError answers
 // requests under it (panics, refused cross-origin requests) in JSON.
@@ -39,11 +35,16 @@ func isAPI(r *http.Request) bool {
 	return strings.HasPrefix(r.URL.Path, apiPrefix) || strings.HasPrefix(r.URL.Path, "/hooks/")
 }
 
-// api is the adapter of the JSON API's routes: it authenticates the request
-// like page does, and renders a returned error as JSON.
+// api is the adapter of the JSON API's routes: it signs the request in as
+// page does, and renders a returned error as JSON.
 func (h *Handler) api(fn handlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		err := h.apiAuthenticate(r)
+		err := h.signIn(r)
+		if errors.Is(err, ErrUnauthenticated) {
+			// Its message says why, e.g. "not signed in: unknown, expired
+			// or revoked token".
+			err = httpError{http.StatusUnauthorized, err.Error()}
+		}
 		if err == nil {
 			err = fn(w, r)
 		}
@@ -53,28 +54,17 @@ func (h *Handler) api(fn handlerFunc) http.Handler {
 	})
 }
 
-// apiAuthenticate signs the request in and records the user for userFrom.
-func (h *Handler) apiAuthenticate(r *http.Request) error {
-	user, err := h.authenticate(r)
-	if errors.Is(err, ErrUnauthenticated) {
-		// Its message says why, e.g. "not signed in: unknown, expired or
-		// revoked token", and never holds the credential.
-		return httpError{http.StatusUnauthorized, err.Error()}
-	}
-	if err != nil {
-		return fmt.Errorf("authenticate: %w", err)
-	}
-	if user.Disabled {
-		return httpError{http.StatusForbidden, "your account is disabled"}
-	}
-	requestInfoFrom(r.Context()).user = user
-	return nil
-}
-
 // apiError is the body of every API error.
 type apiError struct {
 	Error     string `json:"error"`
 	RequestID string `json:"request_id,omitempty"`
+}
+
+// apiWords word the API's refusals.
+var apiWords = errorWords{
+	notFound: "not found",
+	tooLarge: func(limit int64) string { return fmt.Sprintf("the body is larger than %d KB", limit>>10) },
+	failed:   "internal error",
 }
 
 // renderAPIError answers an API request whose handler failed. As for the
@@ -86,32 +76,13 @@ func (h *Handler) renderAPIError(w http.ResponseWriter, r *http.Request, err err
 		h.log.DebugContext(ctx, "request canceled", "request_id", requestID(ctx), "path", r.URL.Path)
 		return
 	}
-	var he httpError
-	var ue *jobs.UserError
-	var tooLarge *http.MaxBytesError
-	busy := h.unavailable(ctx, err)
-	switch {
-	case busy != nil:
-		w.Header().Set("Retry-After", busy.retryAfterSeconds())
-		he = httpError{busy.status, busy.msg}
-	case errors.As(err, &he):
-	case errors.As(err, &ue):
-		he = httpError{ue.Status, ue.Msg}
-	case errors.Is(err, db.ErrNotFound):
-		he = httpError{http.StatusNotFound, "not found"}
-	case errors.As(err, &tooLarge):
-		he = httpError{http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d KB", tooLarge.Limit>>10)}
-	default:
-		h.log.ErrorContext(ctx, "request failed",
-			"request_id", requestID(ctx), "method", r.Method, "path", r.URL.Path, "error", err)
-		he = httpError{http.StatusInternalServerError, "internal error"}
-	}
+	he, showID := h.classify(w, r, err, apiWords)
 	body := apiError{Error: he.msg}
-	if he.status >= 500 && busy == nil {
+	if showID {
 		body.RequestID = requestID(ctx)
 	}
 	if he.status == http.StatusUnauthorized {
-		// Tells clients how to sign in once tokens exist; harmless before.
+		// Tells clients how to sign in: a personal access token.
 		w.Header().Set("WWW-Authenticate", `Bearer realm="pizza-bot"`)
 	}
 	if werr := writeJSON(w, he.status, body); werr != nil {

@@ -364,6 +364,17 @@ func publishScript(title string) scriptmodel.Script {
 	}}
 }
 
+// publishTwoScript asks to publish two briefs at once, then ends.
+func publishTwoScript() scriptmodel.Script {
+	return scriptmodel.Script{Rules: []scriptmodel.Rule{
+		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{{ToolCalls: []scriptmodel.ScriptToolCall{
+			{ID: "a", Name: "publish_brief", Arguments: `{"title":"One"}`},
+			{ID: "b", Name: "publish_brief", Arguments: `{"title":"Two"}`},
+		}}}},
+		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Both handled."}}},
+	}}
+}
+
 func TestAPICreatePollAndRead(t *testing.T) {
 	t.Parallel()
 	b, _ := apiSetup(t, scriptmodel.Script{Default: &scriptmodel.Reply{Content: "The answer is 42."}})
@@ -635,13 +646,7 @@ func TestAPIRefusedDecisionsChangeNothing(t *testing.T) {
 
 func TestAPIDecideOneByOne(t *testing.T) {
 	t.Parallel()
-	b, run := apiSetup(t, scriptmodel.Script{Rules: []scriptmodel.Rule{
-		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{{ToolCalls: []scriptmodel.ScriptToolCall{
-			{ID: "a", Name: "publish_brief", Arguments: `{"title":"One"}`},
-			{ID: "b", Name: "publish_brief", Arguments: `{"title":"Two"}`},
-		}}}},
-		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Both handled."}}},
-	}})
+	b, run := apiSetup(t, publishTwoScript())
 	th := b.apiStart("alice", map[string]any{"prompt": "publish two", "skill": "researcher"})
 	th = b.apiWait("alice", th.ID, db.StatusWaiting)
 	if len(th.Pending) != 2 {
@@ -668,6 +673,48 @@ func TestAPIDecideOneByOne(t *testing.T) {
 	}
 	if len(done.Decisions) != 2 || done.Decisions[1].Message != "only one" {
 		t.Errorf("decisions = %+v", done.Decisions)
+	}
+}
+
+// TestAPIDecideConcurrently decides the two calls of a run in two requests
+// sent at once, as two tabs or two clients may: the one whose decision
+// resumed the run answers 202 and the other 200, whichever commits first.
+// The answer comes from the transaction that decided; a guess from the
+// calls read before deciding answers 200 to both when both read first.
+func TestAPIDecideConcurrently(t *testing.T) {
+	t.Parallel()
+	b, _ := apiSetup(t, publishTwoScript())
+	const runs = 6
+	threads := make([]wireThread, runs)
+	for i := range threads {
+		threads[i] = b.apiStart("alice", map[string]any{"prompt": "publish two", "skill": "researcher"})
+	}
+	for i, th := range threads {
+		threads[i] = b.apiWait("alice", th.ID, db.StatusWaiting)
+		if len(threads[i].Pending) != 2 {
+			t.Fatalf("pending = %+v", threads[i].Pending)
+		}
+	}
+	for _, th := range threads {
+		path := "/api/v1/threads/" + itoa(th.ID) + "/decisions"
+		var codes [2]int
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for j, p := range th.Pending {
+			wg.Go(func() {
+				<-start
+				codes[j] = b.apiPost("alice", path, map[string]any{"decisions": []any{
+					map[string]any{"id": p.ID, "type": "approve"},
+				}}).Code
+			})
+		}
+		close(start)
+		wg.Wait()
+		slices.Sort(codes[:])
+		if codes != [2]int{http.StatusOK, http.StatusAccepted} {
+			t.Errorf("thread %d: the two decisions answered %v, want one 200 and one 202", th.ID, codes)
+		}
+		b.apiWait("alice", th.ID, db.StatusDone)
 	}
 }
 

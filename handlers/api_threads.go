@@ -387,9 +387,8 @@ func (h *Handler) apiListThreads(w http.ResponseWriter, r *http.Request) error {
 		f.FolderID = id
 	}
 	if s := v.Get("trigger"); s != "" {
-		kinds := []string{db.TriggerManual, db.TriggerSchedule, db.TriggerCatchup, db.TriggerWebhook}
-		if !slices.Contains(kinds, s) {
-			return httpError{http.StatusBadRequest, fmt.Sprintf("trigger %q is not one of %s", s, strings.Join(kinds, ", "))}
+		if !slices.Contains(db.TriggerKinds, s) {
+			return httpError{http.StatusBadRequest, fmt.Sprintf("trigger %q is not one of %s", s, strings.Join(db.TriggerKinds, ", "))}
 		}
 		f.Trigger = s
 	}
@@ -519,7 +518,7 @@ func (h *Handler) apiShowThread(w http.ResponseWriter, r *http.Request) error {
 		out.Messages = append(out.Messages, am)
 	}
 	for _, c := range v.Calls {
-		if c.State == db.CallPending || c.State == db.CallUnknown {
+		if c.AwaitsDecision() {
 			out.Pending = append(out.Pending, toAPIPending(c, v.Deciders))
 		}
 		if c.Decision != "" && c.DecidedAt != nil {
@@ -559,7 +558,7 @@ func waitingSubagentCalls(subs []db.SubagentView) []db.ToolCallRow {
 			continue
 		}
 		for _, c := range k.Calls {
-			if c.State == db.CallPending || c.State == db.CallUnknown {
+			if c.AwaitsDecision() {
 				out = append(out, c)
 			}
 		}
@@ -628,13 +627,6 @@ type apiDecisionInput struct {
 	InnerSeq *int `json:"inner_seq"`
 }
 
-// decisionTypes are the decisions the API knows; which of them a call takes
-// is its allowed_decisions.
-var decisionTypes = []string{
-	db.DecisionApprove, db.DecisionEdit, db.DecisionReject,
-	db.DecisionRespond, db.DecisionRetry, db.DecisionSkip,
-}
-
 // apiDecide applies decisions to the calls waiting in a thread:
 // POST /api/v1/threads/{id}/decisions. Calls may be decided together or one
 // by one: once none waits the run resumes (202); while others wait the
@@ -661,24 +653,11 @@ func (h *Handler) apiDecide(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return threadErr(err)
 	}
-	// Whether these decisions resume the run: they do when they cover every
-	// call waiting now. Read before deciding, so that the answer does not
-	// depend on how far the resumed run got by the time we look.
-	waiting, err := h.waitingCalls(ctx, user.ID, target)
+	out, err := h.runs.Decide(ctx, user, target, in)
 	if err != nil {
 		return threadErr(err)
 	}
-	for _, d := range in {
-		delete(waiting, d.CallID)
-	}
-	if err := h.runs.Decide(ctx, user, target, in); err != nil {
-		return threadErr(err)
-	}
-	status := http.StatusOK
-	if len(waiting) == 0 {
-		status = http.StatusAccepted
-	}
-	return h.apiThreadAfter(w, r, id, status)
+	return h.apiThreadAfter(w, r, id, resumedStatus(out))
 }
 
 // decisionTarget returns the thread whose calls the decisions are for: the
@@ -712,22 +691,16 @@ func (h *Handler) decisionTarget(ctx context.Context, userID, id int64, in []job
 	return target, nil
 }
 
-// waitingCalls returns the ids of the thread's calls that wait for a person.
-func (h *Handler) waitingCalls(ctx context.Context, userID, threadID int64) (map[int64]bool, error) {
-	if _, err := db.GetThread(ctx, h.pool, userID, threadID); err != nil {
-		return nil, err
+// resumedStatus is the answer to a change that may have resumed the run:
+// 202 when the runtime queued its next step, 200 when it still waits for a
+// person. The runtime says which, from inside the transaction that
+// decided, so the answer does not depend on how far the resumed run got or
+// on decisions made meanwhile in another tab.
+func resumedStatus(out jobs.Outcome) int {
+	if out.Resumed {
+		return http.StatusAccepted
 	}
-	calls, err := db.ListToolCalls(ctx, h.pool, userID, threadID)
-	if err != nil {
-		return nil, err
-	}
-	waiting := map[int64]bool{}
-	for _, c := range calls {
-		if c.State == db.CallPending || c.State == db.CallUnknown {
-			waiting[c.ID] = true
-		}
-	}
-	return waiting, nil
+	return http.StatusOK
 }
 
 // decisionInputs checks the decisions of a request and turns them into the
@@ -744,8 +717,8 @@ func decisionInputs(ds []apiDecisionInput) ([]jobs.DecisionInput, error) {
 		if d.ID <= 0 {
 			return nil, bad(i, `"id" is missing: use the id of a call in the thread's "pending"`)
 		}
-		if !slices.Contains(decisionTypes, d.Type) {
-			return nil, bad(i, `"type" %q is not one of %s`, d.Type, strings.Join(decisionTypes, ", "))
+		if !db.IsDecision(d.Type) {
+			return nil, bad(i, `"type" %q is not one of %s`, d.Type, strings.Join(db.Decisions, ", "))
 		}
 		in := jobs.DecisionInput{CallID: d.ID, Type: d.Type, Message: d.Message, InnerSeq: d.InnerSeq}
 		hasArgs := len(d.Arguments) > 0 && string(d.Arguments) != "null"
@@ -807,19 +780,8 @@ func (h *Handler) apiCancel(w http.ResponseWriter, r *http.Request) error {
 // goes back to waiting for them (200); any other is queued (202).
 func (h *Handler) apiRetry(w http.ResponseWriter, r *http.Request) error {
 	return h.apiThreadChange(w, r, func(ctx context.Context, user db.User, id int64) (int, error) {
-		// The runtime's own rule, read before it acts: a run with calls
-		// waiting for a person goes back to waiting instead of running.
-		waiting, err := h.waitingCalls(ctx, user.ID, id)
-		if err != nil {
-			return 0, err
-		}
-		if err := h.runs.Retry(ctx, user, id); err != nil {
-			return 0, err
-		}
-		if len(waiting) > 0 {
-			return http.StatusOK, nil
-		}
-		return http.StatusAccepted, nil
+		out, err := h.runs.Retry(ctx, user, id)
+		return resumedStatus(out), err
 	})
 }
 

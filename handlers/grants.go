@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -75,7 +74,7 @@ func (h *Handler) addGrant(w http.ResponseWriter, r *http.Request) error {
 	field := views.Field{Value: r.PostForm.Get("path")}
 	writable := r.PostForm.Get("writable") == "true"
 	path, err := tools.CheckGrantPath(field.Value)
-	if err == nil && h.dataRoot != "" && insideDir(path, h.dataRoot) {
+	if err == nil && tools.NewProtected(h.dataRoot).Contains(path) {
 		err = fmt.Errorf("%s is inside the server's data folder, which agents must not reach", path)
 	}
 	if err == nil {
@@ -97,18 +96,6 @@ func (h *Handler) addGrant(w http.ResponseWriter, r *http.Request) error {
 	field.Error = err.Error()
 	p.Path, p.Writable = field, writable
 	return h.render(w, r, http.StatusUnprocessableEntity, views.GrantsPage(p))
-}
-
-// insideDir reports whether path is dir or lies under it, by name and with
-// symlinks followed.
-func insideDir(path, dir string) bool {
-	in := func(p, d string) bool { return p == d || strings.HasPrefix(p, d+string(filepath.Separator)) }
-	if in(filepath.Clean(path), filepath.Clean(dir)) {
-		return true
-	}
-	rp, err1 := filepath.EvalSymlinks(path)
-	rd, err2 := filepath.EvalSymlinks(dir)
-	return err1 == nil && err2 == nil && in(rp, rd)
 }
 
 // setGrantWritable makes a grant writable or read-only.

@@ -1,10 +1,16 @@
-// Package handlers serves Pizza Bot's web interface: the inbox, threads and
-// folders as server-rendered pages that htmx enhances, the static assets and
-// the health checks. routes.go is the table of contents.
+// Package handlers is Pizza Bot's HTTP layer: the inbox, threads, folders,
+// schedules, webhooks and settings as server-rendered pages that htmx
+// enhances, the live event streams, the JSON API (/api/v1), the webhook
+// endpoint, the static assets and the health checks. routes.go is the table
+// of contents. The rules live elsewhere: runs in jobs (seen through the Runs
+// interface), schedule and webhook rules in triggers, edit forms in argform,
+// storage in db; a handler reads the request, calls them and renders.
 //
 // Every handler returns an error to one adapter, which renders it: an
-// httpError is a 4xx message for the user, db.ErrNotFound is a 404, and
-// anything else is a 500 that is logged with the request id and never shown.
+// httpError is a 4xx message for the user, a service's refusal
+// (pizzabot/refusal) a 4xx chosen by its kind, db.ErrNotFound a 404, and
+// anything else a 500 that is logged with the request id and never shown
+// (classify). Forms show a refusal's message next to its field.
 // Every form works as a plain POST followed by a redirect, and with htmx as a
 // fragment swap.
 package handlers
@@ -28,6 +34,7 @@ import (
 	"pizzabot/jobs"
 	"pizzabot/live"
 	"pizzabot/metrics"
+	"pizzabot/refusal"
 	"pizzabot/tools"
 	"pizzabot/triggers"
 	"pizzabot/views"
@@ -93,9 +100,10 @@ type Runs interface {
 	// claimed in the same one).
 	StartTx(ctx context.Context, tx pgx.Tx, user db.User, req jobs.StartRequest) (db.Thread, error)
 	Reply(ctx context.Context, user db.User, threadID int64, content string) error
-	Retry(ctx context.Context, user db.User, threadID int64) error
+	// Retry and Decide say whether the run resumed (the API's 202 or 200).
+	Retry(ctx context.Context, user db.User, threadID int64) (jobs.Outcome, error)
 	Cancel(ctx context.Context, user db.User, threadID int64) error
-	Decide(ctx context.Context, user db.User, threadID int64, decisions []jobs.DecisionInput) error
+	Decide(ctx context.Context, user db.User, threadID int64, decisions []jobs.DecisionInput) (jobs.Outcome, error)
 	// ModelSpec is the model a new thread runs on, read through q.
 	ModelSpec(ctx context.Context, q db.Querier) string
 	// DefaultModel is the configured model (PIZZA_MODEL); Getenv reads the
@@ -230,24 +238,19 @@ func (h *Handler) handle(fn handlerFunc) http.Handler {
 	})
 }
 
-// page is handle for routes that need a signed-in user: it authenticates
-// the request and records the user for userFrom.
+// page is handle for routes that need a signed-in user: it signs the
+// request in (a browser without a session is sent to sign in) and records
+// the user for userFrom.
 func (h *Handler) page(fn handlerFunc) http.Handler {
 	return h.handle(func(w http.ResponseWriter, r *http.Request) error {
 		if err := refuseToken(r); err != nil {
 			return err // tokens open the API only (auth.go)
 		}
-		user, err := h.authenticate(r)
-		if errors.Is(err, ErrUnauthenticated) {
+		if err := h.signIn(r); errors.Is(err, ErrUnauthenticated) {
 			return h.unauthenticated(w, r)
+		} else if err != nil {
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("authenticate: %w", err)
-		}
-		if user.Disabled {
-			return httpError{http.StatusForbidden, "Your account is disabled."}
-		}
-		requestInfoFrom(r.Context()).user = user
 		if h.live != nil {
 			// Take the event log's position before the page reads its
 			// data: its event stream resumes there (views.WithLive).
@@ -255,6 +258,98 @@ func (h *Handler) page(fn handlerFunc) http.Handler {
 		}
 		return fn(w, r)
 	})
+}
+
+// signIn authenticates a request with Deps.Authenticate and records its
+// user for userFrom: the one sign-in of the pages (page) and the API (api).
+// No one signed in is an error wrapping ErrUnauthenticated, whose message
+// says why and never holds the credential; a disabled account is a 403.
+func (h *Handler) signIn(r *http.Request) error {
+	user, err := h.authenticate(r)
+	switch {
+	case errors.Is(err, ErrUnauthenticated):
+		return err
+	case err != nil:
+		return fmt.Errorf("authenticate: %w", err)
+	case user.Disabled:
+		return errAccountDisabled
+	}
+	requestInfoFrom(r.Context()).user = user
+	return nil
+}
+
+// errAccountDisabled refuses every request of a disabled account.
+var errAccountDisabled = httpError{http.StatusForbidden, "Your account is disabled."}
+
+// errorWords are how the web pages or the API word the refusals that are
+// not a handler's own: a missing row, a body over its limit, a failure of
+// ours.
+type errorWords struct {
+	notFound string
+	tooLarge func(limit int64) string
+	failed   string
+}
+
+// pageWords word the web pages' refusals.
+var pageWords = errorWords{
+	notFound: notFound.msg,
+	tooLarge: func(int64) string { return "The form is too large to send." },
+	failed:   "Something went wrong on our side. Please try again.",
+}
+
+// classify says what a handler's error stands for, the one place that
+// chooses a status for it: a 503 while the server cannot serve (with
+// Retry-After set on w), the status of a refusal (refused), or a failure of
+// ours, a 500 logged here once with the request id. showID says to show the
+// request id: on a 500, or on a handler's own 5xx.
+func (h *Handler) classify(w http.ResponseWriter, r *http.Request, err error, words errorWords) (he httpError, showID bool) {
+	ctx := r.Context()
+	if busy := h.unavailable(ctx, err); busy != nil {
+		w.Header().Set("Retry-After", busy.retryAfterSeconds())
+		return httpError{busy.status, busy.msg}, false
+	}
+	if he, ok := refused(err, words); ok {
+		return he, he.status >= 500
+	}
+	h.log.ErrorContext(ctx, "request failed",
+		"request_id", requestID(ctx), "method", r.Method, "path", r.URL.Path, "error", err)
+	return httpError{http.StatusInternalServerError, words.failed}, true
+}
+
+// refused returns the refusal that err stands for, worded by words: a
+// handler's httpError, a service's refusal (its kind gives the status), a
+// row that is not there or not the user's, a body over its limit. ok is
+// false for any other error: a failure of ours.
+func refused(err error, words errorWords) (he httpError, ok bool) {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &he) {
+		return he, true
+	}
+	if ref, isRefusal := refusal.As(err); isRefusal {
+		return httpError{refusalStatus(ref.Kind), ref.Msg}, true
+	}
+	if errors.Is(err, db.ErrNotFound) {
+		return httpError{http.StatusNotFound, words.notFound}, true
+	}
+	if errors.As(err, &tooLarge) {
+		return httpError{http.StatusRequestEntityTooLarge, words.tooLarge(tooLarge.Limit)}, true
+	}
+	return httpError{}, false
+}
+
+// refusalStatus is the HTTP status of a kind of refusal.
+func refusalStatus(k refusal.Kind) int {
+	switch k {
+	case refusal.NotFound:
+		return http.StatusNotFound
+	case refusal.Conflict:
+		return http.StatusConflict
+	case refusal.TooLarge:
+		return http.StatusRequestEntityTooLarge
+	case refusal.Forbidden:
+		return http.StatusForbidden
+	}
+	return http.StatusBadRequest
 }
 
 // renderError answers a request whose handler failed. An htmx request gets
@@ -271,28 +366,9 @@ func (h *Handler) renderError(w http.ResponseWriter, r *http.Request, err error)
 		h.log.DebugContext(ctx, "request canceled", "request_id", requestID(ctx), "path", r.URL.Path)
 		return
 	}
-	var he httpError
-	var tooLarge *http.MaxBytesError
-	var ue *jobs.UserError
-	busy := h.unavailable(ctx, err)
-	switch {
-	case busy != nil:
-		w.Header().Set("Retry-After", busy.retryAfterSeconds())
-		he = httpError{busy.status, busy.msg}
-	case errors.As(err, &he):
-	case errors.As(err, &ue):
-		he = httpError{ue.Status, ue.Msg}
-	case errors.Is(err, db.ErrNotFound):
-		he = notFound
-	case errors.As(err, &tooLarge):
-		he = httpError{http.StatusRequestEntityTooLarge, "The form is too large to send."}
-	default:
-		h.log.ErrorContext(ctx, "request failed",
-			"request_id", requestID(ctx), "method", r.Method, "path", r.URL.Path, "error", err)
-		he = httpError{http.StatusInternalServerError, "Something went wrong on our side. Please try again."}
-	}
+	he, showID := h.classify(w, r, err, pageWords)
 	p := views.Problem{Status: he.status, Message: he.msg}
-	if he.status >= 500 && busy == nil {
+	if showID {
 		p.RequestID = requestID(ctx)
 	}
 

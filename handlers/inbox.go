@@ -84,7 +84,7 @@ func parseListQuery(queue string, v url.Values) (views.ListQuery, error) {
 		q.FolderID = id
 	}
 	if s := v.Get("trigger"); s != "" {
-		if !slices.Contains(views.TriggerKinds, s) {
+		if !slices.Contains(db.TriggerKinds, s) {
 			return q, httpError{http.StatusBadRequest, "The trigger in the address is not valid."}
 		}
 		q.Trigger = s

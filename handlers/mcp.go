@@ -18,7 +18,7 @@ import (
 	"pizzabot/agent/mcpclient"
 	"pizzabot/db"
 	"pizzabot/extensions"
-	"pizzabot/jobs"
+	"pizzabot/refusal"
 	"pizzabot/tools"
 	"pizzabot/views"
 )
@@ -245,12 +245,11 @@ func (h *Handler) saveMCPServer(w http.ResponseWriter, r *http.Request, editing 
 		_, err := ext.SaveServer(ctx, tx, userFrom(ctx), f.Name.Value, cfg, editing == "")
 		return err
 	})
-	var ue *jobs.UserError
-	if errors.As(err, &ue) {
-		if ue.Status == http.StatusConflict || strings.Contains(ue.Msg, "name") {
-			f.Name.Error = ue.Msg
+	if ref, ok := refusal.As(err); ok {
+		if ref.Field == "name" {
+			f.Name.Error = ref.Msg
 		} else {
-			f.Config.Error = ue.Msg
+			f.Config.Error = ref.Msg
 		}
 		return h.mcpFormError(w, r, f)
 	}
@@ -409,10 +408,10 @@ func (h *Handler) runTest(w http.ResponseWriter, r *http.Request, ext *extension
 	defer cancel()
 	st, err := ext.Test(ctx, name, plugin, cfg)
 	res := &views.MCPTest{Name: name}
-	var ue *jobs.UserError
+	ref, refused := refusal.As(err)
 	switch {
-	case errors.As(err, &ue):
-		res.Error = ue.Msg
+	case refused:
+		res.Error = ref.Msg
 	case err != nil:
 		return err
 	case st.Err != "":
@@ -550,9 +549,8 @@ func (h *Handler) installPlugin(w http.ResponseWriter, r *http.Request) error {
 		}
 		return db.AddAudit(ctx, tx, userFrom(ctx), "plugin installed", pl.Name)
 	})
-	var ue *jobs.UserError
-	if errors.As(err, &ue) {
-		return h.pluginError(w, r, ue.Msg)
+	if ref, ok := refusal.As(err); ok {
+		return h.pluginError(w, r, ref.Msg)
 	}
 	if err != nil {
 		return err

@@ -137,6 +137,26 @@ func TestMCPSettingsPage(t *testing.T) {
 		}
 	}
 
+	// Each refusal stands next to the field it is about (refusal.Error.Field),
+	// whatever its words: a name kept for plugins is the name's fault though
+	// its message does not say "name"; an invalid variable name is the
+	// configuration's though it does.
+	fields := []struct{ name, config, wantInvalid, wantValid string }{
+		{"web", `{"command": "x"}`, "mcp-name", "mcp-config"},
+		{"bad name", `{"command": "x"}`, "mcp-name", "mcp-config"},
+		{"plugin_x", `{"command": "x"}`, "mcp-name", "mcp-config"},
+		{"envy", `{"command": "x", "env": {"A=B": "v"}}`, "mcp-config", "mcp-name"},
+	}
+	for _, c := range fields {
+		resp := b.post("admin", "/settings/mcp", form("name", c.name, "config", c.config)).wantStatus(http.StatusUnprocessableEntity)
+		if n := resp.byID(c.wantInvalid); n == nil || attr(n, "aria-invalid") != "true" {
+			t.Errorf("%s %s: #%s is not marked invalid; errors %q", c.name, c.config, c.wantInvalid, resp.texts("field-error"))
+		}
+		if n := resp.byID(c.wantValid); n == nil || attr(n, "aria-invalid") == "true" {
+			t.Errorf("%s %s: #%s is marked invalid; errors %q", c.name, c.config, c.wantValid, resp.texts("field-error"))
+		}
+	}
+
 	// A README snippet pasted whole names the server.
 	b.post("admin", "/settings/mcp", form("name", "", "config", `{"mcpServers": {"snip": {"type": "http", "url": "${WEB_URL}"}}}`)).wantStatus(http.StatusSeeOther)
 	serverRow(t, b, "snip", "connected")

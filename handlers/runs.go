@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 	"pizzabot/argform"
 	"pizzabot/db"
 	"pizzabot/jobs"
+	"pizzabot/refusal"
 	"pizzabot/views"
 )
 
@@ -66,7 +66,7 @@ func (h *Handler) decideOn(w http.ResponseWriter, r *http.Request, user db.User,
 		return false, err
 	}
 	decision := r.PostForm.Get("decision")
-	if !isDecision(decision) {
+	if !db.IsDecision(decision) {
 		return false, httpError{http.StatusBadRequest, "Choose a decision: approve, edit, reject, answer, retry or skip."}
 	}
 	if len(ids) > 1 && decision != db.DecisionApprove {
@@ -75,7 +75,7 @@ func (h *Handler) decideOn(w http.ResponseWriter, r *http.Request, user db.User,
 	waiting := map[int64]db.ToolCallRow{}
 	if target.Thread.Status == db.StatusWaiting {
 		for _, c := range target.Calls {
-			if c.State == db.CallPending || c.State == db.CallUnknown {
+			if c.AwaitsDecision() {
 				waiting[c.ID] = c
 			}
 		}
@@ -114,7 +114,7 @@ func (h *Handler) decideOn(w http.ResponseWriter, r *http.Request, user db.User,
 	inputs := make([]jobs.DecisionInput, 0, len(rows))
 	var editFields []argform.Field // the schema form as submitted
 	for _, c := range rows {
-		if !allowsDecision(c, decision) {
+		if !c.Allows(decision) {
 			return refuse(notAllowed(c, decision), nil)
 		}
 		in := jobs.DecisionInput{CallID: c.ID, Type: decision}
@@ -142,12 +142,11 @@ func (h *Handler) decideOn(w http.ResponseWriter, r *http.Request, user db.User,
 		}
 		inputs = append(inputs, in)
 	}
-	err = h.runs.Decide(r.Context(), user, target.Thread.ID, inputs)
-	var ue *jobs.UserError
-	if errors.As(err, &ue) && ue.Status == http.StatusBadRequest {
+	_, err = h.runs.Decide(r.Context(), user, target.Thread.ID, inputs)
+	if ref, ok := refusal.As(err); ok && ref.Kind == refusal.Invalid {
 		// Not allowed, or edited arguments the schema refuses: the person
 		// can correct the form.
-		return refuse(sentence(strings.TrimPrefix(ue.Msg, "edited arguments: ")), editFields)
+		return refuse(sentence(ref.Msg), editFields)
 	}
 	if err != nil {
 		return false, runError(err)
@@ -170,17 +169,16 @@ func (h *Handler) reply(w http.ResponseWriter, r *http.Request) error {
 	}
 	content := strings.TrimSpace(strings.ReplaceAll(r.PostForm.Get("content"), "\r\n", "\n"))
 	if content == "" {
-		err = &jobs.UserError{Status: http.StatusBadRequest, Msg: "Write your reply first."}
+		err = refusal.New(refusal.Invalid, "message", "Write your reply first.")
 	} else {
 		err = h.runs.Reply(ctx, user, id, content)
 	}
-	var ue *jobs.UserError
-	if errors.As(err, &ue) && (ue.Status == http.StatusBadRequest || ue.Status == http.StatusRequestEntityTooLarge) {
+	if ref, ok := refusal.As(err); ok && ref.Field == "message" {
 		v, lerr := h.loadThreadView(ctx, user, id, formBack(r))
 		if lerr != nil {
 			return lerr
 		}
-		v.Reply = views.Field{Value: content, Error: sentence(ue.Msg)}
+		v.Reply = views.Field{Value: content, Error: sentence(ref.Msg)}
 		return h.renderRunForm(w, r, user, v, views.ThreadComposer)
 	}
 	if err != nil {
@@ -195,9 +193,13 @@ func (h *Handler) cancelRun(w http.ResponseWriter, r *http.Request) error {
 }
 
 // retryRun runs a failed or cancelled run again from its last committed
-// step: POST /threads/{id}/retry.
+// step: POST /threads/{id}/retry. The page shows where the run went
+// (queued, or back to waiting), so the outcome needs no words of its own.
 func (h *Handler) retryRun(w http.ResponseWriter, r *http.Request) error {
-	return h.runControl(w, r, h.runs.Retry)
+	return h.runControl(w, r, func(ctx context.Context, user db.User, id int64) error {
+		_, err := h.runs.Retry(ctx, user, id)
+		return err
+	})
 }
 
 func (h *Handler) runControl(w http.ResponseWriter, r *http.Request, change func(ctx context.Context, user db.User, id int64) error) error {
@@ -255,9 +257,8 @@ func (h *Handler) renderRunForm(w http.ResponseWriter, r *http.Request, user db.
 // runError words the runtime's refusals (a run that already ended, one
 // still going) as the sentences the user reads.
 func runError(err error) error {
-	var ue *jobs.UserError
-	if errors.As(err, &ue) {
-		return httpError{ue.Status, sentence(ue.Msg)}
+	if ref, ok := refusal.As(err); ok {
+		return httpError{refusalStatus(ref.Kind), sentence(ref.Msg)}
 	}
 	return err
 }
@@ -292,23 +293,6 @@ func parseCallIDs(raw []string) ([]int64, error) {
 		}
 	}
 	return ids, nil
-}
-
-func isDecision(d string) bool {
-	switch d {
-	case db.DecisionApprove, db.DecisionEdit, db.DecisionReject, db.DecisionRespond, db.DecisionRetry, db.DecisionSkip:
-		return true
-	}
-	return false
-}
-
-func allowsDecision(c db.ToolCallRow, d string) bool {
-	for _, a := range c.AllowedDecisions {
-		if a == d {
-			return true
-		}
-	}
-	return false
 }
 
 // decisionNames are the decisions as sentences name them.
@@ -362,14 +346,14 @@ func (h *Handler) decisionForms(v views.ThreadView) map[int64]views.DecisionForm
 		return forms
 	}
 	for _, c := range v.Calls {
-		if c.State != db.CallPending && c.State != db.CallUnknown {
+		if !c.AwaitsDecision() {
 			continue
 		}
 		var f views.DecisionForm
 		if h.runs != nil {
 			if tool, ok := h.runs.Toolbox().Get(c.Name); ok {
 				f.ToolDescription = tool.Spec.Description
-				if allowsDecision(c, db.DecisionEdit) {
+				if c.Allows(db.DecisionEdit) {
 					if schema, ok := argform.Parse(tool.Spec.Parameters); ok {
 						f.Fields, _ = schema.Fields(c.Arguments)
 					}

@@ -16,7 +16,7 @@ import (
 
 	"pizzabot/agent"
 	"pizzabot/db"
-	"pizzabot/jobs"
+	"pizzabot/refusal"
 	"pizzabot/views"
 )
 
@@ -368,20 +368,21 @@ func (h *Handler) addOrigin(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	raw := r.PostForm.Get("origin")
+	// The form's refusals: not an origin, or one trusted already.
 	origin, err := NormalizeOrigin(raw)
 	if err == nil {
 		err = h.audited(ctx, "origin allowed", origin, func(ctx context.Context, tx pgx.Tx) error { return db.AddAllowedOrigin(ctx, tx, origin) })
+		if err != nil && !errors.Is(err, db.ErrOriginExists) {
+			return err
+		}
 	}
-	if errors.Is(err, db.ErrOriginExists) || (err != nil && strings.Contains(err.Error(), "is not an origin")) {
+	if err != nil {
 		p, lerr := h.loadSettings(r)
 		if lerr != nil {
 			return lerr
 		}
 		p.NewOrigin = views.Field{Value: raw, Error: err.Error()}
 		return h.render(w, r, http.StatusUnprocessableEntity, views.SettingsPage(p))
-	}
-	if err != nil {
-		return err
 	}
 	return settingsDone(w, r, "origin", "origins")
 }
@@ -630,10 +631,9 @@ func (h *Handler) saveSkill(w http.ResponseWriter, r *http.Request) error {
 	err = h.audited(ctx, "skill saved", name, func(ctx context.Context, tx pgx.Tx) error {
 		return h.ext.SaveSkill(ctx, tx, userFrom(ctx), name, []byte(content))
 	})
-	var ue *jobs.UserError
-	if errors.As(err, &ue) {
-		p.Name.Error = ue.Msg
-		return h.skillEditPage(w, r, ue.Status, p)
+	if ref, ok := refusal.As(err); ok {
+		p.Name.Error = ref.Msg
+		return h.skillEditPage(w, r, refusalStatus(ref.Kind), p)
 	}
 	if err != nil {
 		return err
@@ -693,9 +693,8 @@ func (h *Handler) installSkills(w http.ResponseWriter, r *http.Request) error {
 		}
 		return db.AddAudit(ctx, tx, userFrom(ctx), "skills installed", strings.Join(names, ", "))
 	})
-	var ue *jobs.UserError
-	if errors.As(err, &ue) {
-		return h.skillInstallError(w, r, ue.Msg)
+	if ref, ok := refusal.As(err); ok {
+		return h.skillInstallError(w, r, ref.Msg)
 	}
 	if err != nil {
 		return fmt.Errorf("install skills: %w", err)

@@ -10,6 +10,7 @@ import (
 
 	"pizzabot/db"
 	"pizzabot/jobs"
+	"pizzabot/refusal"
 	"pizzabot/views"
 )
 
@@ -132,9 +133,6 @@ func (h *Handler) fillSkills(p *views.Compose) {
 	}
 }
 
-// maxPromptBytes is the longest prompt accepted from the form.
-const maxPromptBytes = 100 << 10
-
 // createThread starts a thread from the new-thread form and sends the user
 // to it, with the files chosen attached. A refused form comes back with the
 // text kept and the error next to its field; files over the limits are
@@ -164,8 +162,8 @@ func (h *Handler) createThread(w http.ResponseWriter, r *http.Request) error {
 	switch {
 	case prompt == "":
 		form.Prompt.Error = "Write what the agent should do."
-	case len(prompt) > maxPromptBytes:
-		form.Prompt.Error = fmt.Sprintf("The prompt is %d KB; the limit is %d KB.", (len(prompt)+1023)>>10, maxPromptBytes>>10)
+	case len(prompt) > jobs.MaxPrompt:
+		form.Prompt.Error = fmt.Sprintf("The prompt is %d KB; the limit is %d KB.", (len(prompt)+1023)>>10, jobs.MaxPrompt>>10)
 	}
 	_, form.Files.Error = checkUploads(files)
 	var folderID *int64
@@ -183,21 +181,21 @@ func (h *Handler) createThread(w http.ResponseWriter, r *http.Request) error {
 		}
 		t, err := h.startThread(ctx, user, prompt, folderID, form.Skill.Value, uploads)
 		closeUploads()
-		var ue *jobs.UserError
+		ref, refused := refusal.As(err)
 		switch {
 		case err == nil:
 			return seeOther(w, r, "/threads/"+strconv.FormatInt(t.ID, 10))
-		case errors.As(err, &ue) && ue.Status == http.StatusRequestEntityTooLarge && len(files) > 0:
-			// A file the size checked above let through (the
-			// prompt's limit is checked above too).
-			form.Files.Error = sentence(ue.Msg)
 		case errors.Is(err, db.ErrNotFound):
 			// Deleted in another tab, or never the user's: same answer.
 			form.Folder.Error = "That folder does not exist any more. Choose another."
-		case errors.As(err, &ue) && form.Skill.Value != "" && ue.Status == http.StatusBadRequest:
-			// The prompt was checked above, so the refusal is the skill's:
-			// gone, or missing a tool since the form was shown.
-			form.Skill.Error = sentence(ue.Msg)
+		case refused && ref.Field == "prompt":
+			form.Prompt.Error = sentence(ref.Msg)
+		case refused && ref.Field == "files":
+			// A file the checks above let through.
+			form.Files.Error = sentence(ref.Msg)
+		case refused && ref.Field == "skill":
+			// Gone, or missing a tool since the form was shown.
+			form.Skill.Error = sentence(ref.Msg)
 		default:
 			return err
 		}
@@ -222,7 +220,7 @@ func (h *Handler) createThread(w http.ResponseWriter, r *http.Request) error {
 // attachments and queues its run, in one transaction: the one place the web
 // interface starts runs. folderID, when set, must be one of the user's
 // folders (db.ErrNotFound otherwise); skill, when set, must be a skill whose
-// tools are all connected (a *jobs.UserError otherwise).
+// tools are all connected (a *refusal.Error about "skill" otherwise).
 func (h *Handler) startThread(ctx context.Context, user db.User, prompt string, folderID *int64, skill string, files []jobs.Upload) (db.Thread, error) {
 	return h.runs.Start(ctx, user, jobs.StartRequest{Prompt: prompt, FolderID: folderID, Skill: skill, TriggerKind: db.TriggerManual, Files: files})
 }

@@ -121,6 +121,45 @@ func TestCompose(t *testing.T) {
 	})
 }
 
+// TestComposeRefusalNextToItsField: a refusal of the runtime comes back on
+// the form next to the field it names (refusal.Error.Field), with what was
+// typed kept: a skill gone since the form was shown next to the skill, a
+// file over the storage quota next to the files.
+func TestComposeRefusalNextToItsField(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	if err := db.SetUserQuota(b.ctx, b.pool, 1000); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name      string
+		fields    []string
+		files     []upFile
+		wantField string
+		wantError string
+	}{
+		{"a skill that is not there", []string{"prompt", "Keep this prompt", "skill", "nope"}, nil,
+			"skill-error", `There is no skill named "nope".`},
+		{"a file over the quota", []string{"prompt", "Keep this prompt"}, []upFile{{name: "big.txt", body: strings.Repeat("b", 2000)}},
+			"files-error", "storage is full"},
+	}
+	for _, tt := range tests {
+		r := b.upload("alice", "/threads", tt.fields, tt.files).wantStatus(http.StatusUnprocessableEntity)
+		if errs := r.texts("field-error"); len(errs) != 1 {
+			t.Errorf("%s: field errors = %q, want one", tt.name, errs)
+		}
+		if n := r.byID(tt.wantField); n == nil || !strings.Contains(text(n), tt.wantError) {
+			t.Errorf("%s: #%s = %v, want it to say %q; field errors %q", tt.name, tt.wantField, n != nil, tt.wantError, r.texts("field-error"))
+		}
+		if p := r.byID("prompt"); p == nil || strings.TrimSpace(text(p)) != "Keep this prompt" {
+			t.Errorf("%s: the prompt was not kept", tt.name)
+		}
+	}
+	if n := countThreads(t, b, b.alice); n != 0 {
+		t.Errorf("refused forms created %d threads", n)
+	}
+}
+
 func TestOpeningAThreadMarksItRead(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

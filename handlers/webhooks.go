@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"pizzabot/db"
-	"pizzabot/jobs"
+	"pizzabot/refusal"
 	"pizzabot/triggers"
 	"pizzabot/views"
 )
@@ -67,9 +67,8 @@ func hookStatus(k triggers.Kind, err error) int {
 	case triggers.OwnerDisabled:
 		return http.StatusForbidden
 	}
-	var ue *jobs.UserError
-	if errors.As(err, &ue) {
-		return ue.Status
+	if ref, ok := refusal.As(err); ok {
+		return refusalStatus(ref.Kind)
 	}
 	return http.StatusInternalServerError
 }

@@ -235,7 +235,7 @@ func TestKillDuringToolCallAsksTheUser(t *testing.T) {
 	if n := b.charges(t); n != 1 {
 		t.Fatalf("the call ran %d times before anyone decided", n)
 	}
-	if err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: calls[0].ID, Type: "retry"}}); err != nil {
+	if _, err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: calls[0].ID, Type: "retry"}}); err != nil {
 		t.Fatal(err)
 	}
 	b.waitFor(t, "the run to finish", 30*time.Second, func() bool { return b.thread(t, th.ID).Status == db.StatusDone })

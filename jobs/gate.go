@@ -178,7 +178,7 @@ func (r gateRules) decide(name string, tool tools.Tool, known bool) tools.Gate {
 		g.AllowedDecisions = slices.Clone(agent.DefaultDecisions)
 	case len(g.AllowedDecisions) == 0:
 		// The rules allow nothing in common: only the strictest remains.
-		g.AllowedDecisions = []string{agent.DecisionReject}
+		g.AllowedDecisions = []string{db.DecisionReject}
 	}
 	g.Reason = strings.Join(reasons, "; ")
 	g.Description = strings.Join(descs, "\n")

@@ -110,7 +110,7 @@ func TestPolicySubagentInheritsParentGates(t *testing.T) {
 		t.Errorf("description = %q", c.Description)
 	}
 
-	if err := b.rt.Decide(context.Background(), b.user, child.ID, []jobs.DecisionInput{{CallID: c.ID, Type: db.DecisionApprove}}); err != nil {
+	if _, err := b.rt.Decide(context.Background(), b.user, child.ID, []jobs.DecisionInput{{CallID: c.ID, Type: db.DecisionApprove}}); err != nil {
 		t.Fatal(err)
 	}
 	b.wait(t, parent.ID, db.StatusDone)
@@ -156,7 +156,7 @@ func TestPolicyDefaultAsksForOutsideEffects(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "out.txt")); !os.IsNotExist(err) {
 		t.Fatalf("the file was written before approval (stat: %v)", err)
 	}
-	if err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: waiting[0].ID, Type: db.DecisionApprove}}); err != nil {
+	if _, err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: waiting[0].ID, Type: db.DecisionApprove}}); err != nil {
 		t.Fatal(err)
 	}
 	b.wait(t, th.ID, db.StatusDone)
@@ -284,5 +284,27 @@ Echo.
 	b.wait(t, th.ID, db.StatusDone)
 	if res := toolResults(b.messages(t, th.ID)); len(res) != 1 || res[0].Content != "echo: hi" {
 		t.Errorf("results = %+v", res)
+	}
+}
+
+// TestSkillDecisionsAreRunDecisions holds the decisions a SKILL.md's
+// interruptOn may allow (agent, which imports nothing of ours) to the
+// decisions a run stores and applies (db): the same names, so that every
+// decision a skill offers is one Decide takes.
+func TestSkillDecisionsAreRunDecisions(t *testing.T) {
+	t.Parallel()
+	for _, d := range agent.Decisions {
+		if !db.IsDecision(d) {
+			t.Errorf("interruptOn allows %q, which the runtime does not know", d)
+		}
+	}
+	pairs := [][2]string{
+		{agent.DecisionApprove, db.DecisionApprove}, {agent.DecisionEdit, db.DecisionEdit},
+		{agent.DecisionReject, db.DecisionReject}, {agent.DecisionRespond, db.DecisionRespond},
+	}
+	for _, p := range pairs {
+		if p[0] != p[1] {
+			t.Errorf("agent names %q what db names %q", p[0], p[1])
+		}
 	}
 }

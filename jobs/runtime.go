@@ -17,6 +17,7 @@ import (
 	"pizzabot/agent"
 	"pizzabot/db"
 	"pizzabot/metrics"
+	"pizzabot/refusal"
 	"pizzabot/tools"
 )
 
@@ -106,16 +107,13 @@ type cachedModel struct {
 	model       *agent.Model
 }
 
-// UserError is a refusal to show the user as is (HTTP 4xx).
-type UserError struct {
-	Status int
-	Msg    string
-}
-
-func (e *UserError) Error() string { return e.Msg }
-
-func userErr(status int, format string, args ...any) error {
-	return &UserError{Status: status, Msg: fmt.Sprintf(format, args...)}
+// Outcome is what a decision or a retry did to the run, decided in the
+// transaction that did it.
+type Outcome struct {
+	// Resumed reports that the run was queued to take its next step;
+	// false when it still waits for a person (other calls wait for a
+	// decision, or a retried run had stopped for one).
+	Resumed bool
 }
 
 // MaxPrompt is the longest prompt or reply, in bytes.
@@ -157,10 +155,10 @@ func (rt *Runtime) Start(ctx context.Context, user db.User, req StartRequest) (d
 func (rt *Runtime) checkSkill(name string) error {
 	s, ok := rt.Skills().Get(name)
 	if !ok {
-		return userErr(400, "there is no skill named %q", name)
+		return refusal.New(refusal.Invalid, "skill", "there is no skill named %q", name)
 	}
 	if missing := rt.cfg.Tools.Missing(s); len(missing) > 0 {
-		return userErr(400, "skill %q is unavailable: it needs %s, which is not connected", name, strings.Join(missing, ", "))
+		return refusal.New(refusal.Invalid, "skill", "skill %q is unavailable: it needs %s, which is not connected", name, strings.Join(missing, ", "))
 	}
 	return nil
 }
@@ -288,10 +286,10 @@ func (rt *Runtime) advance(ctx context.Context, tx pgx.Tx, threadID int64) error
 func (rt *Runtime) Reply(ctx context.Context, user db.User, threadID int64, content string) error {
 	content = strings.TrimSpace(content)
 	if content == "" {
-		return userErr(400, "the message is empty")
+		return refusal.New(refusal.Invalid, "message", "the message is empty")
 	}
 	if len(content) > MaxPrompt {
-		return userErr(413, "the message is longer than %d KB", MaxPrompt>>10)
+		return refusal.New(refusal.TooLarge, "message", "the message is longer than %d KB", MaxPrompt>>10)
 	}
 	return db.InTx(ctx, rt.requestPool(), func(ctx context.Context, tx pgx.Tx) error {
 		t, err := db.LockThread(ctx, tx, user.ID, threadID)
@@ -306,9 +304,9 @@ func (rt *Runtime) Reply(ctx context.Context, user db.User, threadID int64, cont
 		}
 		switch t.Status {
 		case db.StatusRunning:
-			return userErr(409, "the run is still going: wait for it to finish or cancel it")
+			return refusal.New(refusal.Conflict, "", "the run is still going: wait for it to finish or cancel it")
 		case db.StatusWaiting:
-			return userErr(409, "the run is waiting for your decision: decide the pending calls first")
+			return refusal.New(refusal.Conflict, "", "the run is waiting for your decision: decide the pending calls first")
 		}
 		if _, err := db.AddMessage(ctx, tx, db.Message{ThreadID: t.ID, Role: db.RoleUser, Content: content}); err != nil {
 			return err
@@ -323,9 +321,12 @@ func (rt *Runtime) Reply(ctx context.Context, user db.User, threadID int64, cont
 	})
 }
 
-// Retry runs a failed or cancelled thread again from its last committed step.
-func (rt *Runtime) Retry(ctx context.Context, user db.User, threadID int64) error {
-	return db.InTx(ctx, rt.requestPool(), func(ctx context.Context, tx pgx.Tx) error {
+// Retry runs a failed or cancelled thread again from its last committed
+// step. A run that had stopped for a person goes back to waiting for them
+// (not Resumed); any other is queued (Resumed).
+func (rt *Runtime) Retry(ctx context.Context, user db.User, threadID int64) (Outcome, error) {
+	var out Outcome
+	err := db.InTx(ctx, rt.requestPool(), func(ctx context.Context, tx pgx.Tx) error {
 		t, err := db.LockThread(ctx, tx, user.ID, threadID)
 		if err != nil {
 			return err
@@ -337,14 +338,14 @@ func (rt *Runtime) Retry(ctx context.Context, user db.User, threadID int64) erro
 			return errSubagentThread
 		}
 		if t.Status != db.StatusFailed && t.Status != db.StatusCancelled {
-			return userErr(409, "only a failed or cancelled run can be retried (this one is %s)", t.Status)
+			return refusal.New(refusal.Conflict, "", "only a failed or cancelled run can be retried (this one is %s)", t.Status)
 		}
 		open, err := db.OpenToolCalls(ctx, tx, t.ID)
 		if err != nil {
 			return err
 		}
 		for _, c := range open {
-			if c.State == db.CallPending || c.State == db.CallUnknown {
+			if c.AwaitsDecision() {
 				// It stopped for a human: go back to waiting for them.
 				return db.EndRun(ctx, tx, t.ID, db.StatusWaiting, "")
 			}
@@ -352,8 +353,13 @@ func (rt *Runtime) Retry(ctx context.Context, user db.User, threadID int64) erro
 		if err := db.SetRunStarter(ctx, tx, t.ID, &user.ID); err != nil {
 			return err
 		}
+		out.Resumed = true
 		return rt.advance(ctx, tx, t.ID)
 	})
+	if err != nil {
+		return Outcome{}, err
+	}
+	return out, nil
 }
 
 // Cancel stops a running or waiting run, and its sub-agents with it. Calls
@@ -381,7 +387,7 @@ func (rt *Runtime) Cancel(ctx context.Context, user db.User, threadID int64) err
 			return err
 		}
 		if t.Finished() {
-			return userErr(409, "the run has already ended (%s)", t.Status)
+			return refusal.New(refusal.Conflict, "", "the run has already ended (%s)", t.Status)
 		}
 		var leaseJob *int64
 		if err := tx.QueryRow(ctx, `SELECT run_lease_job FROM threads WHERE id = $1`, t.ID).Scan(&leaseJob); err != nil {
@@ -435,9 +441,9 @@ func mayAct(t db.Thread) error {
 		return nil
 	}
 	if t.Role == db.RoleViewer {
-		return userErr(403, "you can read this thread but not change its run: its folder is shared with you as a viewer; ask its owner to make you a member")
+		return refusal.New(refusal.Forbidden, "", "you can read this thread but not change its run: its folder is shared with you as a viewer; ask its owner to make you a member")
 	}
-	return userErr(403, "you can read this thread and decide the calls routed to you, but not change its run: it is not shared with you")
+	return refusal.New(refusal.Forbidden, "", "you can read this thread and decide the calls routed to you, but not change its run: it is not shared with you")
 }
 
 // mayDecide refuses a decision from someone whose call it is not, with the
@@ -454,15 +460,15 @@ func mayDecide(ctx context.Context, tx pgx.Tx, user db.User, c db.ToolCallRow) e
 	case db.DecideDistinct:
 		msg := fmt.Sprintf("four eyes: you started this run (or own the schedule or webhook that started it), so someone else must decide on %s", c.Name)
 		if who != "" {
-			return userErr(403, "%s; it waits for %s", msg, who)
+			return refusal.New(refusal.Forbidden, "", "%s; it waits for %s", msg, who)
 		}
-		return userErr(403, "%s: another member of the thread's shared folder", msg)
+		return refusal.New(refusal.Forbidden, "", "%s: another member of the thread's shared folder", msg)
 	case db.DecideNotApprover:
-		return userErr(403, "%s waits for %s: only they can decide it", c.Name, who)
+		return refusal.New(refusal.Forbidden, "", "%s waits for %s: only they can decide it", c.Name, who)
 	case db.DecideViewer:
-		return userErr(403, "you can view this thread but not decide: its folder is shared with you as a viewer")
+		return refusal.New(refusal.Forbidden, "", "you can view this thread but not decide: its folder is shared with you as a viewer")
 	}
-	return userErr(404, "call %d is not waiting for a decision", c.ID)
+	return refusal.New(refusal.NotFound, "", "call %d is not waiting for a decision", c.ID)
 }
 
 func displayName(u db.User) string {
@@ -489,18 +495,21 @@ type DecisionInput struct {
 }
 
 // Decide applies a person's decisions to the waiting calls of a thread. Calls
-// may be decided together or one by one; the run resumes when none waits.
-func (rt *Runtime) Decide(ctx context.Context, user db.User, threadID int64, decisions []DecisionInput) error {
+// may be decided together or one by one; the run resumes (Outcome.Resumed)
+// when none waits any more. A refused decision changes nothing, not even the
+// others of the same request (one transaction).
+func (rt *Runtime) Decide(ctx context.Context, user db.User, threadID int64, decisions []DecisionInput) (Outcome, error) {
 	if len(decisions) == 0 {
-		return userErr(400, "no decisions given")
+		return Outcome{}, refusal.New(refusal.Invalid, "", "no decisions given")
 	}
-	return db.InTx(ctx, rt.requestPool(), func(ctx context.Context, tx pgx.Tx) error {
+	var out Outcome
+	err := db.InTx(ctx, rt.requestPool(), func(ctx context.Context, tx pgx.Tx) error {
 		t, err := db.LockThread(ctx, tx, user.ID, threadID)
 		if err != nil {
 			return err
 		}
 		if t.Status != db.StatusWaiting {
-			return userErr(409, "the run is not waiting for a decision (it is %s)", t.Status)
+			return refusal.New(refusal.Conflict, "", "the run is not waiting for a decision (it is %s)", t.Status)
 		}
 		open, err := db.OpenToolCalls(ctx, tx, t.ID)
 		if err != nil {
@@ -508,7 +517,7 @@ func (rt *Runtime) Decide(ctx context.Context, user db.User, threadID int64, dec
 		}
 		byID := map[int64]db.ToolCallRow{}
 		for _, c := range open {
-			if c.State == db.CallPending || c.State == db.CallUnknown {
+			if c.AwaitsDecision() {
 				byID[c.ID] = c
 			}
 		}
@@ -516,7 +525,7 @@ func (rt *Runtime) Decide(ctx context.Context, user db.User, threadID int64, dec
 		for _, d := range decisions {
 			c, ok := byID[d.CallID]
 			if !ok || seen[d.CallID] {
-				return userErr(404, "call %d is not waiting for a decision", d.CallID)
+				return refusal.New(refusal.NotFound, "", "call %d is not waiting for a decision", d.CallID)
 			}
 			seen[d.CallID] = true
 			if err := mayDecide(ctx, tx, user, c); err != nil {
@@ -537,9 +546,14 @@ func (rt *Runtime) Decide(ctx context.Context, user db.User, threadID int64, dec
 		if err := rt.advance(ctx, tx, t.ID); err != nil {
 			return err
 		}
+		out.Resumed = true
 		// A sub-agent going on may take its parent out of Action (task.go).
 		return rt.resumeParent(ctx, tx, t)
 	})
+	if err != nil {
+		return Outcome{}, err
+	}
+	return out, nil
 }
 
 func (rt *Runtime) decide(ctx context.Context, tx pgx.Tx, user db.User, c db.ToolCallRow, d DecisionInput) error {
@@ -548,17 +562,13 @@ func (rt *Runtime) decide(ctx context.Context, tx pgx.Tx, user db.User, c db.Too
 		// (it runs nothing), but one that names another is stale too.
 		switch {
 		case d.InnerSeq == nil:
-			return userErr(400, "call %d is a script waiting at its call number %d (%s): say which call you decide on (inner_seq %d) after reading its arguments", c.ID, c.InnerCall.Seq+1, c.InnerCall.Tool, c.InnerCall.Seq)
+			return refusal.New(refusal.Invalid, "inner_seq", "call %d is a script waiting at its call number %d (%s): say which call you decide on (inner_seq %d) after reading its arguments", c.ID, c.InnerCall.Seq+1, c.InnerCall.Tool, c.InnerCall.Seq)
 		case *d.InnerSeq != c.InnerCall.Seq:
-			return userErr(409, "the script has stopped at another call since you looked (now %s, its call number %d): read it and decide again", c.InnerCall.Tool, c.InnerCall.Seq+1)
+			return refusal.New(refusal.Conflict, "inner_seq", "the script has stopped at another call since you looked (now %s, its call number %d): read it and decide again", c.InnerCall.Tool, c.InnerCall.Seq+1)
 		}
 	}
-	allowed := false
-	for _, a := range c.AllowedDecisions {
-		allowed = allowed || a == d.Type
-	}
-	if !allowed {
-		return userErr(400, "decision %q is not allowed for %s (allowed: %s)", d.Type, c.Name, strings.Join(c.AllowedDecisions, ", "))
+	if !c.Allows(d.Type) {
+		return refusal.New(refusal.Invalid, "decision", "decision %q is not allowed for %s (allowed: %s)", d.Type, c.Name, strings.Join(c.AllowedDecisions, ", "))
 	}
 	rec := db.Decision{CallID: c.ID, Type: d.Type, Message: strings.TrimSpace(d.Message), UserID: user.ID}
 	who := displayName(user)
@@ -568,10 +578,10 @@ func (rt *Runtime) decide(ctx context.Context, tx pgx.Tx, user db.User, c db.Too
 	case db.DecisionEdit:
 		tool, ok := rt.cfg.Tools.Get(c.Name)
 		if !ok {
-			return userErr(400, "tool %s is no longer available", c.Name)
+			return refusal.New(refusal.Invalid, "", "tool %s is no longer available", c.Name)
 		}
 		if _, err := tool.Spec.ValidateArguments(d.Arguments); err != nil {
-			return userErr(400, "edited arguments: %v", err)
+			return refusal.New(refusal.Invalid, "arguments", "edited arguments: %v", err)
 		}
 		args := d.Arguments
 		rec.EditedArguments = &args
@@ -587,7 +597,7 @@ func (rt *Runtime) decide(ctx context.Context, tx pgx.Tx, user db.User, c db.Too
 		return db.CompleteToolCall(ctx, tx, c, result, true)
 	case db.DecisionRespond:
 		if rec.Message == "" {
-			return userErr(400, "the answer is empty")
+			return refusal.New(refusal.Invalid, "message", "the answer is empty")
 		}
 		if err := db.RecordDecision(ctx, tx, rec, db.CallReady); err != nil {
 			return err
@@ -600,7 +610,7 @@ func (rt *Runtime) decide(ctx context.Context, tx pgx.Tx, user db.User, c db.Too
 		return db.CompleteToolCall(ctx, tx, c,
 			"The server stopped while this call was running, so its outcome is unknown; "+who+" chose not to run it again. Check its effect before relying on it.", true)
 	}
-	return userErr(400, "unknown decision %q", d.Type)
+	return refusal.New(refusal.Invalid, "decision", "unknown decision %q", d.Type)
 }
 
 // defaultModel is the model spec of a new thread: the one chosen on the

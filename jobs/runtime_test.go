@@ -20,6 +20,7 @@ import (
 	"pizzabot/db"
 	"pizzabot/db/dbtest"
 	"pizzabot/jobs"
+	"pizzabot/refusal"
 	"pizzabot/tools"
 )
 
@@ -179,8 +180,8 @@ func setupSkillSet(t testing.TB, script scriptmodel.Script, skills agent.SkillSe
 func (b *bundle) wait(t testing.TB, id int64, status string) db.Thread {
 	t.Helper()
 	// A bound on a hang, not a speed target: under -race on a loaded
-	// machine a run whose tool compiles PDFium takes well over 20 s.
-	deadline := time.Now().Add(90 * time.Second)
+	// machine a run whose tool compiles PDFium took over 110 s (load 20).
+	deadline := time.Now().Add(240 * time.Second)
 	for {
 		th, err := db.GetThread(context.Background(), b.pool, b.user.ID, id)
 		if err != nil {
@@ -326,10 +327,13 @@ func TestDecisions(t *testing.T) {
 			}
 			d := tt.decision
 			d.CallID = calls[0].ID
-			err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{d})
+			out, err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{d})
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("Decide error = %v, want %q", err, tt.wantErr)
+				}
+				if out.Resumed {
+					t.Error("a refused decision says the run resumed")
 				}
 				if got := b.wait(t, th.ID, db.StatusWaiting); got.Status != db.StatusWaiting {
 					t.Fatal("refused decision changed the run")
@@ -338,6 +342,9 @@ func TestDecisions(t *testing.T) {
 			}
 			if err != nil {
 				t.Fatal(err)
+			}
+			if !out.Resumed {
+				t.Error("deciding the only waiting call did not resume the run")
 			}
 			b.wait(t, th.ID, db.StatusDone)
 			if got := b.publish.got(); strings.Join(got, ",") != strings.Join(tt.wantTitles, ",") {
@@ -366,6 +373,58 @@ func TestDecisions(t *testing.T) {
 	}
 }
 
+// TestDecideAndRetryOutcomes checks what Decide and Retry say they did to
+// the run, which the API answers with (202 resumed, 200 still waiting):
+// decided in the transaction that acted, never guessed from a read before.
+func TestDecideAndRetryOutcomes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, scriptmodel.Script{Rules: []scriptmodel.Rule{
+		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{{ToolCalls: []scriptmodel.ScriptToolCall{
+			{ID: "a", Name: "publish_brief", Arguments: `{"title":"One"}`},
+			{ID: "b", Name: "publish_brief", Arguments: `{"title":"Two"}`},
+		}}}},
+		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Both handled."}}},
+	}})
+	ctx := context.Background()
+	th := b.start(t, "publish two", "researcher")
+	b.wait(t, th.ID, db.StatusWaiting)
+	calls := b.pending(t, th.ID)
+	if len(calls) != 2 {
+		t.Fatalf("pending = %+v", calls)
+	}
+
+	// A run that failed while its calls waited goes back to waiting.
+	if err := db.EndRun(ctx, b.pool, th.ID, db.StatusFailed, "interrupted"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := b.rt.Retry(ctx, b.user, th.ID)
+	if err != nil || out.Resumed {
+		t.Fatalf("retry of a run waiting for a person = %+v, %v; want not resumed", out, err)
+	}
+	if got := b.wait(t, th.ID, db.StatusWaiting); got.Status != db.StatusWaiting {
+		t.Fatalf("after the retry: %s", got.Status)
+	}
+
+	out, err = b.rt.Decide(ctx, b.user, th.ID, []jobs.DecisionInput{{CallID: calls[0].ID, Type: db.DecisionApprove}})
+	if err != nil || out.Resumed {
+		t.Fatalf("first of two decisions = %+v, %v; want not resumed", out, err)
+	}
+	out, err = b.rt.Decide(ctx, b.user, th.ID, []jobs.DecisionInput{{CallID: calls[1].ID, Type: db.DecisionReject}})
+	if err != nil || !out.Resumed {
+		t.Fatalf("last decision = %+v, %v; want resumed", out, err)
+	}
+	b.wait(t, th.ID, db.StatusDone)
+
+	// A failed run with no call waiting is queued.
+	if err := db.EndRun(ctx, b.pool, th.ID, db.StatusFailed, "interrupted"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err = b.rt.Retry(ctx, b.user, th.ID); err != nil || !out.Resumed {
+		t.Fatalf("retry of a failed run = %+v, %v; want resumed", out, err)
+	}
+	b.wait(t, th.ID, db.StatusDone)
+}
+
 func TestAskUser(t *testing.T) {
 	t.Parallel()
 	b := setup(t, scriptmodel.Script{Rules: []scriptmodel.Rule{
@@ -380,10 +439,10 @@ func TestAskUser(t *testing.T) {
 	if len(calls) != 1 || calls[0].WaitKind != db.WaitQuestion || calls[0].Description != "Which city?" {
 		t.Fatalf("pending = %+v", calls)
 	}
-	if err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: calls[0].ID, Type: "approve"}}); err == nil {
+	if _, err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: calls[0].ID, Type: "approve"}}); err == nil {
 		t.Error("approve on a question was accepted")
 	}
-	if err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: calls[0].ID, Type: "respond", Message: "Naples"}}); err != nil {
+	if _, err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: calls[0].ID, Type: "respond", Message: "Naples"}}); err != nil {
 		t.Fatal(err)
 	}
 	b.wait(t, th.ID, db.StatusDone)
@@ -450,9 +509,8 @@ func TestCancelWhileWaiting(t *testing.T) {
 	if len(b.publish.got()) != 0 {
 		t.Error("cancelled call ran")
 	}
-	var ue *jobs.UserError
-	if err := b.rt.Cancel(context.Background(), b.user, th.ID); !errors.As(err, &ue) {
-		t.Errorf("second cancel = %v, want a user error", err)
+	if err := b.rt.Cancel(context.Background(), b.user, th.ID); !refusal.Is(err, refusal.Conflict) {
+		t.Errorf("second cancel = %v, want a conflict", err)
 	}
 	// The conversation can go on after a cancel: the model sees the
 	// cancelled call answered (the scripted server refuses a conversation
@@ -478,11 +536,13 @@ func TestUsersAreIsolated(t *testing.T) {
 	b.wait(t, th.ID, db.StatusWaiting)
 	calls := b.pending(t, th.ID)
 	ctx := context.Background()
+	_, decideErr := b.rt.Decide(ctx, b.other, th.ID, []jobs.DecisionInput{{CallID: calls[0].ID, Type: "approve"}})
+	_, retryErr := b.rt.Retry(ctx, b.other, th.ID)
 	checks := map[string]error{
-		"decide": b.rt.Decide(ctx, b.other, th.ID, []jobs.DecisionInput{{CallID: calls[0].ID, Type: "approve"}}),
+		"decide": decideErr,
 		"cancel": b.rt.Cancel(ctx, b.other, th.ID),
 		"reply":  b.rt.Reply(ctx, b.other, th.ID, "hi"),
-		"retry":  b.rt.Retry(ctx, b.other, th.ID),
+		"retry":  retryErr,
 	}
 	for name, err := range checks {
 		if !errors.Is(err, db.ErrNotFound) {

@@ -2,7 +2,6 @@ package jobs_test
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
 	"pizzabot/jobs"
+	"pizzabot/refusal"
 	"pizzabot/tools"
 )
 
@@ -54,12 +54,11 @@ func TestSandboxAsyncGatedCallsOnlyTheShownOneRuns(t *testing.T) {
 	// A second tab still showing the first call approves: refused, since
 	// the script now waits at another call that tab never showed.
 	shown := 0
-	err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: c.ID, Type: db.DecisionApprove, InnerSeq: &shown}})
-	var ue *jobs.UserError
-	if !errors.As(err, &ue) || ue.Status != 409 {
+	_, err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: c.ID, Type: db.DecisionApprove, InnerSeq: &shown}})
+	if !refusal.Is(err, refusal.Conflict) {
 		t.Fatalf("a stale approval: %v, want a 409 refusal", err)
 	}
-	if err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: c.ID, Type: db.DecisionApprove}}); err == nil {
+	if _, err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: c.ID, Type: db.DecisionApprove}}); err == nil {
 		t.Fatal("an approval that names no inner call was accepted")
 	}
 
@@ -106,7 +105,7 @@ func TestSandboxRetryAfterCrashDoesNotRunAnUnseenCall(t *testing.T) {
 	if _, err := b.pool.Exec(ctx, crashedCallSQL, c.ID); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.rt.Decide(ctx, b.user, th.ID, []jobs.DecisionInput{{CallID: c.ID, Type: db.DecisionRetry}}); err != nil {
+	if _, err := b.rt.Decide(ctx, b.user, th.ID, []jobs.DecisionInput{{CallID: c.ID, Type: db.DecisionRetry}}); err != nil {
 		t.Fatal(err)
 	}
 	b.wait(t, th.ID, db.StatusWaiting)

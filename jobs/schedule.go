@@ -11,6 +11,7 @@ import (
 
 	"pizzabot/cron"
 	"pizzabot/db"
+	"pizzabot/refusal"
 )
 
 // ScheduleArgs queue a sweep that starts the runs of due schedules.
@@ -159,16 +160,16 @@ func (rt *Runtime) fire(ctx context.Context, tx pgx.Tx, s db.Schedule, now time.
 		TriggerAt:   rec.DueAt,
 		TriggerRef:  scheduleRef(s, c, rec),
 	})
-	var ue *UserError
+	refused, isRefusal := refusal.As(err)
 	switch {
 	case err == nil:
 		if err := sp.Commit(ctx); err != nil {
 			return err
 		}
 		rec.ThreadID = &t.ID
-	case errors.As(err, &ue):
+	case isRefusal:
 		_ = sp.Rollback(ctx)
-		rec.Outcome, rec.Detail = db.FireFailed, "The run could not start: "+ue.Msg+"."
+		rec.Outcome, rec.Detail = db.FireFailed, "The run could not start: "+refused.Msg+"."
 	default:
 		return err
 	}

@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 
 	"pizzabot/db"
+	"pizzabot/refusal"
 )
 
 // Upload is a file sent with a prompt, attached to the thread it starts.
@@ -28,18 +28,18 @@ type Upload struct {
 // message and its first step job commit together with whatever else the
 // caller writes, such as the record of the schedule fire or webhook delivery
 // that started the run, and with the files of req.Files. A refusal
-// (*UserError) is returned before anything is written, except for a refused
-// file (too large: status 413), which the caller's rollback undoes.
+// (*refusal.Error) is returned before anything is written, except for a
+// refused file (field "files"), which the caller's rollback undoes.
 func (rt *Runtime) StartTx(ctx context.Context, tx pgx.Tx, user db.User, req StartRequest) (db.Thread, error) {
 	req.Prompt = strings.TrimSpace(req.Prompt)
 	if req.Prompt == "" {
-		return db.Thread{}, userErr(400, "the prompt is empty")
+		return db.Thread{}, refusal.New(refusal.Invalid, "prompt", "the prompt is empty")
 	}
 	if len(req.Prompt) > MaxPrompt {
-		return db.Thread{}, userErr(413, "the prompt is longer than %d KB", MaxPrompt>>10)
+		return db.Thread{}, refusal.New(refusal.TooLarge, "prompt", "the prompt is longer than %d KB", MaxPrompt>>10)
 	}
 	if len(req.Files) > db.MaxAttachmentsPerThread {
-		return db.Thread{}, userErr(400, "a thread holds at most %d attachments", db.MaxAttachmentsPerThread)
+		return db.Thread{}, refusal.New(refusal.Invalid, "files", "a thread holds at most %d attachments", db.MaxAttachmentsPerThread)
 	}
 	model := "" // a skill's pinned model, else the default (StartThread)
 	if req.Skill != "" {
@@ -85,11 +85,11 @@ func (rt *Runtime) StartTx(ctx context.Context, tx pgx.Tx, user db.User, req Sta
 		a, err := db.Attach(ctx, tx, user.ID, t.ID, f.Name, f.ContentType, f.Body)
 		var ae *db.AttachmentError
 		if errors.As(err, &ae) {
-			status := http.StatusBadRequest
+			kind := refusal.Invalid
 			if ae.TooLarge {
-				status = http.StatusRequestEntityTooLarge
+				kind = refusal.TooLarge
 			}
-			return db.Thread{}, userErr(status, "%s", ae.Msg)
+			return db.Thread{}, refusal.New(kind, "files", "%s", ae.Msg)
 		}
 		if err != nil {
 			return db.Thread{}, err

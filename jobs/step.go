@@ -350,7 +350,7 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 					return err
 				}
 			}
-			waiting = waiting || nc.State == db.CallPending
+			waiting = waiting || db.AwaitsDecision(nc.State)
 		}
 		if waiting {
 			return rt.endRun(ctx, tx, t.ID, db.StatusWaiting, "")
@@ -374,12 +374,12 @@ func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, userID
 			continue // a sub-agent's to answer (task.go)
 		}
 		tool, known := rt.cfg.Tools.Get(c.Name)
-		switch c.State {
-		case db.CallPending, db.CallUnknown:
+		switch {
+		case c.AwaitsDecision():
 			return rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
 				return rt.endRun(ctx, tx, a.ThreadID, db.StatusWaiting, "")
 			})
-		case db.CallRunning:
+		case c.State == db.CallRunning:
 			// The job that started this call died during it.
 			if known && (tool.Tx != nil || tool.Idempotent) {
 				break // safe to run again

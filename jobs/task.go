@@ -10,6 +10,7 @@ import (
 
 	"pizzabot/agent"
 	"pizzabot/db"
+	"pizzabot/refusal"
 	"pizzabot/tools"
 )
 
@@ -190,10 +191,10 @@ func (rt *Runtime) settle(ctx context.Context, tx pgx.Tx, id int64, status strin
 	}
 	var waits, delegated, ready bool
 	for _, c := range open {
-		switch c.State {
-		case db.CallPending, db.CallUnknown:
+		switch {
+		case c.AwaitsDecision():
 			waits = true
-		case db.CallDelegated:
+		case c.State == db.CallDelegated:
 			delegated = true
 		default:
 			ready = true
@@ -301,7 +302,7 @@ func (rt *Runtime) resumeParent(ctx context.Context, tx pgx.Tx, t db.Thread) err
 
 // errSubagentThread refuses to reply to or retry a sub-agent on its own: it
 // answers the thread that delegated it, which carries on from its end.
-var errSubagentThread = userErr(409, "this thread is a sub-agent's: it answers the thread that delegated it and cannot be continued or retried on its own; continue that thread instead")
+var errSubagentThread = refusal.New(refusal.Conflict, "", "this thread is a sub-agent's: it answers the thread that delegated it and cannot be continued or retried on its own; continue that thread instead")
 
 // cancelSubagents cancels the sub-agents Cancel locked (LockSubagents) with
 // their waiting calls, in the caller's transaction, and returns the step

@@ -17,6 +17,7 @@ import (
 	"pizzabot/db"
 	"pizzabot/db/dbtest"
 	"pizzabot/jobs"
+	"pizzabot/refusal"
 	"pizzabot/tools"
 )
 
@@ -465,7 +466,7 @@ func TestTaskApprovalSurfacesOnTheParent(t *testing.T) {
 
 	// Deciding on the child's call resumes the child, and takes the parent
 	// out of Action in the same transaction.
-	if err := b.rt.Decide(ctx, b.user, publisher.ID, []jobs.DecisionInput{{CallID: pending[0].ID, Type: "edit", Arguments: `{"title":"Pizza report, final"}`}}); err != nil {
+	if _, err := b.rt.Decide(ctx, b.user, publisher.ID, []jobs.DecisionInput{{CallID: pending[0].ID, Type: "edit", Arguments: `{"title":"Pizza report, final"}`}}); err != nil {
 		t.Fatal(err)
 	}
 	if th := b.reload(t, parent.ID); th.Status == db.StatusWaiting {
@@ -595,11 +596,10 @@ func TestFailedSubagentGivesTheParentAnError(t *testing.T) {
 	}
 	// A sub-agent is not retried or continued on its own: its parent has
 	// moved on from its end.
-	var ue *jobs.UserError
-	if err := b.rt.Retry(ctx, b.user, kids[0].ID); !errors.As(err, &ue) || ue.Status != 409 {
+	if _, err := b.rt.Retry(ctx, b.user, kids[0].ID); !refusal.Is(err, refusal.Conflict) {
 		t.Errorf("retry of the child = %v", err)
 	}
-	if err := b.rt.Reply(ctx, b.user, kids[0].ID, "try again"); !errors.As(err, &ue) || ue.Status != 409 {
+	if err := b.rt.Reply(ctx, b.user, kids[0].ID, "try again"); !refusal.Is(err, refusal.Conflict) {
 		t.Errorf("reply to the child = %v", err)
 	}
 	assertOnlyInQueues(t, b, parent.ID)

@@ -2,7 +2,6 @@ package jobs_test
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +10,7 @@ import (
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
 	"pizzabot/jobs"
+	"pizzabot/refusal"
 )
 
 // teamSkills route publishing to the on-call group, with four eyes.
@@ -100,20 +100,19 @@ func TestRoutedApprovalFourEyes(t *testing.T) {
 	}
 
 	approve := []jobs.DecisionInput{{CallID: call.ID, Type: db.DecisionApprove}}
-	err = b.rt.Decide(ctx, b.user, th.ID, approve)
-	var ue *jobs.UserError
-	if !errors.As(err, &ue) || ue.Status != 403 || !strings.Contains(ue.Msg, "four eyes") || !strings.Contains(ue.Msg, "deploy-oncall") {
-		t.Fatalf("the owner's approval: %v, want a 403 naming four eyes and whom it waits for", err)
+	_, err = b.rt.Decide(ctx, b.user, th.ID, approve)
+	if re, ok := refusal.As(err); !ok || re.Kind != refusal.Forbidden || !strings.Contains(re.Msg, "four eyes") || !strings.Contains(re.Msg, "deploy-oncall") {
+		t.Fatalf("the owner's approval: %v, want a refusal (forbidden) naming four eyes and whom it waits for", err)
 	}
 	// Dana is named by the policy, not by the skill: she may read the
 	// thread, not decide.
-	if err := b.rt.Decide(ctx, dana, th.ID, approve); !errors.As(err, &ue) || ue.Status != 403 || !strings.Contains(ue.Msg, "only they can decide") {
-		t.Fatalf("dana's approval: %v, want a 403 naming whom it waits for", err)
+	if _, err := b.rt.Decide(ctx, dana, th.ID, approve); !refusal.Is(err, refusal.Forbidden) || !strings.Contains(err.Error(), "only they can decide") {
+		t.Fatalf("dana's approval: %v, want a refusal (forbidden) naming whom it waits for", err)
 	}
 	if got := b.publish.got(); len(got) != 0 {
 		t.Fatalf("published before an approver decided: %v", got)
 	}
-	if err := b.rt.Decide(ctx, ana, th.ID, approve); err != nil {
+	if _, err := b.rt.Decide(ctx, ana, th.ID, approve); err != nil {
 		t.Fatal(err)
 	}
 	b.wait(t, th.ID, db.StatusDone)

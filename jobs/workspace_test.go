@@ -155,7 +155,7 @@ func (b *bundle) decide(t *testing.T, id int64, typ string) db.ToolCallRow {
 		// The person decides on the script's call they were shown.
 		in.InnerSeq = &c.Seq
 	}
-	if err := b.rt.Decide(context.Background(), b.user, id, []jobs.DecisionInput{in}); err != nil {
+	if _, err := b.rt.Decide(context.Background(), b.user, id, []jobs.DecisionInput{in}); err != nil {
 		t.Fatal(err)
 	}
 	return calls[0]

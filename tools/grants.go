@@ -47,7 +47,7 @@ const (
 )
 
 func grantTools(protected []string) []Tool {
-	g := &grantTools_{protected: cleanProtected(protected)}
+	g := &grantTools_{protected: NewProtected(protected...)}
 	return []Tool{
 		{
 			Spec: agent.ToolSpec{
@@ -111,12 +111,23 @@ func grantTools(protected []string) []Tool {
 
 // grantTools_ holds what the grant tools share.
 type grantTools_ struct {
-	protected []string
+	protected Protected
 }
 
-func cleanProtected(ps []string) []string {
+// Protected is a set of host folders no folder grant reaches into: the
+// server's data root (its database, secrets and skills). Its Contains is the
+// one rule that keeps grants out of them, wherever a grant comes from
+// (PIZZA_GRANTS and grants.json at start, the settings page) and for every
+// path a grant tool is given.
+type Protected struct {
+	dirs []string // each folder by the name given and, when it differs, resolved
+}
+
+// NewProtected returns the set of dirs ("" is left out), each kept by the
+// name given and with its symlinks followed now.
+func NewProtected(dirs ...string) Protected {
 	var out []string
-	for _, p := range ps {
+	for _, p := range dirs {
 		if p == "" {
 			continue
 		}
@@ -126,7 +137,34 @@ func cleanProtected(ps []string) []string {
 			out = append(out, r)
 		}
 	}
-	return out
+	return Protected{dirs: out}
+}
+
+// Contains reports whether path is one of the folders or lies inside one,
+// by the path's name or with its symlinks followed, against each folder's
+// name or its resolved name: a symlink into the data root, or a data root
+// reached through a symlink, is inside.
+func (p Protected) Contains(path string) bool {
+	if path == "" {
+		return false
+	}
+	path = filepath.Clean(path)
+	if p.containsResolved(path) {
+		return true
+	}
+	real, err := filepath.EvalSymlinks(path)
+	return err == nil && real != path && p.containsResolved(real)
+}
+
+// containsResolved is Contains for a path whose symlinks are followed
+// already, without a system call (a search walks thousands of them).
+func (p Protected) containsResolved(real string) bool {
+	for _, d := range p.dirs {
+		if within(real, d) {
+			return true
+		}
+	}
+	return false
 }
 
 // grant is a folder grant with its folder resolved now.
@@ -264,7 +302,7 @@ func (gt *grantTools_) resolve(ctx context.Context, run Run, raw any, forWrite b
 	if !within(real, g.root) {
 		return target{}, fmt.Errorf("%s leads outside the granted folder %s through a symlink (to %s): refused", name, g.Path, real)
 	}
-	if gt.isProtected(real) {
+	if gt.protected.Contains(real) {
 		return target{}, fmt.Errorf("%s is inside the server's own data folder, which agents cannot reach", name)
 	}
 	t.real = real
@@ -272,16 +310,6 @@ func (gt *grantTools_) resolve(ctx context.Context, run Run, raw any, forWrite b
 		return target{}, err
 	}
 	return t, nil
-}
-
-// isProtected reports whether a resolved path lies in a protected folder.
-func (gt *grantTools_) isProtected(real string) bool {
-	for _, pr := range gt.protected {
-		if within(real, pr) {
-			return true
-		}
-	}
-	return false
 }
 
 // sysErr is the reason of a file system error without the path, which the
@@ -510,14 +538,14 @@ func (gt *grantTools_) search(ctx context.Context, run Run, args map[string]any)
 		}
 		abs := filepath.Join(t.grant.root, filepath.FromSlash(p))
 		if d.IsDir() {
-			if (d.Name() == ".git" && p != filepath.ToSlash(t.rel)) || gt.isProtected(abs) {
+			if (d.Name() == ".git" && p != filepath.ToSlash(t.rel)) || gt.protected.containsResolved(abs) {
 				return fs.SkipDir
 			}
 			return nil
 		}
 		// Like grep -r, symlinks are not followed: their targets are
 		// searched where they are, if inside the grant.
-		if !d.Type().IsRegular() || gt.isProtected(abs) {
+		if !d.Type().IsRegular() || gt.protected.containsResolved(abs) {
 			return nil
 		}
 		if glob != "" {

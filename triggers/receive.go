@@ -17,6 +17,7 @@ import (
 	"pizzabot/agent"
 	"pizzabot/db"
 	"pizzabot/jobs"
+	"pizzabot/refusal"
 )
 
 // Kind says how a delivery ended: how it was taken, or why it was refused.
@@ -347,9 +348,8 @@ func (d *delivery) start(user db.User, req jobs.StartRequest) (Result, error) {
 		}
 		return db.SetDeliveryThread(ctx, tx, claimed.ID, thread.ID)
 	})
-	var ue *jobs.UserError
-	if errors.As(err, &ue) {
-		return d.rejectErr(RunRefused, ue.Msg, err)
+	if ref, ok := refusal.As(err); ok {
+		return d.rejectErr(RunRefused, ref.Msg, err)
 	}
 	if err != nil {
 		return Result{}, err

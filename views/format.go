@@ -48,9 +48,6 @@ func statusName(s string) string {
 	return s
 }
 
-// TriggerKinds lists the trigger kinds in the order the filter offers them.
-var TriggerKinds = []string{db.TriggerManual, db.TriggerSchedule, db.TriggerCatchup, db.TriggerWebhook}
-
 var triggerNames = map[string]string{
 	db.TriggerManual:   "Manual",
 	db.TriggerSchedule: "Schedule",

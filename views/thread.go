@@ -157,7 +157,7 @@ func waitingCalls(v ThreadView) []db.ToolCallRow {
 	}
 	var out []db.ToolCallRow
 	for _, c := range v.Calls {
-		if c.State == db.CallPending || c.State == db.CallUnknown {
+		if c.AwaitsDecision() {
 			out = append(out, c)
 		}
 	}
@@ -171,20 +171,11 @@ func allApprovable(calls []db.ToolCallRow) bool {
 		return false
 	}
 	for _, c := range calls {
-		if !allows(c, db.DecisionApprove) {
+		if !c.Allows(db.DecisionApprove) {
 			return false
 		}
 	}
 	return true
-}
-
-func allows(c db.ToolCallRow, decision string) bool {
-	for _, d := range c.AllowedDecisions {
-		if d == decision {
-			return true
-		}
-	}
-	return false
 }
 
 // callIDs are the ids an "Approve all" decides, as form values.

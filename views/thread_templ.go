@@ -1325,7 +1325,7 @@ func toolCall(c call) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		if c.Row != nil && (c.Row.State == db.CallPending || c.Row.State == db.CallUnknown) {
+		if c.Row != nil && c.Row.AwaitsDecision() {
 			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 106, "<a class=\"quiet-link\" href=\"")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
@@ -2408,13 +2408,13 @@ func pendingCall(v ThreadView, c db.ToolCallRow, f DecisionForm) templ.Component
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			if allows(c, db.DecisionRetry) {
+			if c.Allows(db.DecisionRetry) {
 				templ_7745c5c3_Err = decisionButton(v, c, db.DecisionRetry, "Retry the call", "retry-call-button", true).Render(ctx, templ_7745c5c3_Buffer)
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
 			}
-			if allows(c, db.DecisionSkip) {
+			if c.Allows(db.DecisionSkip) {
 				templ_7745c5c3_Err = decisionButton(v, c, db.DecisionSkip, "Skip it", "skip-button", false).Render(ctx, templ_7745c5c3_Buffer)
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
@@ -2525,7 +2525,7 @@ func pendingCall(v ThreadView, c db.ToolCallRow, f DecisionForm) templ.Component
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			if f.Decision != db.DecisionEdit || !allows(c, db.DecisionEdit) {
+			if f.Decision != db.DecisionEdit || !c.Allows(db.DecisionEdit) {
 				templ_7745c5c3_Err = decisionError(f).Render(ctx, templ_7745c5c3_Buffer)
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
@@ -2535,13 +2535,13 @@ func pendingCall(v ThreadView, c db.ToolCallRow, f DecisionForm) templ.Component
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			if allows(c, db.DecisionApprove) {
+			if c.Allows(db.DecisionApprove) {
 				templ_7745c5c3_Err = decisionButton(v, c, db.DecisionApprove, "Approve", "approve-button", true).Render(ctx, templ_7745c5c3_Buffer)
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
 			}
-			if allows(c, db.DecisionReject) {
+			if c.Allows(db.DecisionReject) {
 				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 211, "<form class=\"inline-form decide-reject\" method=\"post\" action=\"")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
@@ -2645,7 +2645,7 @@ func pendingCall(v ThreadView, c db.ToolCallRow, f DecisionForm) templ.Component
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			if allows(c, db.DecisionEdit) {
+			if c.Allows(db.DecisionEdit) {
 				templ_7745c5c3_Err = editForm(v, c, f).Render(ctx, templ_7745c5c3_Buffer)
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
