@@ -3,7 +3,6 @@ package db
 import (
 	"context"
 	"fmt"
-	"net/mail"
 	"slices"
 	"strings"
 	"time"
@@ -35,34 +34,8 @@ const (
 	DecideNone        = "none"         // they may not see it
 )
 
-// Principal prefixes.
-const (
-	PrincipalUser  = "user:"
-	PrincipalGroup = "group:"
-)
-
-// ParsePrincipal reads whom a share or a route names: "group:<name>",
-// "user:<email>" or a bare email, and returns it in stored form
-// ("user:" + the lowercased email, or "group:" + the name as the identity
-// provider spells it).
-func ParsePrincipal(s string) (string, error) {
-	s = strings.TrimSpace(s)
-	if g, ok := strings.CutPrefix(s, PrincipalGroup); ok {
-		g = strings.TrimSpace(g)
-		if g == "" || len(g) > 200 {
-			return "", fmt.Errorf("%q: write group:<name>, the group as the identity provider's groups claim names it", s)
-		}
-		return PrincipalGroup + g, nil
-	}
-	e := strings.TrimSpace(strings.TrimPrefix(s, PrincipalUser))
-	a, err := mail.ParseAddress(e)
-	if err != nil || a.Address != e || len(e) > 320 {
-		return "", fmt.Errorf("%q is neither an email nor group:<name>", s)
-	}
-	return PrincipalUser + strings.ToLower(e), nil
-}
-
-// PrincipalName is a principal as people read it: the email, or the group.
+// PrincipalName is a principal (agent.ParsePrincipal) as people read it:
+// the email, or the group.
 func PrincipalName(p string) string {
 	_, v, _ := strings.Cut(p, ":")
 	return v
@@ -191,7 +164,7 @@ type Share struct {
 
 // Who names the share's audience: "ana@example.com" or "group deal-desk".
 func (s Share) Who() string {
-	if g, ok := strings.CutPrefix(s.Principal, PrincipalGroup); ok {
+	if g, ok := strings.CutPrefix(s.Principal, "group:"); ok {
 		return "group " + g
 	}
 	return PrincipalName(s.Principal)
