@@ -117,7 +117,7 @@ func BenchmarkQueues(b *testing.B) {
 		{`UPDATE threads SET folder_id = $2 WHERE user_id = $1`, []any{sharer.ID, folder.ID}},
 		{`ALTER TABLE threads ENABLE TRIGGER threads_folder_count_update`, nil},
 		{`INSERT INTO folder_counts (folder_id, shard, all_count) SELECT $1, 0, count(*) FROM threads WHERE folder_id = $1`, []any{folder.ID}},
-		{`INSERT INTO thread_unread (user_id, thread_id, folder_id) SELECT $2, id, folder_id FROM threads WHERE user_id = $1 AND id % 10 = 0`, []any{sharer.ID, user.ID}},
+		{`INSERT INTO thread_unread (user_id, thread_id, folder_id, updated_at) SELECT $2, id, folder_id, updated_at FROM threads WHERE user_id = $1 AND id % 10 = 0`, []any{sharer.ID, user.ID}},
 		{`INSERT INTO messages (thread_id, role) SELECT id, 'assistant' FROM threads WHERE user_id = $1 AND status = 'waiting'`, []any{sharer.ID}},
 		{`INSERT INTO tool_calls (thread_id, message_id, call_id, name, arguments, state, wait_kind, approvers)
 		  SELECT m.thread_id, m.id, 'c', 'deploy', '{}', 'pending', 'approval',

@@ -278,25 +278,24 @@ func ParseCursor(s string) (Cursor, error) {
 	return Cursor{UpdatedAt: time.UnixMicro(micros).UTC(), ID: n}, nil
 }
 
-// inActionSQL is whether thread t is in the Action queue of user me (a
-// SQL parameter): cheap for the common rows, pizza_in_action for a waiting
-// thread that is shared or routed. Only for the rows of a page, never in a
-// condition over a queue.
-func inActionSQL(me string) string {
-	return `CASE WHEN t.status <> 'waiting' THEN false
-		WHEN t.user_id = ` + me + ` AND pizza_decider_action(t.wait_for, t.started_by, t.user_id, ` + me + `) THEN true
-		WHEN t.routed OR t.user_id <> ` + me + ` THEN pizza_in_action(t.id, ` + me + `)
-		ELSE false END AS in_action`
+// inActionSQL is whether thread t is in the Action queue of user me:
+// the queues' rule (pizza_in_action, decomposed), with the folders they
+// are a member of and the threads routed to them (SQL expressions, from
+// Access: "'{}'" when none).
+func inActionSQL(me, members, routed string) string {
+	return `(t.status = 'waiting' AND ((t.user_id = ` + me + ` OR coalesce(t.folder_id = ANY (` + members + `), false))
+		AND pizza_decider_action(t.wait_for, t.started_by, t.user_id, ` + me + `) OR t.id = ANY (` + routed + `))) AS in_action`
 }
 
 // threadColumnsFor are threadColumns as user me (a SQL parameter) reads
 // them: a thread shared with them is unread while thread_unread says so
-// (their own read state, migration 0024), and archiving is the owner's.
-func threadColumnsFor(me string) string {
+// (their own read state, migration 0024), and archiving is the owner's;
+// inAction is the in_action column (inActionSQL).
+func threadColumnsFor(me, inAction string) string {
 	return strings.Replace(threadColumns, "t.unread, t.archived,",
 		`CASE WHEN t.user_id = `+me+` THEN t.unread ELSE EXISTS (
 			SELECT 1 FROM thread_unread u WHERE u.user_id = `+me+` AND u.thread_id = t.id) END AS unread,
-		t.archived AND t.user_id = `+me+` AS archived,`, 1) + `, ` + inActionSQL(me)
+		t.archived AND t.user_id = `+me+` AS archived,`, 1) + `, ` + inAction
 }
 
 // readThread is a thread with what its reader is to it.
@@ -359,45 +358,42 @@ func ListThreads(ctx context.Context, q Querier, a Access, f ThreadFilter, after
 			return nil, nil, nil
 		}
 		where := ownConds(f, common, arg)
-		ts, err = readThreads(ctx, q, `SELECT `+threadColumns+`, `+inActionSQL("$1")+threadFrom+` WHERE `+strings.Join(where, " AND ")+
+		ts, err = readThreads(ctx, q, `SELECT `+threadColumns+`, `+inActionSQL("$1", "'{}'", "'{}'")+threadFrom+` WHERE `+strings.Join(where, " AND ")+
 			` ORDER BY t.updated_at DESC, t.id DESC LIMIT `+arg(limit+1), args)
 	default:
 		// One branch per source, disjoint, each an index scan that stops
-		// at a page and reads its rows' columns (the summary's lookups
-		// included) for that page only; the pages merged.
+		// at a page; the pages merged in order (a merge append), and the
+		// columns (the summary's lookups included) read for the final
+		// page only.
 		n := arg(limit + 1)
-		cols := threadColumnsFor("$1")
-		if f.Queue == QueueAction {
-			// Every branch lists what is the person's to decide.
-			cols = strings.Replace(cols, inActionSQL("$1"), "true AS in_action", 1)
-		}
 		page := ` ORDER BY t.updated_at DESC, t.id DESC LIMIT ` + n
 		var branches []string
 		if own {
-			branches = append(branches, `SELECT `+cols+threadFrom+`WHERE `+strings.Join(ownConds(f, common, arg), " AND ")+page)
+			branches = append(branches, `SELECT t.id, t.updated_at FROM threads t WHERE `+strings.Join(ownConds(f, common, arg), " AND ")+page)
 		}
 		cond := strings.Join(append([]string{"true"}, common...), " AND ")
 		if len(shared) > 0 {
 			ids := arg(shared)
 			switch f.Queue {
 			case QueueUnread:
-				// By the person's unread rows, however large the folders;
-				// the columns of a page of them.
-				branches = append(branches, `SELECT `+cols+` FROM (
-						SELECT x.id FROM thread_unread u
-						CROSS JOIN LATERAL (SELECT t.id, t.updated_at FROM threads t
-							WHERE t.id = u.thread_id AND `+cond+` OFFSET 0) x
-						WHERE u.user_id = $1 AND u.folder_id = ANY (`+ids+`)
-						ORDER BY x.updated_at DESC, x.id DESC LIMIT `+n+`) p
-					JOIN threads t ON t.id = p.id LEFT JOIN folders f ON f.id = t.folder_id`)
+				// The person's unread rows in the queues' order
+				// (thread_unread_queue_idx), however large the folders.
+				ucond := "true"
+				if after != nil {
+					ucond = "(u.updated_at, u.thread_id) < (" + arg(after.UpdatedAt) + ", " + arg(after.ID) + ")"
+				}
+				branches = append(branches, `SELECT u.thread_id AS id, u.updated_at FROM thread_unread u
+					JOIN threads t ON t.id = u.thread_id AND `+cond+`
+					WHERE u.user_id = $1 AND u.folder_id = ANY (`+ids+`) AND `+ucond+`
+					ORDER BY u.updated_at DESC, u.thread_id DESC LIMIT `+n)
 			case QueueAction:
-				branches = append(branches, `SELECT x.* FROM unnest(`+ids+`::bigint[]) sf(id)
-					CROSS JOIN LATERAL (SELECT `+cols+threadFrom+`
+				branches = append(branches, `SELECT x.id, x.updated_at FROM unnest(`+ids+`::bigint[]) sf(id)
+					CROSS JOIN LATERAL (SELECT t.id, t.updated_at FROM threads t
 						WHERE t.folder_id = sf.id AND t.status = 'waiting'
 						  AND pizza_decider_action(t.wait_for, t.started_by, t.user_id, $1) AND `+cond+page+`) x`)
 			default:
-				branches = append(branches, `SELECT x.* FROM unnest(`+ids+`::bigint[], `+arg(owners)+`::bigint[]) sf(id, owner)
-					CROSS JOIN LATERAL (SELECT `+cols+threadFrom+`
+				branches = append(branches, `SELECT x.id, x.updated_at FROM unnest(`+ids+`::bigint[], `+arg(owners)+`::bigint[]) sf(id, owner)
+					CROSS JOIN LATERAL (SELECT t.id, t.updated_at FROM threads t
 						WHERE t.user_id = sf.owner AND t.folder_id = sf.id AND t.parent_thread_id IS NULL AND `+cond+page+`) x`)
 			}
 		}
@@ -417,14 +413,24 @@ func ListThreads(ctx context.Context, q Querier, a Access, f ThreadFilter, after
 				all, _ := a.folders(0, false)
 				rc += ` AND t.user_id <> $1 AND NOT coalesce(t.folder_id = ANY (` + arg(all) + `), false)`
 			}
-			branches = append(branches, `SELECT `+cols+threadFrom+`
+			branches = append(branches, `SELECT t.id, t.updated_at FROM threads t
 				WHERE t.id = ANY (`+arg(a.Routed)+`) AND t.status = 'waiting' AND `+rc+page)
 		}
 		if len(branches) == 0 {
 			return nil, nil, nil
 		}
-		ts, err = readThreads(ctx, q, `SELECT * FROM ((`+strings.Join(branches, ") UNION ALL (")+`)) x
-			ORDER BY x.updated_at DESC, x.id DESC LIMIT `+n, args)
+		for i, br := range branches {
+			branches[i] = `SELECT id, updated_at FROM (` + br + `) b` + strconv.Itoa(i)
+		}
+		inAction := "true AS in_action" // every branch of Action lists what is the person's to decide
+		if f.Queue != QueueAction {
+			members, _ := a.folders(0, true)
+			inAction = inActionSQL("$1", arg(members)+"::bigint[]", arg(a.Routed)+"::bigint[]")
+		}
+		ts, err = readThreads(ctx, q, `SELECT `+threadColumnsFor("$1", inAction)+`
+			FROM ((`+strings.Join(branches, ") UNION ALL (")+`) ORDER BY updated_at DESC, id DESC LIMIT `+n+`) p
+			JOIN threads t ON t.id = p.id LEFT JOIN folders f ON f.id = t.folder_id
+			ORDER BY t.updated_at DESC, t.id DESC`, args)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("list threads: %w", err)
@@ -551,7 +557,7 @@ func getThread(ctx context.Context, q Querier, userID, id int64, lock string) (T
 	r, err := one[struct {
 		readThread
 		Role *string `db:"role"`
-	}](q.Query(ctx, `SELECT `+threadColumnsFor("$1")+`,
+	}](q.Query(ctx, `SELECT `+threadColumnsFor("$1", "pizza_in_action(t.id, $1) AS in_action")+`,
 		CASE WHEN t.user_id = $1 THEN 'owner' ELSE pizza_thread_role(t.id, $1) END AS role`+threadFrom+
 		`WHERE t.id = $2`+lock, userID, id))
 	if err == nil && r.Role == nil {
@@ -669,14 +675,15 @@ func MarkRead(ctx context.Context, q Querier, userID int64, ids []int64, read bo
 	}
 	var shared int64
 	err = q.QueryRow(ctx, `WITH seen AS (
-			SELECT t.id, t.folder_id FROM threads t
+			SELECT t.id, t.folder_id, t.updated_at FROM threads t
 			WHERE t.id = ANY($2) AND t.user_id <> $1 AND t.parent_thread_id IS NULL
 			  AND pizza_thread_role(t.id, $1) IS NOT NULL
 		), read AS (
 			DELETE FROM thread_unread u USING seen WHERE $3 AND u.user_id = $1 AND u.thread_id = seen.id
 			RETURNING u.thread_id
 		), unread AS (
-			INSERT INTO thread_unread (user_id, thread_id, folder_id) SELECT $1, id, folder_id FROM seen WHERE NOT $3 AND folder_id IS NOT NULL
+			INSERT INTO thread_unread (user_id, thread_id, folder_id, updated_at)
+			SELECT $1, id, folder_id, updated_at FROM seen WHERE NOT $3 AND folder_id IS NOT NULL
 			ON CONFLICT DO NOTHING RETURNING thread_id
 		), changed AS (SELECT thread_id FROM read UNION ALL SELECT thread_id FROM unread)
 		SELECT count(*) FROM (SELECT pizza_record_event_for($1, thread_id, 'thread') FROM changed) e`,

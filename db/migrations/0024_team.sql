@@ -58,15 +58,18 @@ $$;
 -- here says so: one is added for each person the folder is shared with
 -- when the thread's run finishes or stops for a person, and reading
 -- deletes it. A new member has nothing unread from before they joined. The
--- rows carry the thread's folder, so that a person's shared Unread count
--- is an index-only count of their own rows; a thread that changes folder
--- loses them (its old folder's people no longer see it).
+-- rows carry the thread's folder and its updated_at (kept equal to the
+-- thread's), so that a person's shared Unread is an index scan of their own
+-- rows in the queues' order, and its count an index-only count; a thread
+-- that changes folder loses them (its old folder's people no longer see it).
 CREATE TABLE thread_unread (
-    user_id   bigint NOT NULL REFERENCES users (id) ON DELETE CASCADE,
-    thread_id bigint NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
-    folder_id bigint NOT NULL,
+    user_id    bigint NOT NULL REFERENCES users (id) ON DELETE CASCADE,
+    thread_id  bigint NOT NULL REFERENCES threads (id) ON DELETE CASCADE,
+    folder_id  bigint NOT NULL,
+    updated_at timestamptz NOT NULL,
     PRIMARY KEY (user_id, thread_id)
 );
+CREATE INDEX thread_unread_queue_idx ON thread_unread (user_id, updated_at DESC, thread_id DESC);
 CREATE INDEX thread_unread_folder_idx ON thread_unread (user_id, folder_id);
 CREATE INDEX thread_unread_thread_idx ON thread_unread (thread_id);
 
@@ -75,19 +78,22 @@ LANGUAGE plpgsql AS $$
 BEGIN
     IF OLD.folder_id IS DISTINCT FROM NEW.folder_id THEN
         DELETE FROM thread_unread WHERE thread_id = NEW.id;
+    ELSIF OLD.updated_at IS DISTINCT FROM NEW.updated_at THEN
+        UPDATE thread_unread SET updated_at = NEW.updated_at WHERE thread_id = NEW.id;
     END IF;
     IF NEW.folder_id IS NOT NULL AND NEW.status IN ('done', 'failed', 'waiting') AND OLD.status IS DISTINCT FROM NEW.status THEN
-        INSERT INTO thread_unread (user_id, thread_id, folder_id)
-        SELECT a, NEW.id, NEW.folder_id FROM pizza_folder_audience(NEW.folder_id) a WHERE a <> NEW.user_id
+        INSERT INTO thread_unread (user_id, thread_id, folder_id, updated_at)
+        SELECT a, NEW.id, NEW.folder_id, NEW.updated_at FROM pizza_folder_audience(NEW.folder_id) a WHERE a <> NEW.user_id
         ON CONFLICT DO NOTHING;
     END IF;
     RETURN NULL;
 END $$;
+-- Only threads in folders pay for it: the others have no such rows.
 CREATE TRIGGER threads_shared_unread AFTER UPDATE ON threads
     FOR EACH ROW
     WHEN (NEW.parent_thread_id IS NULL AND (OLD.folder_id IS DISTINCT FROM NEW.folder_id
-          OR (NEW.folder_id IS NOT NULL AND NEW.status IN ('done', 'failed', 'waiting')
-              AND OLD.status IS DISTINCT FROM NEW.status)))
+          OR (NEW.folder_id IS NOT NULL AND (OLD.updated_at IS DISTINCT FROM NEW.updated_at
+              OR (NEW.status IN ('done', 'failed', 'waiting') AND OLD.status IS DISTINCT FROM NEW.status)))))
     EXECUTE FUNCTION pizza_threads_shared_unread();
 
 -- The number of threads of each folder, for the people it is shared with
