@@ -20,6 +20,7 @@ import (
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
 	"pizzabot/db/dbtest"
+	"pizzabot/internal/eventually"
 )
 
 // The skill of TestBackupRestoreTeam: stored on the settings page, so it
@@ -115,20 +116,16 @@ func TestBackupRestoreTeam(t *testing.T) {
 		t.Errorf("the webhook after restore = %d: %s", code, out)
 	}
 	// A minutely schedule fires within a minute (or catches up at once).
-	deadline := time.Now().Add(100 * time.Second)
-	for {
+	eventually.Ok(t, 100*time.Second, func() error {
 		code, out := b.do("GET", fmt.Sprintf("/api/v1/schedules/%d", sched.ID), "", nil)
 		var s struct {
 			LastFiredAt *time.Time `json:"last_fired_at"`
 		}
 		if code == http.StatusOK && json.Unmarshal(out, &s) == nil && s.LastFiredAt != nil && s.LastFiredAt.After(restoredAt.Add(-time.Second)) {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the schedule never fired on the restored server: %d %s", code, out)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		return fmt.Errorf("the schedule never fired on the restored server: %d %s", code, out)
+	})
 }
 
 // freshDatabase creates an empty database beside the one of srcURL (as an

@@ -26,6 +26,7 @@ import (
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db/dbtest"
 	"pizzabot/handlers/oidctest"
+	"pizzabot/internal/eventually"
 )
 
 // The terminal client's tests run the real binary as a client against real
@@ -167,13 +168,12 @@ func eventuallyCLI(t *testing.T, what func() string, cond func() bool) {
 	t.Helper()
 	// Live delivery waits for the oldest open transaction of the whole
 	// cluster, which the tests of other packages share: be patient.
-	deadline := time.Now().Add(3 * time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out: %s", what())
+	eventually.Ok(t, 3*time.Minute, func() error {
+		if cond() {
+			return nil
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return eventually.Lazy(what)
+	})
 }
 
 // baseClient is the client binary with a clean environment: no inherited

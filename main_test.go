@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"pizzabot/internal/eventually"
 	"strings"
 	"sync"
 	"syscall"
@@ -131,18 +132,14 @@ func startServe(t *testing.T, bin string, env ...string) *proc {
 
 func waitReady(t *testing.T, addr string, p *proc) {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for time.Now().Before(deadline) {
+	eventually.Ok(t, 90*time.Second, p.holds("server at "+addr+" never became ready", func() bool {
 		resp, err := http.Get("http://" + addr + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
+		if err != nil {
+			return false
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("server at %s never became ready; output:\n%s", addr, p.out)
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}))
 }
 
 // postmasterRunning reports whether a postgres serves the data root.

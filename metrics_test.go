@@ -15,6 +15,7 @@ import (
 
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db/dbtest"
+	"pizzabot/internal/eventually"
 )
 
 // TestMetrics runs the real server with PIZZA_METRICS_ADDR and a few runs
@@ -117,7 +118,7 @@ func TestMetrics(t *testing.T) {
 		`pizza_db_up`:                                                             func(v float64) bool { return v == 1 },
 	}
 	var bad []string
-	eventually(t, 60*time.Second, "the metrics to show the runs", p, func() bool {
+	eventually.Ok(t, 60*time.Second, p.holds("the metrics to show the runs", func() bool {
 		got := scrape()
 		bad = bad[:0]
 		for name, ok := range want {
@@ -130,5 +131,5 @@ func TestMetrics(t *testing.T) {
 			t.Logf("waiting for: %s", strings.Join(bad, "; "))
 		}
 		return len(bad) == 0
-	})
+	}))
 }

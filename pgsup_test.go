@@ -26,6 +26,7 @@ import (
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
 	"pizzabot/db/pglocal"
+	"pizzabot/internal/eventually"
 )
 
 // The tests of issue 20: the private PostgreSQL takes care of itself.
@@ -107,16 +108,14 @@ func restarted(root string, old int) bool {
 	return pid > 0 && pid != old && syscall.Kill(pid, 0) == nil
 }
 
-// eventually polls cond (which may fail the test) until it holds, for up
-// to limit: a bound on waiting, not a speed target.
-func eventually(t *testing.T, limit time.Duration, what string, p *proc, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %v: %s; server output:\n%s", limit, what, p.out)
+// holds is cond for eventually.Ok: while cond does not hold it says what did
+// not happen, with the server's output.
+func (p *proc) holds(what string, cond func() bool) func() error {
+	return func() error {
+		if cond() {
+			return nil
 		}
-		time.Sleep(100 * time.Millisecond)
+		return eventually.Lazy(func() string { return what + "; server output:\n" + p.out.String() })
 	}
 }
 
@@ -223,11 +222,11 @@ func TestPrivatePostgresKilled(t *testing.T) {
 		startRun(t, addr, fmt.Sprintf(`{"prompt": "Run %d"}`, i))
 	}
 	// Every run's step is in flight: its model call is held.
-	eventually(t, 60*time.Second, "the runs' steps never all started", p, func() bool {
+	eventually.Ok(t, 60*time.Second, p.holds("the runs' steps never all started", func() bool {
 		var n int
 		err := pool.QueryRow(ctx, `SELECT count(*) FROM threads WHERE status = 'running' AND run_lease_job IS NOT NULL`).Scan(&n)
 		return err == nil && n == runs
-	})
+	}))
 
 	old := postmasterPid(t, root)
 	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
@@ -239,7 +238,7 @@ func TestPrivatePostgresKilled(t *testing.T) {
 	// (The supervisor waits at least half a second before the restart: a
 	// poll every 100ms sees the database down.)
 	sawDown := false
-	eventually(t, 60*time.Second, "pages never answered again", p, func() bool {
+	eventually.Ok(t, 60*time.Second, p.holds("pages never answered again", func() bool {
 		status, hdr, body := call(t, addr, http.MethodGet, "/inbox/all", "", "")
 		switch status {
 		case http.StatusOK:
@@ -260,24 +259,24 @@ func TestPrivatePostgresKilled(t *testing.T) {
 			t.Errorf("page while the database restarts: %d", status)
 		}
 		return false
-	})
+	}))
 	t.Logf("pages answer again %v after the kill", time.Since(killed).Round(time.Millisecond))
 	if !strings.Contains(p.out.String(), "SIGKILL") {
 		t.Errorf("the log does not say why postgres was restarted:\n%s", p.out)
 	}
 	// Pages may answer a moment before the supervisor has marked the
 	// new postmaster ready.
-	eventually(t, 30*time.Second, "/readyz never became ready after the restart", p, func() bool {
+	eventually.Ok(t, 30*time.Second, p.holds("/readyz never became ready after the restart", func() bool {
 		status, _, _ := call(t, addr, http.MethodGet, "/readyz", "", "")
 		return status == http.StatusOK
-	})
+	}))
 
 	release()
-	eventually(t, 90*time.Second, "runs did not finish", p, func() bool {
+	eventually.Ok(t, 90*time.Second, p.holds("runs did not finish", func() bool {
 		var notDone int
 		err := pool.QueryRow(ctx, `SELECT count(*) FROM threads WHERE status <> 'done'`).Scan(&notDone)
 		return err == nil && notDone == 0
-	})
+	}))
 	rows, err := pool.Query(ctx, `SELECT t.id,
 		(SELECT count(*) FROM steps s WHERE s.thread_id = t.id),
 		(SELECT count(*) FROM messages m WHERE m.thread_id = t.id AND m.role = 'assistant')
@@ -303,14 +302,14 @@ func TestPrivatePostgresKilled(t *testing.T) {
 
 	// The stream (reconnecting as a browser does) told of the runs that
 	// finished after the restart.
-	eventually(t, 30*time.Second, "no live event after the restart", p, func() bool {
+	eventually.Ok(t, 30*time.Second, p.holds("no live event after the restart", func() bool {
 		for _, name := range stream.since(killed) {
 			if name == "rows" || name == "update" || name == "resync" || name == "notify" {
 				return true
 			}
 		}
 		return false
-	})
+	}))
 	t.Logf("events after the kill: %v (stream reconnected %d times)", stream.since(killed), stream.reconnects)
 }
 
@@ -387,9 +386,9 @@ func TestBackupRestore(t *testing.T) {
 	a := startServe(t, bin, envA...)
 	waitReady(t, addrA, a)
 	id := startRun(t, addrA, `{"prompt": "Take notes", "skill": "notes"}`)
-	eventually(t, 60*time.Second, "the run never waited for approval", a, func() bool {
+	eventually.Ok(t, 60*time.Second, a.holds("the run never waited for approval", func() bool {
 		return showThread(t, addrA, id).Status == "waiting"
-	})
+	}))
 
 	// Backup while the server runs.
 	file := filepath.Join(t.TempDir(), "pizza.dump")
@@ -436,9 +435,9 @@ func TestBackupRestore(t *testing.T) {
 	if status != http.StatusAccepted {
 		t.Fatalf("approve: %d %s", status, body)
 	}
-	eventually(t, 60*time.Second, "the approved run did not finish", b, func() bool {
+	eventually.Ok(t, 60*time.Second, b.holds("the approved run did not finish", func() bool {
 		return showThread(t, addrB, id).Status == "done"
-	})
+	}))
 }
 
 // TestPrivatePostgresOfAnotherVersion fakes a cluster made by PostgreSQL

@@ -21,6 +21,7 @@ import (
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
 	"pizzabot/db/dbtest"
+	"pizzabot/internal/eventually"
 )
 
 // replica is one server process of a test with several.
@@ -127,30 +128,26 @@ func (r replica) thread(id int64) apiThread {
 // await waits until thread id is done, or waits for a decision.
 func (r replica) await(id int64, status string) apiThread {
 	r.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		th := r.thread(id)
-		if th.Status == status {
-			return th
+	var th apiThread
+	eventually.Ok(r.t, 60*time.Second, func() error {
+		th = r.thread(id)
+		err := fmt.Errorf("thread %d is %s (error %v), want %s: %+v", id, th.Status, th.Error, status, th.Messages)
+		switch th.Status {
+		case status:
+			return nil
+		case db.StatusFailed:
+			r.t.Fatal(err)
 		}
-		if th.Status == db.StatusFailed || time.Now().After(deadline) {
-			r.t.Fatalf("thread %d is %s (error %v), want %s: %+v", id, th.Status, th.Error, status, th.Messages)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err
+	})
+	return th
 }
 
 // soon retries cond for up to 10 s (a change reaches the other
 // replicas within a second; the rest is slack for a loaded machine).
 func soon(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("never: %s", what)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	eventually.True(t, 10*time.Second, "never: "+what, cond)
 }
 
 func zipFiles(t *testing.T, files map[string]string) []byte {

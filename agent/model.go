@@ -73,7 +73,8 @@ type RetryPolicy struct {
 	Base time.Duration
 	// Max caps a delay (default 30s). A Retry-After longer than Max is not
 	// waited for: Complete returns a retryable *ProviderError carrying
-	// RetryAfter, so a job can be snoozed instead of holding a worker.
+	// RetryAfter, so a job can be snoozed instead of holding a worker
+	// (Model.LongWait tells such an error).
 	Max time.Duration
 }
 
@@ -266,6 +267,17 @@ func (m *Model) Complete(ctx context.Context, req Request, onDelta func(text str
 		case <-t.C:
 		}
 	}
+}
+
+// LongWait reports the wait a provider asked for when err is a failure of
+// Complete whose Retry-After is longer than m.Retry lets Complete wait: the
+// caller should try again after it, without holding a worker meanwhile.
+func (m *Model) LongWait(err error) (time.Duration, bool) {
+	var perr *ProviderError
+	if !errors.As(err, &perr) || !perr.Retryable || perr.RetryAfter <= m.Retry.withDefaults().Max {
+		return 0, false
+	}
+	return perr.RetryAfter, true
 }
 
 func (m *Model) idleTimeout() time.Duration {

@@ -272,6 +272,8 @@ func TestCompleteFailures(t *testing.T) {
 		script       scriptmodel.Script
 		wantRequests int
 		want         agent.ProviderError
+		// longWait is what Model.LongWait reports: a wait for a snooze.
+		longWait time.Duration
 	}{
 		{
 			name:         "500 for good",
@@ -302,6 +304,13 @@ func TestCompleteFailures(t *testing.T) {
 			script:       scriptmodel.Script{Rules: []scriptmodel.Rule{{Replies: []scriptmodel.Reply{{Status: 429, RetryAfter: "120", ErrorMessage: "Slow down"}}}}},
 			wantRequests: 1,
 			want:         agent.ProviderError{Provider: "compatible", Status: 429, Message: "Slow down", Type: "rate_limit_error", Retryable: true, RetryAfter: 120 * time.Second, Attempts: 1},
+			longWait:     120 * time.Second,
+		},
+		{
+			name:         "Retry-After within the policy waited for until the attempts run out",
+			script:       scriptmodel.Script{Rules: []scriptmodel.Rule{{Replies: []scriptmodel.Reply{{Status: 429, RetryAfter: "0.005", ErrorMessage: "Slow down"}}}}},
+			wantRequests: 3,
+			want:         agent.ProviderError{Provider: "compatible", Status: 429, Message: "Slow down", Type: "rate_limit_error", Retryable: true, RetryAfter: 5 * time.Millisecond, Attempts: 3},
 		},
 	}
 	for _, tt := range tests {
@@ -321,6 +330,9 @@ func TestCompleteFailures(t *testing.T) {
 			}
 			if got := len(b.server.Requests()); got != tt.wantRequests {
 				t.Errorf("requests = %d, want %d", got, tt.wantRequests)
+			}
+			if d, ok := b.model.LongWait(err); d != tt.longWait || ok != (tt.longWait > 0) {
+				t.Errorf("LongWait = %v, %v; want %v", d, ok, tt.longWait)
 			}
 		})
 	}

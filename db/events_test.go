@@ -13,14 +13,15 @@ import (
 
 	"pizzabot/db"
 	"pizzabot/db/dbtest"
+	"pizzabot/internal/eventually"
 )
 
 // readAll reads the whole log after a position, waiting for pending events.
 func readAll(t *testing.T, pool *pgxpool.Pool, after db.Position) []db.Event {
 	t.Helper()
 	var out []db.Event
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	stillPending := errors.New("events stay pending")
+	eventually.Ok(t, 10*time.Second, func() error {
 		evs, _, pending, err := db.ReadEvents(context.Background(), pool, after, 1000)
 		if err != nil {
 			t.Fatal(err)
@@ -29,14 +30,12 @@ func readAll(t *testing.T, pool *pgxpool.Pool, after db.Position) []db.Event {
 		if len(evs) > 0 {
 			after = evs[len(evs)-1].Position()
 		}
-		if !pending && len(evs) < 1000 {
-			return out
+		if pending || len(evs) == 1000 {
+			return stillPending
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("events stay pending")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
+	return out
 }
 
 type evKey struct {

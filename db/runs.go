@@ -193,29 +193,50 @@ type Step struct {
 	StartedAt        time.Time
 }
 
-// InsertStep records a finished step.
+// insertStep records a step and, for a model call that reported tokens,
+// its usage with what it cost (model_usage, see usage.go), in one
+// statement.
+const insertStep = `WITH s AS (
+		INSERT INTO steps (thread_id, kind, model, prompt_tokens, completion_tokens, error, started_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING thread_id
+	)
+	INSERT INTO model_usage (thread_id, user_id, skill, model, prompt_tokens, completion_tokens, cost_nanos)
+	SELECT t.id, t.user_id, t.skill, $3::text, $4::bigint, $5::bigint, model_cost($3::text, $4::bigint, $5::bigint)
+	FROM s JOIN threads t ON t.id = s.thread_id
+	WHERE $2::text = 'model' AND ($4::bigint > 0 OR $5::bigint > 0)`
+
+// InsertStep records a finished step, and a model call's usage.
 func InsertStep(ctx context.Context, q Querier, s Step) error {
-	_, err := q.Exec(ctx, `INSERT INTO steps (thread_id, kind, model, prompt_tokens, completion_tokens, error, started_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)`, s.ThreadID, s.Kind, s.Model, s.PromptTokens, s.CompletionTokens, s.Error, s.StartedAt)
+	_, err := q.Exec(ctx, insertStep, s.ThreadID, s.Kind, s.Model, s.PromptTokens, s.CompletionTokens, s.Error, s.StartedAt)
 	if err != nil {
 		return fmt.Errorf("record step of thread %d: %w", s.ThreadID, err)
 	}
 	return nil
 }
 
-// Usage sums the tokens a thread's steps used.
+// Usage sums the tokens a thread's steps used, and what its model calls
+// cost (model_usage).
 type Usage struct {
 	Steps            int64
 	PromptTokens     int64
 	CompletionTokens int64
+	Cost             USD
+	// Unpriced counts its model calls of models without a price.
+	Unpriced int64
 }
 
 // ThreadUsage sums the token usage of one of the user's threads.
 func ThreadUsage(ctx context.Context, q Querier, userID, threadID int64) (Usage, error) {
 	var u Usage
-	err := q.QueryRow(ctx, `SELECT count(s.id), coalesce(sum(s.prompt_tokens), 0), coalesce(sum(s.completion_tokens), 0)
+	err := q.QueryRow(ctx, `SELECT count(s.id), coalesce(sum(s.prompt_tokens), 0), coalesce(sum(s.completion_tokens), 0),
+			(SELECT coalesce(sum(m.cost_nanos), 0) FROM model_usage m WHERE m.thread_id = t.id),
+			(SELECT count(*) FILTER (WHERE m.cost_nanos IS NULL) FROM model_usage m WHERE m.thread_id = t.id)
 		FROM threads t LEFT JOIN steps s ON s.thread_id = t.id
-		WHERE t.id = $2 AND `+readable("$1"), userID, threadID).Scan(&u.Steps, &u.PromptTokens, &u.CompletionTokens)
+		WHERE t.id = $2 AND `+readable("$1")+`
+		GROUP BY t.id`, userID, threadID).Scan(&u.Steps, &u.PromptTokens, &u.CompletionTokens, &u.Cost, &u.Unpriced)
+	if isNoRows(err) {
+		return Usage{}, nil // not the user's to read: nothing, as before
+	}
 	if err != nil {
 		return Usage{}, fmt.Errorf("usage of thread %d: %w", threadID, err)
 	}
@@ -243,6 +264,9 @@ type RunView struct {
 	// Images counts the attachments of the types given to ReadRun within
 	// its size limit; ThreadImages reads them, only when there are some.
 	Images int
+	// Budget is the run's budget state (budgets.go), which its next model
+	// call is checked against.
+	Budget BudgetState
 }
 
 // ReadRun reads a step's view of its run in one round trip.
@@ -269,6 +293,7 @@ func ReadRun(ctx context.Context, q Batcher, threadID int64, imageTypes []string
 		threadID, imageTypes, maxImageSize).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&v.Images)
 	})
+	QueueBudgetState(b, threadID, &v.Budget)
 	if err := q.SendBatch(ctx, b).Close(); err != nil {
 		return RunView{}, fmt.Errorf("read run of thread %d: %w", threadID, err)
 	}
@@ -297,7 +322,6 @@ func QueueHoldsLease(b *pgx.Batch, threadID, gen, jobID int64, c *LeaseCheck) {
 
 // QueueInsertStep queues InsertStep on b.
 func QueueInsertStep(b *pgx.Batch, s Step) {
-	b.Queue(`INSERT INTO steps (thread_id, kind, model, prompt_tokens, completion_tokens, error, started_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)`, s.ThreadID, s.Kind, s.Model, s.PromptTokens, s.CompletionTokens, s.Error, s.StartedAt).
+	b.Queue(insertStep, s.ThreadID, s.Kind, s.Model, s.PromptTokens, s.CompletionTokens, s.Error, s.StartedAt).
 		Exec(func(pgconn.CommandTag) error { return nil })
 }

@@ -228,10 +228,12 @@ func SubagentToolCalls(ctx context.Context, q Querier, userID, parentID int64) (
 	return out, nil
 }
 
-// SubagentUsage sums the steps and tokens of each sub-agent of one of the
-// user's threads.
+// SubagentUsage sums the steps, tokens and cost of each sub-agent of one of
+// the user's threads.
 func SubagentUsage(ctx context.Context, q Querier, userID, parentID int64) (map[int64]Usage, error) {
-	rows, err := q.Query(ctx, `SELECT t.id, count(s.id), coalesce(sum(s.prompt_tokens), 0), coalesce(sum(s.completion_tokens), 0)
+	rows, err := q.Query(ctx, `SELECT t.id, count(s.id), coalesce(sum(s.prompt_tokens), 0), coalesce(sum(s.completion_tokens), 0),
+			(SELECT coalesce(sum(m.cost_nanos), 0) FROM model_usage m WHERE m.thread_id = t.id),
+			(SELECT count(*) FILTER (WHERE m.cost_nanos IS NULL) FROM model_usage m WHERE m.thread_id = t.id)
 		FROM threads t LEFT JOIN steps s ON s.thread_id = t.id
 		WHERE t.parent_thread_id = $2 AND `+readableParent("$1", "$2")+`
 		GROUP BY t.id`, userID, parentID)
@@ -243,7 +245,7 @@ func SubagentUsage(ctx context.Context, q Querier, userID, parentID int64) (map[
 	for rows.Next() {
 		var id int64
 		var u Usage
-		if err := rows.Scan(&id, &u.Steps, &u.PromptTokens, &u.CompletionTokens); err != nil {
+		if err := rows.Scan(&id, &u.Steps, &u.PromptTokens, &u.CompletionTokens, &u.Cost, &u.Unpriced); err != nil {
 			return nil, fmt.Errorf("usage of the sub-agents of thread %d: %w", parentID, err)
 		}
 		out[id] = u

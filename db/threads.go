@@ -67,6 +67,9 @@ type Thread struct {
 	SummaryCall []string `db:"summary_call"`
 	// SummaryText is, on a finished thread, the start of its last answer.
 	SummaryText string `db:"summary_text"`
+	// BudgetHold is, on a waiting thread, the budget hold its run or one
+	// of its sub-agents' waits on (budgets.go); nil otherwise.
+	BudgetHold *BudgetHoldNote `db:"budget_hold"`
 	// Role is what the reader is to the thread (RoleOwner, RoleMember,
 	// RoleViewer, RoleApprover) as GetThread and ListThreads read it; ""
 	// from the runtime's reads, which act for the owner.
@@ -90,6 +93,8 @@ func (t Thread) Summary() string {
 	switch t.Status {
 	case StatusWaiting:
 		switch {
+		case tool == "" && t.BudgetHold != nil:
+			return firstLine(t.BudgetHold.Summary, 140)
 		case tool == "":
 			return "Waiting for you"
 		case kind == WaitQuestion:
@@ -205,7 +210,9 @@ const threadColumns = `t.id, t.user_id, t.folder_id, coalesce(f.name, '') AS fol
 
 // summaryColumns are what Thread.Summary is made of, computed for the
 // threads a query returns only (a page of 50 costs 50 lookups by index:
-// tool_calls_open_idx, messages_thread_idx), never over a whole queue.
+// tool_calls_open_idx, messages_thread_idx; for a waiting thread, its
+// budget hold's and its sub-agents', budget_holds' primary key and
+// threads_parent_idx), never over a whole queue.
 const summaryColumns = `
 	CASE WHEN t.status IN ('waiting', 'running') THEN (
 		SELECT json_build_array(c.wait_kind, coalesce(c.inner_call->>'tool', c.name),
@@ -218,7 +225,13 @@ const summaryColumns = `
 	coalesce(CASE WHEN t.status IN ('done', 'cancelled') THEN (
 		SELECT left(m.content, 1000) FROM messages m
 		WHERE m.thread_id = t.id AND m.role = 'assistant' AND m.content <> ''
-		ORDER BY m.id DESC LIMIT 1) END, '') AS summary_text`
+		ORDER BY m.id DESC LIMIT 1) END, '') AS summary_text,
+	CASE WHEN t.status = 'waiting' THEN (
+		SELECT json_build_object('thread_id', h.thread_id, 'summary', h.summary)
+		FROM budget_holds h
+		WHERE h.thread_id = t.id OR h.thread_id IN (
+			SELECT c.id FROM threads c WHERE c.parent_thread_id = t.id AND c.status = 'waiting')
+		ORDER BY h.thread_id LIMIT 1) END AS budget_hold`
 
 const threadFrom = ` FROM threads t LEFT JOIN folders f ON f.id = t.folder_id `
 

@@ -32,6 +32,9 @@ type ThreadView struct {
 	// sub-agents, whether the reader may decide it: DecideOK or why not
 	// (DecideChecks: Runtime.Decide's rule).
 	Deciders map[int64]string
+	// Budget is the budget hold its run waits on (budgets.go); nil when
+	// it does not.
+	Budget *BudgetHold
 }
 
 // SubagentView is a sub-agent's part of its parent's ThreadView.
@@ -64,6 +67,13 @@ func ReadThreadView(ctx context.Context, pool *pgxpool.Pool, userID, threadID in
 		}
 		if v.Attachments, err = ListAttachments(ctx, tx, userID, threadID); err != nil {
 			return err
+		}
+		if bh := v.Thread.BudgetHold; bh != nil && bh.ThreadID == threadID {
+			h, err := GetBudgetHold(ctx, tx, userID, threadID)
+			if err != nil {
+				return err
+			}
+			v.Budget = &h
 		}
 		if id := v.Thread.ParentThreadID; id != nil {
 			p, err := GetThread(ctx, tx, userID, *id)

@@ -8,6 +8,7 @@ import (
 
 	"pizzabot/db"
 	"pizzabot/db/dbtest"
+	"pizzabot/internal/eventually"
 )
 
 // Everything that renders a thread (its page, its live updates, the API's
@@ -60,8 +61,7 @@ func TestReadThreadViewIsOneSnapshot(t *testing.T) {
 		done <- read{v, err}
 	}()
 	// Wait for the reader to wait for the step.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	eventually.True(t, 30*time.Second, "the read never waited for the step", func() bool {
 		var waiting int
 		err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks
 			WHERE NOT granted AND relation = 'users'::regclass
@@ -70,18 +70,15 @@ func TestReadThreadViewIsOneSnapshot(t *testing.T) {
 			t.Fatal(err)
 		}
 		if waiting > 0 {
-			break
+			return true
 		}
 		select {
 		case r := <-done:
 			t.Fatalf("the read ended without waiting for the step (err %v): the test no longer interleaves them", r.err)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the read never waited for the step")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return false
+	})
 	if err := step.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}

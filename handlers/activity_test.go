@@ -2,6 +2,7 @@ package handlers_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
+	"pizzabot/internal/eventually"
 )
 
 // delegationScript: the top-level run hands one task to the researcher
@@ -41,24 +43,20 @@ func delegationScript() scriptmodel.Script {
 func (rb *runBundle) delegated() (parent int64, researcher, tagger db.Thread) {
 	rb.t.Helper()
 	parent = rb.start("Split the pizza work.", "")
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	eventually.Ok(rb.t, 20*time.Second, func() error {
 		kids, err := db.ListSubagents(context.Background(), rb.pool, rb.alice.ID, parent)
 		if err != nil {
 			rb.t.Fatal(err)
 		}
-		if len(kids) == 2 {
-			researcher, tagger = kids[0], kids[1]
-			if researcher.Skill != "researcher" {
-				researcher, tagger = tagger, researcher
-			}
-			break
+		if len(kids) != 2 {
+			return fmt.Errorf("thread %d has %d sub-agents", parent, len(kids))
 		}
-		if time.Now().After(deadline) {
-			rb.t.Fatalf("thread %d has %d sub-agents", parent, len(kids))
+		researcher, tagger = kids[0], kids[1]
+		if researcher.Skill != "researcher" {
+			researcher, tagger = tagger, researcher
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	rb.wait(researcher.ID, db.StatusDone)
 	tagger = rb.wait(tagger.ID, db.StatusWaiting)
 	rb.wait(parent, db.StatusWaiting)

@@ -9,6 +9,7 @@ import (
 
 	"pizzabot/db"
 	"pizzabot/handlers"
+	"pizzabot/internal/eventually"
 )
 
 // TestSaturatedStartsAreRefusedFast holds the only admission slot with a
@@ -43,21 +44,14 @@ func TestSaturatedStartsAreRefusedFast(t *testing.T) {
 		blockedFor = time.Since(t0)
 	}()
 	// Wait until it holds the slot: its INSERT waits for the lock.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	eventually.True(t, 10*time.Second, "the first start never reached the database", func() bool {
 		var waiting int
 		if err := b.pool.QueryRow(b.ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting); err != nil {
 			t.Fatal(err)
 		}
-		if waiting > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the first start never reached the database")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return waiting > 0
+	})
 
 	t0 := time.Now()
 	r := b.apiPost("alice", "/api/v1/threads", map[string]any{"prompt": "Refused"})

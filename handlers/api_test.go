@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,68 +15,26 @@ import (
 	"testing/fstest"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/riverqueue/river"
-
 	"pizzabot/agent"
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
 	"pizzabot/handlers"
+	"pizzabot/internal/eventually"
 	"pizzabot/jobs"
+	"pizzabot/jobs/jobstest"
 	"pizzabot/tools"
 )
 
 // The API tests drive the JSON API over the real handler, with a real
 // runtime behind it where runs must move: a started River client and the
-// scripted model server, as in jobs/runtime_test.go.
-
-const apiTestSkills = `---
-name: researcher
-description: Gathers material and publishes a brief.
-allowed-tools: write_file read_file publish_brief
-interruptOn:
-  publish_brief: true
----
-Research the topic, then publish a brief.
-`
-
-const apiStrictSkill = `---
-name: strict
-description: Publishes only with approval or rejection.
-allowed-tools: [publish_brief]
-interruptOn:
-  publish_brief:
-    allowedDecisions: [approve, reject]
-    description: Publishing is visible to the whole company
----
-Publish.
-`
-
-// callLog records the calls of a test tool with effects outside the database.
-type callLog struct {
-	mu   sync.Mutex
-	args []string
-}
-
-func (l *callLog) add(s string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.args = append(l.args, s)
-}
-
-func (l *callLog) got() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.args...)
-}
+// scripted model server (jobs/jobstest).
 
 // apiRun is the real runtime behind an API test's server.
 type apiRun struct {
-	t         *testing.T
+	h         *jobstest.Harness
 	rt        *jobs.Runtime
-	client    *river.Client[pgx.Tx]
 	model     *scriptmodel.Server
-	published *callLog
+	published *jobstest.Recorder
 }
 
 // apiSetup starts a server whose runs are worked by a River client and
@@ -85,70 +44,29 @@ type apiRun struct {
 // (approve or reject only).
 func apiSetup(t *testing.T, script scriptmodel.Script, extra ...tools.Tool) (*bundle, *apiRun) {
 	t.Helper()
-	run := &apiRun{t: t, model: scriptmodel.New(script), published: &callLog{}}
-	srv := httptest.NewServer(run.model.Handler())
-	t.Cleanup(srv.Close)
-	publish := tools.Tool{
-		Spec: agent.ToolSpec{
-			Name:        "publish_brief",
-			Description: "Publish a brief to the company.",
-			Parameters:  []byte(`{"type":"object","properties":{"title":{"type":"string","minLength":1}},"required":["title"]}`),
-		},
-		Call: func(_ context.Context, _ tools.Run, args map[string]any) (string, error) {
-			title, _ := args["title"].(string)
-			run.published.add(title)
-			return "published " + title, nil
-		},
-	}
-	toolbox, err := tools.NewToolbox(append([]tools.Tool{publish}, extra...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	run := &apiRun{published: &jobstest.Recorder{}}
 	skills := agent.LoadSkills(fstest.MapFS{
-		"researcher/SKILL.md": {Data: []byte(apiTestSkills)},
-		"strict/SKILL.md":     {Data: []byte(apiStrictSkill)},
+		"researcher/SKILL.md": {Data: []byte(jobstest.ResearcherSkill)},
+		"strict/SKILL.md":     {Data: []byte(jobstest.StrictSkill)},
 	}, "")
 	if len(skills.Errors) > 0 {
 		t.Fatalf("skills: %v", skills.Errors)
 	}
 	b := setup(t, func(d *handlers.Deps) {
-		run.rt = newRuntime(t, jobs.Config{
-			Pool:         d.Pool,
-			Logger:       d.Logger,
-			Tools:        toolbox,
-			Skills:       func() agent.SkillSet { return skills },
-			DefaultModel: "compatible:scripted",
-			Getenv: func(k string) string {
-				if k == "COMPATIBLE_BASE_URL" {
-					return srv.URL + "/v1"
-				}
-				return ""
+		run.h = jobstest.Start(t, jobstest.Options{
+			Config: jobs.Config{
+				Pool:       d.Pool,
+				Logger:     d.Logger,
+				ModelRetry: agent.RetryPolicy{Attempts: 1, Base: time.Millisecond, Max: time.Millisecond},
 			},
-			ModelRetry:     agent.RetryPolicy{Attempts: 1, Base: time.Millisecond, Max: time.Millisecond},
-			HeartbeatEvery: 100 * time.Millisecond,
-			StaleAfter:     time.Second,
-			MaxWorkers:     20,
+			Script: script,
+			Tools:  append([]tools.Tool{jobstest.PublishTool(run.published)}, extra...),
+			Skills: skills,
 		})
+		run.rt, run.model = run.h.Runtime, run.h.Model
 		d.Runs = run.rt
-		run.start()
 	})
 	return b, run
-}
-
-// start starts a River client working the runtime's jobs, stopped when the
-// test ends.
-func (run *apiRun) start() {
-	t := run.t
-	t.Helper()
-	if err := run.rt.StartWorkers(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	run.client = run.rt.Client()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = run.rt.StopWorkers(ctx)
-	})
 }
 
 // apiResp is a recorded API response.
@@ -336,17 +254,15 @@ type wireList struct {
 // status, as a client would, and returns it.
 func (b *bundle) apiWait(user string, id int64, status string) wireThread {
 	b.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		th := b.apiGet(user, "/api/v1/threads/"+itoa(id)).want(http.StatusOK).thread()
-		if th.Status == status {
-			return th
+	var th wireThread
+	eventually.Ok(b.t, 20*time.Second, func() error {
+		th = b.apiGet(user, "/api/v1/threads/"+itoa(id)).want(http.StatusOK).thread()
+		if th.Status != status {
+			return fmt.Errorf("thread %d is %s (error %v), want %s", id, th.Status, th.Error, status)
 		}
-		if time.Now().After(deadline) {
-			b.t.Fatalf("thread %d is %s (error %v), want %s", id, th.Status, th.Error, status)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return th
 }
 
 // apiStart starts a thread through the API as user.
@@ -530,7 +446,7 @@ func TestAPIDecisions(t *testing.T) {
 			if err := json.Unmarshal(p.Arguments, &args); err != nil {
 				t.Fatalf("pending arguments %s are not an object: %v", p.Arguments, err)
 			}
-			if len(run.published.got()) != 0 {
+			if len(run.published.Got()) != 0 {
 				t.Fatal("the tool ran before the decision")
 			}
 
@@ -542,7 +458,7 @@ func TestAPIDecisions(t *testing.T) {
 				t.Errorf("answer is thread %d", got.ID)
 			}
 			th = b.apiWait("alice", th.ID, db.StatusDone)
-			if got := run.published.got(); strings.Join(got, ",") != strings.Join(tt.wantPublished, ",") {
+			if got := run.published.Got(); strings.Join(got, ",") != strings.Join(tt.wantPublished, ",") {
 				t.Errorf("published %v, want %v", got, tt.wantPublished)
 			}
 			var result *wireMessage
@@ -626,8 +542,8 @@ func TestAPIRefusedDecisionsChangeNothing(t *testing.T) {
 	}
 	after := b.apiGet("alice", "/api/v1/threads/"+itoa(th.ID)).want(http.StatusOK).thread()
 	if after.Status != db.StatusWaiting || len(after.Pending) != 1 || len(after.Decisions) != 0 ||
-		!after.UpdatedAt.Equal(before.UpdatedAt) || len(run.published.got()) != 0 {
-		t.Errorf("refused decisions changed the thread: before %+v, after %+v, published %v", before, after, run.published.got())
+		!after.UpdatedAt.Equal(before.UpdatedAt) || len(run.published.Got()) != 0 {
+		t.Errorf("refused decisions changed the thread: before %+v, after %+v, published %v", before, after, run.published.Got())
 	}
 	calls, err := db.ListToolCalls(b.ctx, b.pool, b.alice.ID, th.ID)
 	if err != nil {
@@ -639,7 +555,7 @@ func TestAPIRefusedDecisionsChangeNothing(t *testing.T) {
 	// The allowed decision still goes through.
 	b.apiPost("alice", path, one(map[string]any{"id": p.ID, "type": "approve"})).want(http.StatusAccepted)
 	b.apiWait("alice", th.ID, db.StatusDone)
-	if got := run.published.got(); !slices.Equal(got, []string{"Brief"}) {
+	if got := run.published.Got(); !slices.Equal(got, []string{"Brief"}) {
 		t.Errorf("published %v", got)
 	}
 }
@@ -668,7 +584,7 @@ func TestAPIDecideOneByOne(t *testing.T) {
 		map[string]any{"id": th.Pending[1].ID, "type": "reject", "message": "only one"},
 	}}).want(http.StatusAccepted)
 	done := b.apiWait("alice", th.ID, db.StatusDone)
-	if got := run.published.got(); !slices.Equal(got, []string{"One"}) {
+	if got := run.published.Got(); !slices.Equal(got, []string{"One"}) {
 		t.Errorf("published %v, want [One]", got)
 	}
 	if len(done.Decisions) != 2 || done.Decisions[1].Message != "only one" {
@@ -727,7 +643,7 @@ func TestAPIUnknownOutcome(t *testing.T) {
 		t.Run(decision, func(t *testing.T) {
 			t.Parallel()
 			started := make(chan struct{}, 1)
-			var charges callLog
+			var charges jobstest.Recorder
 			charge := tools.Tool{
 				Spec: agent.ToolSpec{
 					Name:        "charge_card",
@@ -735,8 +651,8 @@ func TestAPIUnknownOutcome(t *testing.T) {
 					Parameters:  []byte(`{"type":"object","properties":{"amount":{"type":"integer"}},"required":["amount"]}`),
 				},
 				Call: func(ctx context.Context, _ tools.Run, _ map[string]any) (string, error) {
-					charges.add("charge")
-					if len(charges.got()) == 1 {
+					charges.Add("charge")
+					if len(charges.Got()) == 1 {
 						// The first call hangs until the server stops.
 						started <- struct{}{}
 						<-ctx.Done()
@@ -763,10 +679,10 @@ func TestAPIUnknownOutcome(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			if err := run.client.StopAndCancel(ctx); err != nil {
+			if err := run.rt.Client().StopAndCancel(ctx); err != nil {
 				t.Fatal(err)
 			}
-			run.start()
+			run.h.StartWorkers(t)
 
 			th = b.apiWait("alice", th.ID, db.StatusWaiting)
 			if len(th.Pending) != 1 {
@@ -782,7 +698,7 @@ func TestAPIUnknownOutcome(t *testing.T) {
 			}}).want(http.StatusAccepted)
 			th = b.apiWait("alice", th.ID, db.StatusDone)
 			wantCharges := map[string]int{"retry": 2, "skip": 1}[decision]
-			if got := len(charges.got()); got != wantCharges {
+			if got := len(charges.Got()); got != wantCharges {
 				t.Errorf("charge_card called %d times, want %d", got, wantCharges)
 			}
 			var result string
@@ -814,7 +730,7 @@ func TestAPICancelAndRetry(t *testing.T) {
 		if len(th.Pending) != 0 || th.Error == nil || !strings.Contains(*th.Error, "Cancelled by Alice") {
 			t.Errorf("after cancel: pending %+v, error %v", th.Pending, th.Error)
 		}
-		if len(run.published.got()) != 0 {
+		if len(run.published.Got()) != 0 {
 			t.Error("the cancelled call ran")
 		}
 		// Retrying a cancelled run whose calls were all answered queues it.
@@ -1032,7 +948,7 @@ func TestAPIUserIsolation(t *testing.T) {
 
 	after := b.apiGet("alice", "/api/v1/threads/"+id).want(http.StatusOK).thread()
 	if after.Status != db.StatusWaiting || len(after.Pending) != 1 || len(after.Decisions) != 0 ||
-		after.Unread != before.Unread || len(after.Messages) != len(before.Messages) || len(run.published.got()) != 0 {
+		after.Unread != before.Unread || len(after.Messages) != len(before.Messages) || len(run.published.Got()) != 0 {
 		t.Errorf("bob's requests changed alice's thread: %+v", after)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -185,6 +186,10 @@ type apiUsage struct {
 	Steps            int64 `json:"steps"`
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
+	// CostUSD is what the thread's model calls cost (docs/team.md);
+	// UnpricedCalls counts those of models without a price, at 0.
+	CostUSD       float64 `json:"cost_usd"`
+	UnpricedCalls int64   `json:"unpriced_calls"`
 }
 
 type apiCounts struct {
@@ -502,7 +507,8 @@ func (h *Handler) apiShowThread(w http.ResponseWriter, r *http.Request) error {
 		Messages:  make([]apiMessage, 0, len(v.Messages)),
 		Pending:   []apiPending{},
 		Decisions: []apiDecision{},
-		Usage:     apiUsage{Steps: v.Usage.Steps, PromptTokens: v.Usage.PromptTokens, CompletionTokens: v.Usage.CompletionTokens},
+		Usage: apiUsage{Steps: v.Usage.Steps, PromptTokens: v.Usage.PromptTokens, CompletionTokens: v.Usage.CompletionTokens,
+			CostUSD: math.Round(v.Usage.Cost.Dollars()*1e6) / 1e6, UnpricedCalls: v.Usage.Unpriced},
 
 		Attachments: toAPIAttachments(v.Attachments),
 	}

@@ -29,6 +29,7 @@ import (
 	"pizzabot/handlers"
 	"pizzabot/handlers/oidctest"
 	"pizzabot/jobs"
+	"pizzabot/jobs/jobstest"
 	"pizzabot/live"
 	"pizzabot/skills"
 	"pizzabot/tools"
@@ -134,7 +135,7 @@ func authSetup(t *testing.T, o authOptions) *authBundle {
 		Pool: pool, Logger: log, DataRoot: b.root, BuiltinSkills: skills.FS,
 		Manager: mcpclient.New(mcpclient.Options{}), RefreshEvery: time.Hour,
 	}
-	b.runs = newRuntime(t, jobs.Config{
+	b.runs = jobstest.New(t, jobs.Config{
 		Pool: pool, Logger: log, Tools: toolbox,
 		Skills: b.ext.Skills, SkillVersion: b.ext.SkillVersion,
 		DefaultModel: "openai:gpt-4.1-mini",
@@ -753,11 +754,7 @@ func TestLocalUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	toolbox, err := tools.NewToolbox()
-	if err != nil {
-		t.Fatal(err)
-	}
-	runs := newRuntime(t, jobs.Config{Pool: pool, Logger: slog.New(slog.DiscardHandler), Tools: toolbox})
+	runs := jobstest.New(t, jobs.Config{Pool: pool}) // the built-in tools
 	srv := httptest.NewServer(handlers.New(handlers.Deps{Pool: pool, Auth: auth, Runs: runs}))
 	t.Cleanup(srv.Close)
 	b := &authBundle{t: t, ctx: ctx, pool: pool, srv: srv}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"pizzabot/db"
+	"pizzabot/internal/eventually"
 )
 
 // A change reaches its owner's streams as the rows, counts and notification
@@ -236,16 +237,8 @@ func TestEventStreamRefreshesActivityPanel(t *testing.T) {
 	if _, err := db.AddMessage(b.ctx, b.pool, db.Message{ThreadID: child, Role: db.RoleAssistant, Content: "Found three sources."}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.After(10 * time.Second)
-	for {
-		select {
-		case <-deadline:
-			t.Fatal("no update of the Activity panel after the sub-agent's message")
-		default:
-		}
+	eventually.True(t, 10*time.Second, "no update of the Activity panel after the sub-agent's message", func() bool {
 		u, ok := find(s.until(), "update")
-		if ok && strings.Contains(u.data, `id="thread-activity"`) && strings.Contains(u.data, "Found three sources.") {
-			return
-		}
-	}
+		return ok && strings.Contains(u.data, `id="thread-activity"`) && strings.Contains(u.data, "Found three sources.")
+	})
 }

@@ -1,6 +1,7 @@
 package handlers_test
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
+	"pizzabot/internal/eventually"
 )
 
 // delegateScript: a run without a skill delegates to strict, whose
@@ -33,14 +35,13 @@ func TestAPISubagentWaitsOnParent(t *testing.T) {
 	b, run := apiSetup(t, delegateScript())
 	parent := b.apiStart("alice", map[string]any{"prompt": "Get the brief out"})
 	var th wireThread
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	eventually.Ok(t, 20*time.Second, func() error {
 		th = b.apiGet("alice", "/api/v1/threads/"+itoa(parent.ID)).want(http.StatusOK).thread()
-		if len(th.Pending) > 0 || time.Now().After(deadline) {
-			break
+		if len(th.Pending) == 0 {
+			return fmt.Errorf("parent pending = %+v (status %s)", th.Pending, th.Status)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	if len(th.Pending) != 1 {
 		t.Fatalf("parent pending = %+v (status %s)", th.Pending, th.Status)
 	}
@@ -60,7 +61,7 @@ func TestAPISubagentWaitsOnParent(t *testing.T) {
 	// A decision the call does not allow is refused through the parent too.
 	b.apiPost("alice", "/api/v1/threads/"+itoa(parent.ID)+"/decisions",
 		map[string]any{"decisions": []any{map[string]any{"id": p.ID, "type": "edit", "arguments": map[string]any{"title": "x"}}}}).wantError(http.StatusBadRequest)
-	if got := run.published.got(); len(got) != 0 {
+	if got := run.published.Got(); len(got) != 0 {
 		t.Fatalf("published %v before approval", got)
 	}
 
@@ -70,7 +71,7 @@ func TestAPISubagentWaitsOnParent(t *testing.T) {
 		t.Errorf("answer is thread %d, want the parent", got.ID)
 	}
 	th = b.apiWait("alice", parent.ID, db.StatusDone)
-	if got := run.published.got(); strings.Join(got, ",") != "Child brief" {
+	if got := run.published.Got(); strings.Join(got, ",") != "Child brief" {
 		t.Errorf("published %v", got)
 	}
 	if len(th.Pending) != 0 {

@@ -113,6 +113,10 @@ type Runs interface {
 	// Skills are the skills now; Toolbox the tools runs may be offered.
 	Skills() agent.SkillSet
 	Toolbox() *tools.Toolbox
+	// ResumeWithinBudget and ApproveBudgetOnce end budget holds, in the
+	// caller's transaction (jobs/budget.go; usage.go).
+	ResumeWithinBudget(ctx context.Context, tx pgx.Tx) ([]int64, error)
+	ApproveBudgetOnce(ctx context.Context, tx pgx.Tx, admin db.User, threadID int64) (db.BudgetHold, error)
 }
 
 // ErrUnauthenticated is what Deps.Authenticate returns, wrapped, for a

@@ -20,7 +20,7 @@ import (
 	"pizzabot/db/dbtest"
 	"pizzabot/handlers"
 	"pizzabot/jobs"
-	"pizzabot/tools"
+	"pizzabot/jobs/jobstest"
 )
 
 func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
@@ -64,11 +64,7 @@ func setup(t *testing.T, opts ...func(*handlers.Deps)) *bundle {
 	}
 	// An insert-only River client: runs are queued, never worked, so a new
 	// thread stays running as the page tests expect.
-	toolbox, err := tools.NewToolbox()
-	if err != nil {
-		t.Fatal(err)
-	}
-	deps.Runs = newRuntime(t, jobs.Config{Pool: pool, Logger: deps.Logger, Tools: toolbox})
+	deps.Runs = jobstest.New(t, jobs.Config{Pool: pool, Logger: deps.Logger}) // the built-in tools
 	for _, o := range opts {
 		o(&deps)
 	}

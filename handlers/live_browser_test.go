@@ -3,13 +3,11 @@ package handlers_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
@@ -29,7 +27,9 @@ import (
 	"pizzabot/db"
 	"pizzabot/db/dbtest"
 	"pizzabot/handlers"
+	"pizzabot/internal/eventually"
 	"pizzabot/jobs"
+	"pizzabot/jobs/jobstest"
 	"pizzabot/live"
 	"pizzabot/tools"
 )
@@ -131,48 +131,30 @@ func setupLiveBrowser(t *testing.T, gate *finishGate) *liveServer {
 	if ls.alice, err = db.UpsertUser(ctx, ls.pool, "https://idp.test", "alice", "alice@example.com", "Alice", false); err != nil {
 		t.Fatal(err)
 	}
-	model := httptest.NewServer(gate.wrap(scriptmodel.New(liveScript).Handler()))
-	t.Cleanup(model.Close)
-	t.Cleanup(gate.release) // let a held step end before the model server closes
-	toolbox, err := tools.NewToolbox(tools.Tool{
-		Spec: agent.ToolSpec{
-			Name: "publish_brief", Description: "Publish a brief.",
-			Parameters: []byte(`{"type":"object","properties":{"title":{"type":"string"}},"required":["title"]}`),
-		},
-		Call: func(_ context.Context, _ tools.Run, args map[string]any) (string, error) {
-			return fmt.Sprintf("published %v", args["title"]), nil
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	skills := agent.LoadSkills(fstest.MapFS{"researcher/SKILL.md": {Data: []byte(liveSkill)}}, "")
-	ls.rt = newRuntime(t, jobs.Config{
-		Pool: ls.pool, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Tools: toolbox,
-		Skills:       func() agent.SkillSet { return skills },
-		DefaultModel: "compatible:scripted",
-		Getenv: func(k string) string {
-			if k == "COMPATIBLE_BASE_URL" {
-				return model.URL + "/v1"
-			}
-			return ""
+	h := jobstest.Start(t, jobstest.Options{
+		Config: jobs.Config{
+			Pool: ls.pool,
+			OnDelta: func(threadID int64, text string, reset bool) {
+				ls.current.Load().PublishDelta(threadID, text, reset)
+			},
+			MaxWorkers: 10,
 		},
-		ModelRetry:     agent.RetryPolicy{Attempts: 3, Base: time.Millisecond, Max: 5 * time.Millisecond},
-		HeartbeatEvery: 100 * time.Millisecond,
-		StaleAfter:     time.Second,
-		OnDelta: func(threadID int64, text string, reset bool) {
-			ls.current.Load().PublishDelta(threadID, text, reset)
-		},
-		MaxWorkers: 10,
+		Script:    liveScript,
+		WrapModel: gate.wrap,
+		Tools: []tools.Tool{{
+			Spec: agent.ToolSpec{
+				Name: "publish_brief", Description: "Publish a brief.",
+				Parameters: []byte(`{"type":"object","properties":{"title":{"type":"string"}},"required":["title"]}`),
+			},
+			Call: func(_ context.Context, _ tools.Run, args map[string]any) (string, error) {
+				return fmt.Sprintf("published %v", args["title"]), nil
+			},
+		}},
+		Skills: skills,
 	})
-	if err := ls.rt.StartWorkers(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = ls.rt.StopWorkers(sctx)
-	})
+	ls.rt = h.Runtime
+	t.Cleanup(gate.release) // let a held step end before the workers stop and the model server closes
 	ls.addr = "127.0.0.1:0"
 	ls.start()
 	t.Cleanup(ls.stop)
@@ -197,16 +179,11 @@ func (ls *liveServer) start() {
 		Live:         broker,
 	})
 	var ln net.Listener
-	var err error
-	for i := 0; i < 50; i++ { // the old socket may linger a moment
-		if ln, err = net.Listen("tcp", ls.addr); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
-		ls.t.Fatal(err)
-	}
+	eventually.Ok(ls.t, 5*time.Second, func() error { // the old socket may linger a moment
+		var err error
+		ln, err = net.Listen("tcp", ls.addr)
+		return err
+	})
 	ls.addr = ln.Addr().String()
 	ls.srv = &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	ls.srv.RegisterOnShutdown(broker.Close)
@@ -320,20 +297,18 @@ func (tb *tab) eval(js string) any {
 // wait polls a JavaScript condition until it holds.
 func (tb *tab) wait(cond string) {
 	tb.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	eventually.Ok(tb.t, 30*time.Second, func() error {
 		ctx, cancel := context.WithTimeout(tb.ctx, 5*time.Second)
 		ok, err := chromedp.Run(ctx, chromedp.Evaluate[bool]("!!("+cond+")"))
 		cancel()
 		if err == nil && ok {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
+		return eventually.Lazy(func() string {
 			html, _ := chromedp.Run(tb.ctx, chromedp.OuterHTML(chromedp.CSS("main")))
-			tb.t.Fatalf("%s: waited 30s for %s (err %v); main:\n%.3000s", tb.name, cond, err, html)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+			return fmt.Sprintf("%s: waited for %s (err %v); main:\n%.3000s", tb.name, cond, err, html)
+		})
+	})
 }
 
 // notReloaded fails if the tab's page was loaded again since it opened.
@@ -448,7 +423,7 @@ func TestLiveInboxInBrowser(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitStatus(t, ls.pool, ls.alice, th.ID, db.StatusDone)
+		jobstest.Wait(t, ls.pool, ls.alice, th.ID, db.StatusDone)
 		ls.start()
 		all.wait(row(th.ID) + `?.dataset.status === "done"`)
 		unread.wait(row(th.ID))
@@ -464,22 +439,4 @@ func TestLiveInboxInBrowser(t *testing.T) {
 			tb.notReloaded()
 		}
 	})
-}
-
-func waitStatus(t *testing.T, pool *pgxpool.Pool, u db.User, id int64, status string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		th, err := db.GetThread(context.Background(), pool, u.ID, id)
-		if err != nil && !errors.Is(err, db.ErrNotFound) {
-			t.Fatal(err)
-		}
-		if th.Status == status {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("thread %d is %s, want %s", id, th.Status, status)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

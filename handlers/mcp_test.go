@@ -4,6 +4,7 @@ import (
 	"archive/zip"
 	"bytes"
 	"context"
+	"fmt"
 	"mime/multipart"
 	"net/http"
 	"net/http/httptest"
@@ -19,7 +20,9 @@ import (
 	"pizzabot/db"
 	"pizzabot/extensions"
 	"pizzabot/handlers"
+	"pizzabot/internal/eventually"
 	"pizzabot/jobs"
+	"pizzabot/jobs/jobstest"
 	"pizzabot/tools"
 )
 
@@ -63,7 +66,7 @@ func mcpSetupRuns(t *testing.T, env map[string]string) (*bundle, *extensions.Ext
 			t.Fatal(err)
 		}
 		toolbox.AddSource(extensions.MCPTools(ext.Manager))
-		runs = newRuntime(t, jobs.Config{Pool: d.Pool, Logger: d.Logger, Tools: toolbox, Skills: ext.Skills})
+		runs = jobstest.New(t, jobs.Config{Pool: d.Pool, Logger: d.Logger, Tools: toolbox, Skills: ext.Skills})
 		d.Runs = runs
 		d.Extensions = ext
 		ext.Start(context.Background())
@@ -73,25 +76,23 @@ func mcpSetupRuns(t *testing.T, env map[string]string) (*bundle, *extensions.Ext
 }
 
 // serverRow returns the state and text of a server's row, polling until
-// want appears in its state (or the deadline).
-func serverRow(t *testing.T, b *bundle, name, wantState string) (string, string) {
+// want appears in its state.
+func serverRow(t *testing.T, b *bundle, name, wantState string) (state, row string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	eventually.Ok(t, 20*time.Second, func() error {
 		resp := b.get("admin", "/settings/mcp").wantStatus(http.StatusOK)
 		for _, n := range resp.all("mcp-server-row") {
 			if attr(n, "data-server") == name {
-				state := attr(n, "data-state")
-				if state == wantState || time.Now().After(deadline) {
-					return state, text(n)
+				state, row = attr(n, "data-state"), text(n)
+				if state != wantState {
+					return fmt.Errorf("server %s is %s, want %s: %s", name, state, wantState, row)
 				}
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no row for server %s:\n%s", name, resp.body())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return fmt.Errorf("no row for server %s:\n%s", name, resp.body())
+	})
+	return state, row
 }
 
 func TestMCPSettingsPage(t *testing.T) {

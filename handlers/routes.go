@@ -89,6 +89,8 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	// The API's event stream (api_events.go): JSON about the user's
 	// threads, resuming at Last-Event-ID like GET /events.
 	mux.Handle("GET /api/v1/events", h.api(h.apiEvents))
+	// What the agents cost (api_usage.go), for admins only: 403 otherwise.
+	mux.Handle("GET /api/v1/usage", h.adminAPI(h.apiShowUsage))
 	mux.Handle("/api/v1/", h.apiNotFound(mux))
 
 	// Sign-in (oidc.go): open to anyone, mounted when SSO is configured.
@@ -122,6 +124,15 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	mux.Handle("POST /settings/skills", h.admin(h.saveSkill))
 	mux.Handle("POST /settings/skills/install", h.admin(h.installSkills))
 	mux.Handle("POST /settings/skills/{name}/delete", h.admin(h.deleteSkill))
+	// Usage and budgets (usage.go, api_usage.go; docs/team.md): what the
+	// agents cost, budgets, prices per model, and the runs a budget
+	// stopped, which an admin may let make one more model call.
+	mux.Handle("GET /settings/usage", h.admin(h.showUsage))
+	mux.Handle("POST /settings/usage/budgets", h.admin(h.saveBudget))
+	mux.Handle("POST /settings/usage/budgets/{id}/delete", h.admin(h.deleteBudget))
+	mux.Handle("POST /settings/usage/prices", h.admin(h.savePrice))
+	mux.Handle("POST /settings/usage/prices/delete", h.admin(h.deletePrice))
+	mux.Handle("POST /settings/usage/holds/{id}/approve", h.admin(h.approveBudgetOnce))
 	if h.jobsUI != nil {
 		// River's UI and its JSON API, under its own prefix.
 		mux.Handle("/settings/jobs/", h.adminHandler(h.jobsUI))

@@ -3,13 +3,9 @@ package handlers_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -21,31 +17,14 @@ import (
 	"pizzabot/db"
 	"pizzabot/handlers"
 	"pizzabot/jobs"
+	"pizzabot/jobs/jobstest"
 	"pizzabot/tools"
 )
 
 // The skills of the run tests.
 var runSkills = fstest.MapFS{
-	"researcher/SKILL.md": {Data: []byte(`---
-name: researcher
-description: Gathers material and publishes a brief.
-allowed-tools: write_file read_file publish_brief
-interruptOn:
-  publish_brief: true
----
-Research the topic, then publish a brief.
-`)},
-	"strict/SKILL.md": {Data: []byte(`---
-name: strict
-description: Publishes only with approval or rejection.
-allowed-tools: [publish_brief]
-interruptOn:
-  publish_brief:
-    allowedDecisions: [approve, reject]
-    description: Publishing is visible to the whole company
----
-Publish.
-`)},
+	"researcher/SKILL.md": {Data: []byte(jobstest.ResearcherSkill)},
+	"strict/SKILL.md":     {Data: []byte(jobstest.StrictSkill)},
 	"pair/SKILL.md": {Data: []byte(`---
 name: pair
 description: Publishes and takes notes, both with approval.
@@ -75,41 +54,20 @@ Browse.
 	"broken/SKILL.md": {Data: []byte("---\nname: Broken Skill\n---\nNo description.\n")},
 }
 
-// pageToolLog records the calls of a test tool with effects outside the
-// database.
-type pageToolLog struct {
-	mu    sync.Mutex
-	calls []string
-}
-
-func (l *pageToolLog) add(s string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.calls = append(l.calls, s)
-}
-
-func (l *pageToolLog) got() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return append([]string(nil), l.calls...)
-}
-
 // runBundle is a test server whose runs really run: a River client works
 // the steps, and a scripted model answers.
 type runBundle struct {
 	*bundle
 	rt        *jobs.Runtime
 	model     *scriptmodel.Server
-	published *pageToolLog
+	published *jobstest.Recorder
 }
 
 func setupRuns(t *testing.T, script scriptmodel.Script) *runBundle {
 	t.Helper()
-	rb := &runBundle{published: &pageToolLog{}, model: scriptmodel.New(script)}
-	srv := httptest.NewServer(rb.model.Handler())
-	t.Cleanup(srv.Close)
-	toolbox, err := tools.NewToolbox(
-		tools.Tool{
+	rb := &runBundle{published: &jobstest.Recorder{}}
+	toolList := []tools.Tool{
+		{
 			Spec: agent.ToolSpec{
 				Name:        "publish_brief",
 				Description: "Publish a brief to the company.",
@@ -121,11 +79,11 @@ func setupRuns(t *testing.T, script scriptmodel.Script) *runBundle {
 					"required":["title"],"additionalProperties":false}`),
 			},
 			Call: func(_ context.Context, _ tools.Run, args map[string]any) (string, error) {
-				rb.published.add(fmt.Sprint(args["title"]))
+				rb.published.Add(fmt.Sprint(args["title"]))
 				return fmt.Sprintf("published %v (audience %v, priority %v)", args["title"], args["audience"], args["priority"]), nil
 			},
 		},
-		tools.Tool{
+		{
 			Spec: agent.ToolSpec{
 				Name:        "tag_items",
 				Description: "Tag the items.",
@@ -135,37 +93,16 @@ func setupRuns(t *testing.T, script scriptmodel.Script) *runBundle {
 				return fmt.Sprintf("tagged %v", args["tags"]), nil
 			},
 		},
-	)
-	if err != nil {
-		t.Fatal(err)
 	}
 	skills := agent.LoadSkills(runSkills, "")
 	rb.bundle = setup(t, func(d *handlers.Deps) {
-		rb.rt = newRuntime(t, jobs.Config{
-			Pool:         d.Pool,
-			Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-			Tools:        toolbox,
-			Skills:       func() agent.SkillSet { return skills },
-			DefaultModel: "compatible:scripted",
-			Getenv: func(k string) string {
-				if k == "COMPATIBLE_BASE_URL" {
-					return srv.URL + "/v1"
-				}
-				return ""
-			},
-			ModelRetry:     agent.RetryPolicy{Attempts: 3, Base: time.Millisecond, Max: 5 * time.Millisecond},
-			HeartbeatEvery: 100 * time.Millisecond,
-			StaleAfter:     time.Second,
-			MaxWorkers:     20,
+		h := jobstest.Start(t, jobstest.Options{
+			Config: jobs.Config{Pool: d.Pool},
+			Script: script,
+			Tools:  toolList,
+			Skills: skills,
 		})
-		if err := rb.rt.StartWorkers(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			_ = rb.rt.StopWorkers(ctx)
-		})
+		rb.rt, rb.model = h.Runtime, h.Model
 		d.Runs = rb.rt
 	})
 	return rb
@@ -185,17 +122,7 @@ func (rb *runBundle) start(prompt, skill string) int64 {
 // wait polls until alice's thread reaches status.
 func (rb *runBundle) wait(id int64, status string) db.Thread {
 	rb.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		th := rb.reload(rb.alice, id)
-		if th.Status == status {
-			return th
-		}
-		if time.Now().After(deadline) {
-			rb.t.Fatalf("thread %d is %s (error %q), want %s", id, th.Status, th.Error, status)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return jobstest.Wait(rb.t, rb.pool, rb.alice, id, status)
 }
 
 // pending returns the ids of the calls the thread page offers to decide.
@@ -388,7 +315,7 @@ func TestDecisionsThroughThePage(t *testing.T) {
 			if got := rb.lastToolResult(id).Content; !strings.Contains(got, tt.wantResult) {
 				t.Errorf("tool result = %q, want it to contain %q", got, tt.wantResult)
 			}
-			if got := rb.published.got(); !slices.Equal(got, tt.wantPublish) {
+			if got := rb.published.Got(); !slices.Equal(got, tt.wantPublish) {
 				t.Errorf("published %v, want %v", got, tt.wantPublish)
 			}
 
@@ -462,7 +389,7 @@ func TestRefusedDecisions(t *testing.T) {
 			}
 		}
 		stillWaiting(path)
-		if len(rb.published.got()) != 0 {
+		if len(rb.published.Got()) != 0 {
 			t.Error("the tool ran")
 		}
 	})
@@ -613,7 +540,7 @@ func TestSeveralPendingCalls(t *testing.T) {
 		if !slices.Equal(states, []string{"ready", "waiting"}) {
 			t.Errorf("call states = %v, want [ready waiting]", states)
 		}
-		if len(rb.published.got()) != 0 {
+		if len(rb.published.Got()) != 0 {
 			t.Error("the approved call ran before the other was decided")
 		}
 		rb.wait(id, db.StatusWaiting)
@@ -711,14 +638,14 @@ func TestUnknownOutcomeThroughThePage(t *testing.T) {
 	rb.post("alice", path+"/decisions", form("call", call, "decision", "approve")).wantStatus(http.StatusUnprocessableEntity)
 	rb.post("alice", path+"/decisions", form("call", call, "decision", "skip")).wantStatus(http.StatusSeeOther)
 	rb.wait(parseID(t, strings.TrimPrefix(path, "/threads/")), db.StatusDone)
-	if got := rb.published.got(); len(got) != 0 {
+	if got := rb.published.Got(); len(got) != 0 {
 		t.Errorf("a skipped call ran: %v", got)
 	}
 
 	path, call = unknown()
 	rb.post("alice", path+"/decisions", form("call", call, "decision", "retry")).wantStatus(http.StatusSeeOther)
 	rb.wait(parseID(t, strings.TrimPrefix(path, "/threads/")), db.StatusDone)
-	if got := rb.published.got(); !slices.Equal(got, []string{"Research brief"}) {
+	if got := rb.published.Got(); !slices.Equal(got, []string{"Research brief"}) {
 		t.Errorf("published %v after retry", got)
 	}
 }
@@ -745,7 +672,7 @@ func TestCancelWhileWaitingThroughThePage(t *testing.T) {
 	if got := page.text("tool-result"); !strings.Contains(got, "Cancelled by the user") {
 		t.Errorf("the cancelled call's result = %q", got)
 	}
-	if len(rb.published.got()) != 0 {
+	if len(rb.published.Got()) != 0 {
 		t.Error("the cancelled call ran")
 	}
 	r = rb.post("alice", path+"/cancel", form(), htmx).wantStatus(http.StatusConflict)
@@ -756,7 +683,7 @@ func TestCancelWhileWaitingThroughThePage(t *testing.T) {
 	// result, which the model reads.
 	rb.post("alice", path+"/retry", form()).wantStatus(http.StatusSeeOther)
 	rb.wait(id, db.StatusDone)
-	if len(rb.published.got()) != 0 {
+	if len(rb.published.Got()) != 0 {
 		t.Error("retrying a cancelled run ran the cancelled call")
 	}
 }
@@ -931,7 +858,7 @@ func TestRunRoutesAreScoped(t *testing.T) {
 	if got := rb.get("alice", path).pending(); !slices.Equal(got, []string{call}) {
 		t.Errorf("pending after bob's attempts = %v", got)
 	}
-	if len(rb.published.got()) != 0 {
+	if len(rb.published.Got()) != 0 {
 		t.Error("bob ran alice's call")
 	}
 }

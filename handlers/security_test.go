@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -23,6 +22,7 @@ import (
 	"pizzabot/handlers"
 	"pizzabot/handlers/oidctest"
 	"pizzabot/jobs"
+	"pizzabot/jobs/jobstest"
 	"pizzabot/tools"
 )
 
@@ -91,11 +91,7 @@ func localServer(t *testing.T) (*authBundle, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	toolbox, err := tools.NewToolbox()
-	if err != nil {
-		t.Fatal(err)
-	}
-	runs := newRuntime(t, jobs.Config{Pool: pool, Logger: slog.New(slog.DiscardHandler), Tools: toolbox})
+	runs := jobstest.New(t, jobs.Config{Pool: pool}) // the built-in tools
 	srv := httptest.NewServer(handlers.New(handlers.Deps{Pool: pool, Auth: auth, Runs: runs, DataRoot: t.TempDir(),
 		JobsUI: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "river ui") })}))
 	t.Cleanup(srv.Close)

@@ -115,7 +115,7 @@ func TestThreadPageInBrowser(t *testing.T) {
 		t.Errorf("diff = %q", got)
 	}
 	rb.wait(edited, db.StatusDone)
-	if got := rb.published.got(); len(got) != 1 || got[0] != "Final brief" {
+	if got := rb.published.Got(); len(got) != 1 || got[0] != "Final brief" {
 		t.Errorf("published %v", got)
 	}
 

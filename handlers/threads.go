@@ -65,6 +65,8 @@ func (h *Handler) loadThreadView(ctx context.Context, user db.User, id int64, ba
 	if v.Folders, err = db.ListFolders(ctx, h.pool, user.ID); err != nil {
 		return views.ThreadView{}, err
 	}
+	// An admin sees "Approve once" on a run a budget stopped.
+	v.Budget, v.Admin = tv.Budget, user.IsAdmin
 	v.Forms = h.decisionForms(v)
 	// The sub-agents it delegated to, each a complete view of its own with
 	// its approval forms (activity.go).

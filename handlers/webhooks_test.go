@@ -18,6 +18,7 @@ import (
 	"pizzabot/db"
 	"pizzabot/handlers"
 	"pizzabot/jobs"
+	"pizzabot/jobs/jobstest"
 )
 
 const triggerTestSkills = `---
@@ -58,7 +59,7 @@ func triggerSetup(t *testing.T, opts ...func(*handlers.Deps)) *triggerBundle {
 	}
 	tb := &triggerBundle{}
 	tb.bundle = setup(t, append([]func(*handlers.Deps){func(d *handlers.Deps) {
-		tb.rt = newRuntime(t, jobs.Config{Pool: d.Pool, Logger: d.Logger, Skills: func() agent.SkillSet { return skills }})
+		tb.rt = jobstest.New(t, jobs.Config{Pool: d.Pool, Logger: d.Logger, Skills: func() agent.SkillSet { return skills }})
 		d.Runs = tb.rt
 	}}, opts...)...)
 	return tb

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,7 +17,7 @@ import (
 	"pizzabot/db"
 	"pizzabot/db/dbtest"
 	"pizzabot/jobs"
-	"pizzabot/tools"
+	"pizzabot/jobs/jobstest"
 )
 
 // The two benchmarks put b.N units of work in flight on 100 workers and time
@@ -118,47 +117,31 @@ func BenchmarkThroughput(b *testing.B) {
 
 func benchStepThroughput(b *testing.B, workers int) {
 	ctx := context.Background()
-	pool := dbtest.New(b)
-	model := scriptmodel.New(scriptmodel.Script{Default: &scriptmodel.Reply{Content: "ok", Chunks: 1}})
-	srv := httptest.NewServer(model.Handler())
-	b.Cleanup(srv.Close)
-	toolbox, err := tools.NewToolbox()
-	if err != nil {
-		b.Fatal(err)
-	}
-	rt := newRuntime(b, jobs.Config{
-		Pool:         pool,
-		Logger:       slog.New(slog.DiscardHandler),
-		Tools:        toolbox,
-		Skills:       func() agent.SkillSet { return agent.SkillSet{} },
-		DefaultModel: "compatible:scripted",
-		Getenv: func(k string) string {
-			if k == "COMPATIBLE_BASE_URL" {
-				return srv.URL + "/v1"
-			}
-			return ""
+	// Heartbeats and retries as in production: the steps are timed.
+	h := jobstest.Start(b, jobstest.Options{
+		Config: jobs.Config{
+			Logger:         slog.New(slog.DiscardHandler),
+			ModelRetry:     agent.DefaultRetryPolicy,
+			HeartbeatEvery: 5 * time.Second,
+			StaleAfter:     30 * time.Second,
+			MaxWorkers:     workers,
 		},
-		MaxWorkers: workers,
+		Script: scriptmodel.Script{Default: &scriptmodel.Reply{Content: "ok", Chunks: 1}},
+		Idle:   true,
 	})
+	pool := h.Pool
 	user, err := db.UpsertUser(ctx, pool, "test", "alice", "alice@example.com", "Alice", false)
 	if err != nil {
 		b.Fatal(err)
 	}
 	for i := 0; i < b.N; i++ {
-		if _, err := rt.Start(ctx, user, jobs.StartRequest{Prompt: "hi"}); err != nil {
+		if _, err := h.Runtime.Start(ctx, user, jobs.StartRequest{Prompt: "hi"}); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.ResetTimer()
 	start := time.Now()
-	if err := rt.StartWorkers(ctx); err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		defer cancel()
-		_ = rt.StopWorkers(sctx)
-	}()
+	h.StartWorkers(b)
 	for {
 		var running int
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM threads WHERE status = 'running'`).Scan(&running); err != nil {

@@ -2,10 +2,10 @@ package jobs_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,7 +19,9 @@ import (
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
 	"pizzabot/db/dbtest"
+	"pizzabot/internal/eventually"
 	"pizzabot/jobs"
+	"pizzabot/jobs/jobstest"
 	"pizzabot/tools"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -68,26 +70,23 @@ func sideEffectTool(markerDir string, block time.Duration) tools.Tool {
 	}
 }
 
-func crashRuntime(pool *pgxpool.Pool, modelURL, markerDir string, block time.Duration) (*jobs.Runtime, error) {
+// crashConfig is the configuration of both runtimes, the child's and the
+// survivor's: their tool blocks for block. Getenv is the caller's.
+func crashConfig(pool *pgxpool.Pool, markerDir string, block time.Duration) (jobs.Config, error) {
 	toolbox, err := tools.NewToolbox(sideEffectTool(markerDir, block))
 	if err != nil {
-		return nil, err
+		return jobs.Config{}, err
 	}
 	skills := agent.LoadSkills(fstest.MapFS{}, "")
-	return jobs.New(jobs.Config{
+	return jobs.Config{
 		Pool: pool, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Tools: toolbox, Skills: func() agent.SkillSet { return skills },
-		DefaultModel: "compatible:scripted",
-		Getenv: func(k string) string {
-			if k == "COMPATIBLE_BASE_URL" {
-				return modelURL
-			}
-			return ""
-		},
+		DefaultModel:   jobstest.Model,
+		ModelRetry:     agent.DefaultRetryPolicy,
 		HeartbeatEvery: 200 * time.Millisecond,
 		StaleAfter:     2 * time.Second,
 		MaxWorkers:     5,
-	})
+	}, nil
 }
 
 func crashChild() error {
@@ -95,7 +94,12 @@ func crashChild() error {
 	if err != nil {
 		return err
 	}
-	rt, err := crashRuntime(pool, os.Getenv("CRASH_MODEL"), os.Getenv("CRASH_MARKERS"), time.Hour)
+	cfg, err := crashConfig(pool, os.Getenv("CRASH_MARKERS"), time.Hour)
+	if err != nil {
+		return err
+	}
+	cfg.Getenv = jobstest.ModelEnv(os.Getenv("CRASH_MODEL"))
+	rt, err := jobs.New(cfg)
 	if err != nil {
 		return err
 	}
@@ -106,36 +110,31 @@ func crashChild() error {
 }
 
 type crashBundle struct {
-	dbURL, markers string
-	model          *scriptmodel.Server
-	modelURL       string
-	user           db.User
-	rt             *jobs.Runtime
-	pool           *pgxpool.Pool // the survivor's
+	dbURL, markers    string
+	user              db.User
+	*jobstest.Harness // the survivor's runtime, its workers started by startSurvivor
 }
 
 func crashSetup(t *testing.T, script scriptmodel.Script) *crashBundle {
 	t.Helper()
-	b := &crashBundle{dbURL: dbtest.NewURL(t), markers: t.TempDir(), model: scriptmodel.New(script)}
-	srv := httptest.NewServer(b.model.Handler())
-	t.Cleanup(srv.Close)
-	b.modelURL = srv.URL + "/v1"
-	var err error
-	if b.pool, err = db.Open(context.Background(), b.dbURL); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.pool.Close)
-	// The surviving runtime's tool returns at once.
-	b.rt, err = crashRuntime(b.pool, b.modelURL, b.markers, 0)
+	b := &crashBundle{dbURL: dbtest.NewURL(t), markers: t.TempDir()}
+	pool, err := db.Open(context.Background(), b.dbURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.user, err = db.UpsertUser(context.Background(), b.pool, "test", "carol", "", "Carol", false); err != nil {
+	t.Cleanup(pool.Close)
+	// The surviving runtime's tool returns at once.
+	cfg, err := crashConfig(pool, b.markers, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Harness = jobstest.Start(t, jobstest.Options{Config: cfg, Script: script, Idle: true})
+	if b.user, err = db.UpsertUser(context.Background(), b.Pool, "test", "carol", "", "Carol", false); err != nil {
 		t.Fatal(err)
 	}
 	// charge_card acts outside the database, so it asks by default: these
 	// tests are about crashes during a call that runs unasked.
-	allowTools(t, b.pool, "charge_card")
+	allowTools(t, b.Pool, "charge_card")
 	return b
 }
 
@@ -143,7 +142,7 @@ func crashSetup(t *testing.T, script scriptmodel.Script) *crashBundle {
 func (b *crashBundle) runChild(t *testing.T) func() {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), crashEnv+"=1", "CRASH_DB="+b.dbURL, "CRASH_MODEL="+b.modelURL, "CRASH_MARKERS="+b.markers)
+	cmd.Env = append(os.Environ(), crashEnv+"=1", "CRASH_DB="+b.dbURL, "CRASH_MODEL="+b.ModelURL, "CRASH_MARKERS="+b.markers)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -161,33 +160,9 @@ func (b *crashBundle) runChild(t *testing.T) func() {
 	return kill
 }
 
-// startSurvivor starts a runtime in the test process, as a restarted server.
-func (b *crashBundle) startSurvivor(t *testing.T) {
-	t.Helper()
-	if err := b.rt.StartWorkers(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = b.rt.StopWorkers(ctx)
-	})
-}
-
-func (b *crashBundle) waitFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func (b *crashBundle) thread(t *testing.T, id int64) db.Thread {
 	t.Helper()
-	th, err := db.GetThread(context.Background(), b.pool, b.user.ID, id)
+	th, err := db.GetThread(context.Background(), b.Pool, b.user.ID, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,18 +189,18 @@ func TestKillDuringToolCallAsksTheUser(t *testing.T) {
 	kill := b.runChild(t)
 	// The test process inserts the job with the runtime whose workers
 	// are not started yet: the survivor's.
-	th, err := b.rt.Start(context.Background(), b.user, jobs.StartRequest{Prompt: "charge the card"})
+	th, err := b.Runtime.Start(context.Background(), b.user, jobs.StartRequest{Prompt: "charge the card"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.waitFor(t, "the child to start the charge", 30*time.Second, func() bool { return b.charges(t) == 1 })
+	eventually.True(t, 30*time.Second, "waiting for the child to start the charge", func() bool { return b.charges(t) == 1 })
 	kill()
 
-	b.startSurvivor(t)
-	b.waitFor(t, "the run to ask about the unknown outcome", 60*time.Second, func() bool {
+	b.StartWorkers(t) // the survivor, as a restarted server
+	eventually.True(t, 60*time.Second, "waiting for the run to ask about the unknown outcome", func() bool {
 		return b.thread(t, th.ID).Status == db.StatusWaiting
 	})
-	calls, err := db.OpenToolCalls(context.Background(), b.pool, th.ID)
+	calls, err := db.OpenToolCalls(context.Background(), b.Pool, th.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,10 +210,10 @@ func TestKillDuringToolCallAsksTheUser(t *testing.T) {
 	if n := b.charges(t); n != 1 {
 		t.Fatalf("the call ran %d times before anyone decided", n)
 	}
-	if _, err := b.rt.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: calls[0].ID, Type: "retry"}}); err != nil {
+	if _, err := b.Runtime.Decide(context.Background(), b.user, th.ID, []jobs.DecisionInput{{CallID: calls[0].ID, Type: "retry"}}); err != nil {
 		t.Fatal(err)
 	}
-	b.waitFor(t, "the run to finish", 30*time.Second, func() bool { return b.thread(t, th.ID).Status == db.StatusDone })
+	eventually.True(t, 30*time.Second, "waiting for the run to finish", func() bool { return b.thread(t, th.ID).Status == db.StatusDone })
 	if n := b.charges(t); n != 2 {
 		t.Errorf("charges = %d, want 2 (the unknown one and the retry the user chose)", n)
 	}
@@ -257,16 +232,16 @@ func TestKillBetweenStepsRedoesNoCommittedStep(t *testing.T) {
 		{Match: scriptmodel.Match{LastToolResultContains: "Wrote"}, Replies: []scriptmodel.Reply{{Content: "late", Hold: hold}, {Content: "Finished after restart."}}},
 	}})
 	kill := b.runChild(t)
-	th, err := b.rt.Start(context.Background(), b.user, jobs.StartRequest{Prompt: "write a"})
+	th, err := b.Runtime.Start(context.Background(), b.user, jobs.StartRequest{Prompt: "write a"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.waitFor(t, "the second model call", 30*time.Second, func() bool { return len(b.model.Requests()) == 2 })
+	eventually.True(t, 30*time.Second, "waiting for the second model call", func() bool { return len(b.Model.Requests()) == 2 })
 	kill()
-	b.startSurvivor(t)
-	b.waitFor(t, "the run to finish", 60*time.Second, func() bool { return b.thread(t, th.ID).Status == db.StatusDone })
+	b.StartWorkers(t) // the survivor, as a restarted server
+	eventually.True(t, 60*time.Second, "waiting for the run to finish", func() bool { return b.thread(t, th.ID).Status == db.StatusDone })
 
-	ms, err := db.ListMessages(context.Background(), b.pool, b.user.ID, th.ID)
+	ms, err := db.ListMessages(context.Background(), b.Pool, b.user.ID, th.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,8 +255,47 @@ func TestKillBetweenStepsRedoesNoCommittedStep(t *testing.T) {
 	if got := ms[len(ms)-1].Content; got != "Finished after restart." {
 		t.Errorf("answer = %q", got)
 	}
-	reqs := b.model.Requests()
+	reqs := b.Model.Requests()
 	if n := len(reqs); n != 3 {
 		t.Errorf("model calls = %d, want 3 (first step once, the interrupted one again)", n)
+	}
+}
+
+// A step whose commit the database refuses is retried by River with its
+// backoff, keeping its lease, and finishes once the fault is gone; it is not
+// taken for a shutdown and handed back at once (a hot loop that never
+// recorded the error).
+func TestStepErrorIsRetried(t *testing.T) {
+	t.Parallel()
+	b := setup(t, scriptmodel.Script{Default: &scriptmodel.Reply{Content: "the answer"}})
+	ctx := context.Background()
+	// The fault: the database refuses the model's answer.
+	if _, err := b.pool.Exec(ctx, `
+		CREATE FUNCTION refuse_answer() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.role = 'assistant' THEN RAISE EXCEPTION 'disk on fire'; END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER refuse_answer BEFORE INSERT ON messages FOR EACH ROW EXECUTE FUNCTION refuse_answer();`); err != nil {
+		t.Fatal(err)
+	}
+	th := b.start(t, "hi", "")
+	var errs int
+	eventually.Ok(t, time.Minute, func() error {
+		if err := b.pool.QueryRow(ctx, `SELECT coalesce(max(cardinality(errors)), 0) FROM river_job
+			WHERE kind = 'run_step' AND (args->>'thread_id')::bigint = $1`, th.ID).Scan(&errs); err != nil {
+			return err
+		}
+		if errs == 0 {
+			return errors.New("no error recorded on the step job")
+		}
+		return nil
+	})
+	if _, err := b.pool.Exec(ctx, `DROP TRIGGER refuse_answer ON messages`); err != nil {
+		t.Fatal(err)
+	}
+	th = b.wait(t, th.ID, db.StatusDone)
+	if got := last(b.messages(t, th.ID)).Content; got != "the answer" {
+		t.Errorf("answer = %q", got)
 	}
 }

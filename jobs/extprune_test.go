@@ -18,6 +18,7 @@ import (
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
 	"pizzabot/jobs"
+	"pizzabot/jobs/jobstest"
 )
 
 // TestPruneExtensionStore: the hourly prune deletes the skill and plugin
@@ -154,7 +155,7 @@ func TestPruneExtensionStore(t *testing.T) {
 		}
 	}
 
-	rt := newRuntime(t, jobs.Config{Pool: b.pool, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	rt := jobstest.New(t, jobs.Config{Pool: b.pool, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Skills: b.ext.Skills, SkillVersion: b.ext.SkillVersion, PluginSkillVersion: b.ext.PluginSkillVersion})
 	if err := rt.PruneExtensionStore(ctx); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
 	"pizzabot/jobs"
+	"pizzabot/jobs/jobstest"
 	"pizzabot/tools"
 )
 
@@ -56,7 +57,7 @@ func TestOfferFollowsAllowedTools(t *testing.T) {
 				if cs := b.pending(t, th.ID); len(cs) != 1 || cs[0].Name != "publish_brief" {
 					t.Fatalf("pending = %+v", cs)
 				}
-				if got := b.publish.got(); len(got) != 0 {
+				if got := b.publish.Got(); len(got) != 0 {
 					t.Fatalf("published without approval: %v", got)
 				}
 			} else {
@@ -161,13 +162,13 @@ func TestPruneArchivedThreads(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A runtime of the same database with no retention, then one with 30 days.
-	if err := newRuntime(t, jobs.Config{Pool: b.pool}).PruneArchived(ctx); err != nil {
+	if err := jobstest.New(t, jobs.Config{Pool: b.pool}).PruneArchived(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.GetThread(ctx, b.pool, b.user.ID, old); err != nil {
 		t.Fatal("deleted without a retention")
 	}
-	if err := newRuntime(t, jobs.Config{Pool: b.pool, Retention: 30 * 24 * time.Hour}).PruneArchived(ctx); err != nil {
+	if err := jobstest.New(t, jobs.Config{Pool: b.pool, Retention: 30 * 24 * time.Hour}).PruneArchived(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.GetThread(ctx, b.pool, b.user.ID, old); err == nil {

@@ -92,7 +92,7 @@ func TestPolicySubagentInheritsParentGates(t *testing.T) {
 		t.Fatalf("children = %+v", kids)
 	}
 	child := b.wait(t, kids[0].ID, db.StatusWaiting)
-	if got := b.publish.got(); len(got) != 0 {
+	if got := b.publish.Got(); len(got) != 0 {
 		t.Fatalf("the sub-agent published without approval: %v", got)
 	}
 	cs := b.pending(t, child.ID)
@@ -114,7 +114,7 @@ func TestPolicySubagentInheritsParentGates(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.wait(t, parent.ID, db.StatusDone)
-	if got := b.publish.got(); strings.Join(got, ",") != "Leak" {
+	if got := b.publish.Got(); strings.Join(got, ",") != "Leak" {
 		t.Errorf("published %v, want once after the approval", got)
 	}
 }
@@ -194,7 +194,7 @@ func TestPolicyDenyHidesAndRefuses(t *testing.T) {
 	if len(res) != 1 || !strings.Contains(res[0].Content, "refused: Tool publish_brief is not allowed on this server (server policy: deny publish_*)") {
 		t.Errorf("script results = %+v", res)
 	}
-	if got := b.publish.got(); len(got) != 0 {
+	if got := b.publish.Got(); len(got) != 0 {
 		t.Errorf("a denied tool ran: %v", got)
 	}
 	for i, names := range offered(b.model.Requests(), "") {
@@ -220,12 +220,12 @@ func TestPolicySkillCannotLoosen(t *testing.T) {
 	if len(cs) != 1 || cs[0].GateReason != "server policy: ask publish_brief" {
 		t.Fatalf("pending = %+v", cs)
 	}
-	if got := b.publish.got(); len(got) != 0 {
+	if got := b.publish.Got(); len(got) != 0 {
 		t.Fatalf("published without approval: %v", got)
 	}
 	b.decide(t, th.ID, db.DecisionReject)
 	b.wait(t, th.ID, db.StatusDone)
-	if got := b.publish.got(); len(got) != 0 {
+	if got := b.publish.Got(); len(got) != 0 {
 		t.Errorf("published after a rejection: %v", got)
 	}
 }
@@ -245,12 +245,12 @@ func TestPolicyGatesRunJSInnerCalls(t *testing.T) {
 	if len(cs) != 1 || cs[0].Name != "run_js" || !strings.HasPrefix(cs[0].GateReason, "server policy default: publish_brief") {
 		t.Fatalf("pending = %+v", cs)
 	}
-	if got := b.publish.got(); len(got) != 0 {
+	if got := b.publish.Got(); len(got) != 0 {
 		t.Fatalf("the script published without approval: %v", got)
 	}
 	b.decide(t, th.ID, db.DecisionApprove)
 	b.wait(t, th.ID, db.StatusDone)
-	if got := b.publish.got(); strings.Join(got, ",") != "From JS" {
+	if got := b.publish.Got(); strings.Join(got, ",") != "From JS" {
 		t.Errorf("published %v, want once after approval", got)
 	}
 }

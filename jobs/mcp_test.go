@@ -4,6 +4,7 @@ import (
 	"archive/zip"
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,6 +22,7 @@ import (
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
 	"pizzabot/extensions"
+	"pizzabot/internal/eventually"
 	"pizzabot/jobs"
 	"pizzabot/tools"
 )
@@ -80,16 +82,16 @@ func setupMCP(t *testing.T, script scriptmodel.Script, mcpJSON string) *mcpBundl
 // connected waits until the named server is connected.
 func (b *mcpBundle) connected(t *testing.T, name string) mcpclient.Status {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if st, ok := b.ext.Status()[name]; ok && st.State == mcpclient.StateConnected {
-			return st
+	var st mcpclient.Status
+	eventually.Ok(t, 30*time.Second, func() error {
+		sts := b.ext.Status()
+		var ok bool
+		if st, ok = sts[name]; ok && st.State == mcpclient.StateConnected {
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server %s did not connect: %+v; config: %+v", name, b.ext.Status(), b.ext.State())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("server %s did not connect: %+v; config: %+v", name, sts, b.ext.State())
+	})
+	return st
 }
 
 func (b *mcpBundle) reload(t *testing.T) {
@@ -187,17 +189,12 @@ func TestMCPServerKilledMidRun(t *testing.T) {
 
 	th := b.start(t, "Please take your time.", "")
 	// Wait until the slow call is running on the server, then kill it.
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		calls := b.pending(t, th.ID)
-		if len(calls) == 1 && calls[0].State == db.CallRunning {
-			break
+	eventually.Ok(t, 20*time.Second, func() error {
+		if calls := b.pending(t, th.ID); len(calls) != 1 || calls[0].State != db.CallRunning {
+			return fmt.Errorf("the slow call never ran: %+v", calls)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the slow call never ran: %+v", calls)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	time.Sleep(100 * time.Millisecond) // the request reaches the server
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)

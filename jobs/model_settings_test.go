@@ -2,9 +2,6 @@ package jobs_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -13,9 +10,8 @@ import (
 	"pizzabot/agent"
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
-	"pizzabot/db/dbtest"
 	"pizzabot/jobs"
-	"pizzabot/tools"
+	"pizzabot/jobs/jobstest"
 )
 
 // TestModelFromSettings checks that a run's model is built from the
@@ -25,11 +21,6 @@ import (
 func TestModelFromSettings(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := dbtest.New(t)
-	model := scriptmodel.New(scriptmodel.Script{APIKey: "sk-from-settings", Default: &scriptmodel.Reply{Content: "Done."}})
-	srv := httptest.NewServer(model.Handler())
-	t.Cleanup(srv.Close)
-
 	var mu sync.Mutex
 	key, keyEnv := "sk-stale", ""
 	setKey := func(k, env string) {
@@ -37,43 +28,32 @@ func TestModelFromSettings(t *testing.T) {
 		defer mu.Unlock()
 		key, keyEnv = k, env
 	}
-	toolbox, err := tools.NewToolbox()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rt := newRuntime(t, jobs.Config{
-		Pool:   pool,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Tools:  toolbox,
-		Skills: func() agent.SkillSet { return agent.SkillSet{} },
-		// The environment names another server and key: the settings win.
-		DefaultModel: "openai:gpt-env",
-		Getenv: func(k string) string {
-			return map[string]string{
-				"COMPATIBLE_BASE_URL": "http://127.0.0.1:1/v1",
-				"COMPATIBLE_API_KEY":  "sk-from-env",
-				"ACME_KEY":            "sk-from-settings",
-			}[k]
+	var h *jobstest.Harness
+	h = jobstest.Start(t, jobstest.Options{
+		Config: jobs.Config{
+			// The environment names another server and key: the settings win.
+			DefaultModel: "openai:gpt-env",
+			Getenv: func(k string) string {
+				return map[string]string{
+					"COMPATIBLE_BASE_URL": "http://127.0.0.1:1/v1",
+					"COMPATIBLE_API_KEY":  "sk-from-env",
+					"ACME_KEY":            "sk-from-settings",
+				}[k]
+			},
+			ProviderSettings: func(ctx context.Context, provider string) (string, string, string, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				if provider != "compatible" {
+					return "", "", "", nil
+				}
+				return h.ModelURL, keyEnv, key, nil
+			},
+			ModelRetry: agent.RetryPolicy{Attempts: 1, Base: time.Millisecond, Max: time.Millisecond},
+			MaxWorkers: 10,
 		},
-		ProviderSettings: func(ctx context.Context, provider string) (string, string, string, error) {
-			mu.Lock()
-			defer mu.Unlock()
-			if provider != "compatible" {
-				return "", "", "", nil
-			}
-			return srv.URL + "/v1", keyEnv, key, nil
-		},
-		ModelRetry: agent.RetryPolicy{Attempts: 1, Base: time.Millisecond, Max: time.Millisecond},
-		MaxWorkers: 10,
+		Script: scriptmodel.Script{APIKey: "sk-from-settings", Default: &scriptmodel.Reply{Content: "Done."}},
 	})
-	if err := rt.StartWorkers(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = rt.StopWorkers(sctx)
-	})
+	pool, rt, model := h.Pool, h.Runtime, h.Model
 	if err := db.SetServerSetting(ctx, pool, db.SettingDefaultModel, "compatible:scripted"); err != nil {
 		t.Fatal(err)
 	}
@@ -90,21 +70,7 @@ func TestModelFromSettings(t *testing.T) {
 		if th.Model != "compatible:scripted" {
 			t.Errorf("thread model = %q, want the settings' default", th.Model)
 		}
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			th, err = db.GetThread(ctx, pool, user.ID, th.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if th.Status == want || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if th.Status != want {
-			t.Fatalf("thread is %s (%q), want %s", th.Status, th.Error, want)
-		}
-		return th
+		return jobstest.Wait(t, pool, user, th.ID, want)
 	}
 
 	// A stale stored key is refused by the model server...

@@ -3,15 +3,11 @@ package jobs_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"testing/fstest"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -20,30 +16,12 @@ import (
 	"pizzabot/db"
 	"pizzabot/db/dbtest"
 	"pizzabot/jobs"
+	"pizzabot/jobs/jobstest"
 	"pizzabot/refusal"
 	"pizzabot/tools"
 )
 
 func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
-
-// publishLog records the calls of the test's publish_brief tool, a tool with
-// effects outside the database.
-type publishLog struct {
-	mu     sync.Mutex
-	titles []string
-}
-
-func (p *publishLog) add(title string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.titles = append(p.titles, title)
-}
-
-func (p *publishLog) got() []string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return append([]string(nil), p.titles...)
-}
 
 type bundle struct {
 	pool    *pgxpool.Pool
@@ -51,7 +29,7 @@ type bundle struct {
 	model   *scriptmodel.Server
 	user    db.User
 	other   db.User
-	publish *publishLog
+	publish *jobstest.Recorder
 
 	skillsMu sync.Mutex
 	skills   func() agent.SkillSet // what the runtime's Config.Skills returns
@@ -71,50 +49,13 @@ func (b *bundle) currentSkills() agent.SkillSet {
 	return fn()
 }
 
-const testSkills = `---
-name: researcher
-description: Gathers material and publishes a brief.
-allowed-tools: write_file read_file publish_brief
-interruptOn:
-  publish_brief: true
----
-Research the topic, then publish a brief.
-`
-
-const strictSkill = `---
-name: strict
-description: Publishes only with approval or rejection.
-allowed-tools: [publish_brief]
-interruptOn:
-  publish_brief:
-    allowedDecisions: [approve, reject]
-    description: Publishing is visible to the whole company
----
-Publish.
-`
-
-func publishTool(log *publishLog) tools.Tool {
-	return tools.Tool{
-		Spec: agent.ToolSpec{
-			Name:        "publish_brief",
-			Description: "Publish a brief to the company.",
-			Parameters:  []byte(`{"type":"object","properties":{"title":{"type":"string","minLength":1}},"required":["title"]}`),
-		},
-		Call: func(_ context.Context, _ tools.Run, args map[string]any) (string, error) {
-			title, _ := args["title"].(string)
-			log.add(title)
-			return "published " + title, nil
-		},
-	}
-}
-
 // setup starts a runtime with a River client on a fresh database, answering
 // with a scripted model.
 func setup(t testing.TB, script scriptmodel.Script, extra ...tools.Tool) *bundle {
 	t.Helper()
 	return setupWith(t, script, fstest.MapFS{
-		"researcher/SKILL.md": {Data: []byte(testSkills)},
-		"strict/SKILL.md":     {Data: []byte(strictSkill)},
+		"researcher/SKILL.md": {Data: []byte(jobstest.ResearcherSkill)},
+		"strict/SKILL.md":     {Data: []byte(jobstest.StrictSkill)},
 	}, extra...)
 }
 
@@ -131,70 +72,34 @@ func setupWith(t testing.TB, script scriptmodel.Script, skillFiles fstest.MapFS,
 // setupSkillSet is setup with a loaded skill set (custom skills on disk).
 func setupSkillSet(t testing.TB, script scriptmodel.Script, skills agent.SkillSet, extra ...tools.Tool) *bundle {
 	t.Helper()
-	ctx := context.Background()
-	b := &bundle{pool: dbtest.New(t), publish: &publishLog{}}
+	b := &bundle{publish: &jobstest.Recorder{}}
 	b.useSkills(func() agent.SkillSet { return skills })
-	b.model = scriptmodel.New(script)
-	srv := httptest.NewServer(b.model.Handler())
-	t.Cleanup(srv.Close)
-
-	toolbox, err := tools.NewToolbox(append([]tools.Tool{publishTool(b.publish)}, extra...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b.rt = newRuntime(t, jobs.Config{
-		Pool:         b.pool,
-		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Tools:        toolbox,
-		Skills:       b.currentSkills,
-		DefaultModel: "compatible:scripted",
-		Getenv: func(k string) string {
-			if k == "COMPATIBLE_BASE_URL" {
-				return srv.URL + "/v1"
-			}
-			return ""
-		},
-		ModelRetry:     agent.RetryPolicy{Attempts: 3, Base: time.Millisecond, Max: 5 * time.Millisecond},
-		HeartbeatEvery: 100 * time.Millisecond,
-		StaleAfter:     time.Second,
-		MaxWorkers:     100,
+	h := jobstest.Start(t, jobstest.Options{
+		Config: jobs.Config{Skills: b.currentSkills, MaxWorkers: 100},
+		Script: script,
+		Tools:  append([]tools.Tool{jobstest.PublishTool(b.publish)}, extra...),
 	})
-	if err := b.rt.StartWorkers(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = b.rt.StopWorkers(sctx)
-	})
-	if b.user, err = db.UpsertUser(ctx, b.pool, "test", "alice", "alice@example.com", "Alice", false); err != nil {
-		t.Fatal(err)
-	}
-	if b.other, err = db.UpsertUser(ctx, b.pool, "test", "bob", "bob@example.com", "Bob", false); err != nil {
-		t.Fatal(err)
-	}
+	b.pool, b.rt, b.model = h.Pool, h.Runtime, h.Model
+	b.addUsers(t)
 	return b
+}
+
+// addUsers adds alice (b.user) and bob (b.other).
+func (b *bundle) addUsers(t testing.TB) {
+	t.Helper()
+	var err error
+	if b.user, err = db.UpsertUser(context.Background(), b.pool, "test", "alice", "alice@example.com", "Alice", false); err != nil {
+		t.Fatal(err)
+	}
+	if b.other, err = db.UpsertUser(context.Background(), b.pool, "test", "bob", "bob@example.com", "Bob", false); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // wait polls until the thread reaches status.
 func (b *bundle) wait(t testing.TB, id int64, status string) db.Thread {
 	t.Helper()
-	// A bound on a hang, not a speed target: under -race on a loaded
-	// machine a run whose tool compiles PDFium took over 110 s (load 20).
-	deadline := time.Now().Add(240 * time.Second)
-	for {
-		th, err := db.GetThread(context.Background(), b.pool, b.user.ID, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if th.Status == status {
-			return th
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("thread %d is %s (error %q), want %s", id, th.Status, th.Error, status)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	return jobstest.Wait(t, b.pool, b.user, id, status)
 }
 
 func (b *bundle) start(t testing.TB, prompt, skill string) db.Thread {
@@ -322,7 +227,7 @@ func TestDecisions(t *testing.T) {
 			if tt.skill == "strict" && calls[0].Description != "Publishing is visible to the whole company" {
 				t.Errorf("description = %q", calls[0].Description)
 			}
-			if len(b.publish.got()) != 0 {
+			if len(b.publish.Got()) != 0 {
 				t.Fatal("tool ran before approval")
 			}
 			d := tt.decision
@@ -347,7 +252,7 @@ func TestDecisions(t *testing.T) {
 				t.Error("deciding the only waiting call did not resume the run")
 			}
 			b.wait(t, th.ID, db.StatusDone)
-			if got := b.publish.got(); strings.Join(got, ",") != strings.Join(tt.wantTitles, ",") {
+			if got := b.publish.Got(); strings.Join(got, ",") != strings.Join(tt.wantTitles, ",") {
 				t.Errorf("published %v, want %v", got, tt.wantTitles)
 			}
 			var result string
@@ -506,7 +411,7 @@ func TestCancelWhileWaiting(t *testing.T) {
 	if open := b.pending(t, th.ID); len(open) != 0 {
 		t.Errorf("open calls after cancel: %+v", open)
 	}
-	if len(b.publish.got()) != 0 {
+	if len(b.publish.Got()) != 0 {
 		t.Error("cancelled call ran")
 	}
 	if err := b.rt.Cancel(context.Background(), b.user, th.ID); !refusal.Is(err, refusal.Conflict) {

@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"pizzabot/agent"
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
+	"pizzabot/internal/eventually"
 	"pizzabot/jobs"
 	"pizzabot/refusal"
 	"pizzabot/tools"
@@ -37,13 +39,13 @@ func TestSandboxAsyncGatedCallsOnlyTheShownOneRuns(t *testing.T) {
 	if in := c.InnerCall; in == nil || in.Seq != 0 || in.Tool != "publish_brief" || in.Arguments != `{"title":"Shown"}` {
 		t.Fatalf("the approval shows %+v, want the first call (Shown)", in)
 	}
-	if got := b.publish.got(); len(got) != 0 {
+	if got := b.publish.Got(); len(got) != 0 {
 		t.Fatalf("published before any approval: %v", got)
 	}
 
 	b.decide(t, th.ID, "approve")
 	b.wait(t, th.ID, db.StatusWaiting)
-	if got := b.publish.got(); strings.Join(got, ",") != "Shown" {
+	if got := b.publish.Got(); strings.Join(got, ",") != "Shown" {
 		t.Fatalf("published %v after approving Shown, want only Shown", got)
 	}
 	c = b.pending(t, th.ID)[0]
@@ -64,7 +66,7 @@ func TestSandboxAsyncGatedCallsOnlyTheShownOneRuns(t *testing.T) {
 
 	b.decide(t, th.ID, "reject")
 	b.wait(t, th.ID, db.StatusDone)
-	if got := b.publish.got(); strings.Join(got, ",") != "Shown" {
+	if got := b.publish.Got(); strings.Join(got, ",") != "Shown" {
 		t.Errorf("published %v, want only Shown", got)
 	}
 	// The journal ties the effect to the approval of exactly it.
@@ -109,7 +111,7 @@ func TestSandboxRetryAfterCrashDoesNotRunAnUnseenCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.wait(t, th.ID, db.StatusWaiting)
-	if got := b.publish.got(); len(got) != 0 {
+	if got := b.publish.Got(); len(got) != 0 {
 		t.Fatalf("a retry ran the gated call nobody was shown: published %v", got)
 	}
 	c = b.pending(t, th.ID)[0]
@@ -137,7 +139,7 @@ func TestSandboxApprovalCoversOneCallOfIdenticalOnes(t *testing.T) {
 	b.wait(t, th.ID, db.StatusWaiting)
 	b.decide(t, th.ID, "approve")
 	b.wait(t, th.ID, db.StatusWaiting)
-	if got := b.publish.got(); strings.Join(got, ",") != "Twice" {
+	if got := b.publish.Got(); strings.Join(got, ",") != "Twice" {
 		t.Fatalf("published %v after one approval, want once", got)
 	}
 	if in := b.pending(t, th.ID)[0].InnerCall; in == nil || in.Seq != 1 {
@@ -145,7 +147,7 @@ func TestSandboxApprovalCoversOneCallOfIdenticalOnes(t *testing.T) {
 	}
 	b.decide(t, th.ID, "approve")
 	b.wait(t, th.ID, db.StatusDone)
-	if got := b.publish.got(); strings.Join(got, ",") != "Twice,Twice" {
+	if got := b.publish.Got(); strings.Join(got, ",") != "Twice,Twice" {
 		t.Errorf("published %v, want twice after two approvals", got)
 	}
 }
@@ -161,13 +163,12 @@ const hostileMargin = 5 * time.Second
 // waitSlots waits until n sandbox slots are in use.
 func waitSlots(t *testing.T, n int, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for agent.SandboxSlotsInUse() != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d sandbox slots in use, want %d", agent.SandboxSlotsInUse(), n)
+	eventually.Ok(t, within, func() error {
+		if got := agent.SandboxSlotsInUse(); got != n {
+			return fmt.Errorf("%d sandbox slots in use, want %d", got, n)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // An async busy loop ends at its time limit, as a tool error, and gives its

@@ -2,8 +2,6 @@ package jobs_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -18,7 +16,9 @@ import (
 	"pizzabot/cron"
 	"pizzabot/db"
 	"pizzabot/db/dbtest"
+	"pizzabot/internal/eventually"
 	"pizzabot/jobs"
+	"pizzabot/jobs/jobstest"
 	"pizzabot/tools"
 )
 
@@ -45,6 +45,7 @@ func (c *testClock) Set(t time.Time) {
 // own connection pool.
 type process struct {
 	rt      *jobs.Runtime
+	h       *jobstest.Harness
 	pool    *pgxpool.Pool
 	stopped bool
 }
@@ -60,34 +61,16 @@ func startProcess(t *testing.T, url string, clk *testClock, modelURL string) *pr
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	toolbox, err := tools.NewToolbox(publishTool(&publishLog{}))
-	if err != nil {
-		t.Fatal(err)
-	}
 	skills := agent.LoadSkills(fstest.MapFS{
-		"researcher/SKILL.md": {Data: []byte(testSkills)},
+		"researcher/SKILL.md": {Data: []byte(jobstest.ResearcherSkill)},
 	}, "")
-	p := &process{pool: pool}
-	p.rt = newRuntime(t, jobs.Config{
-		Pool:         pool,
-		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Tools:        toolbox,
-		Skills:       func() agent.SkillSet { return skills },
-		DefaultModel: "compatible:scripted",
-		Getenv: func(k string) string {
-			if k == "COMPATIBLE_BASE_URL" {
-				return modelURL + "/v1"
-			}
-			return ""
-		},
-		ModelRetry:     agent.RetryPolicy{Attempts: 3, Base: time.Millisecond, Max: 5 * time.Millisecond},
-		HeartbeatEvery: 100 * time.Millisecond,
-		StaleAfter:     time.Second,
-		ScheduleEvery:  50 * time.Millisecond, Now: clk.Now,
+	h := jobstest.Start(t, jobstest.Options{
+		Config:   jobs.Config{Pool: pool, ScheduleEvery: 50 * time.Millisecond, Now: clk.Now, MaxWorkers: 100},
+		ModelURL: modelURL + "/v1",
+		Tools:    []tools.Tool{jobstest.PublishTool(&jobstest.Recorder{})},
+		Skills:   skills,
 	})
-	if err := p.rt.StartWorkers(ctx); err != nil {
-		t.Fatal(err)
-	}
+	p := &process{rt: h.Runtime, h: h, pool: pool}
 	t.Cleanup(func() { p.stop(t) })
 	return p
 }
@@ -97,9 +80,7 @@ func (p *process) stop(t *testing.T) {
 		return
 	}
 	p.stopped = true
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := p.rt.StopWorkers(ctx); err != nil {
+	if err := p.h.StopWorkers(); err != nil {
 		t.Errorf("stop: %v", err)
 	}
 }
@@ -171,18 +152,6 @@ func (b *scheduleBundle) threads(t *testing.T) []db.Thread {
 		t.Fatal(err)
 	}
 	return ts
-}
-
-// eventually polls cond until it holds, failing the test after 20s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func mustZone(t *testing.T, name string) *time.Location {
@@ -261,7 +230,7 @@ func TestScheduleFiresAtItsTimes(t *testing.T) {
 	}
 	// The runs really run, and the agent is told which fire it serves.
 	for id := range threads {
-		eventually(t, "the run to finish", func() bool {
+		eventually.True(t, 20*time.Second, "waiting for the run to finish", func() bool {
 			th, err := db.GetThread(ctx, b.pool, b.user.ID, id)
 			return err == nil && th.Status == db.StatusDone
 		})
@@ -293,7 +262,7 @@ func TestDowntimeAcrossThreeFiresRunsOneCatchUp(t *testing.T) {
 	// the elected leader.
 	first := startProcess(t, b.url, b.clk, b.model)
 	b.clk.Set(time.Date(2031, 3, 3, 8, 0, 2, 0, time.UTC))
-	eventually(t, "the 8:00 fire", func() bool { return len(b.fires(t, s)) == 1 })
+	eventually.True(t, 20*time.Second, "waiting for the 8:00 fire", func() bool { return len(b.fires(t, s)) == 1 })
 
 	// It goes down; 9:00, 10:00 and 11:00 pass.
 	first.stop(t)
@@ -305,7 +274,7 @@ func TestDowntimeAcrossThreeFiresRunsOneCatchUp(t *testing.T) {
 
 	// A server starts again: one catch-up for the three missed fires.
 	startProcess(t, b.url, b.clk, b.model)
-	eventually(t, "the catch-up", func() bool { return len(b.fires(t, s)) == 2 })
+	eventually.True(t, 20*time.Second, "waiting for the catch-up", func() bool { return len(b.fires(t, s)) == 2 })
 	time.Sleep(300 * time.Millisecond) // several more sweeps: still one
 	fires := b.fires(t, s)
 	if len(fires) != 2 {
@@ -330,7 +299,7 @@ func TestDowntimeAcrossThreeFiresRunsOneCatchUp(t *testing.T) {
 
 	// Then it continues on time.
 	b.clk.Set(time.Date(2031, 3, 3, 12, 0, 1, 0, time.UTC))
-	eventually(t, "the 12:00 fire", func() bool { return len(b.fires(t, s)) == 3 })
+	eventually.True(t, 20*time.Second, "waiting for the 12:00 fire", func() bool { return len(b.fires(t, s)) == 3 })
 	if f := b.fires(t, s)[2]; f.Outcome != db.FireStarted || !f.DueAt.Equal(time.Date(2031, 3, 3, 12, 0, 0, 0, time.UTC)) {
 		t.Errorf("fire after the catch-up = %+v, want 12:00 on time", f)
 	}
@@ -366,7 +335,7 @@ func TestTwoProcessesStartEachFireOnce(t *testing.T) {
 			}
 		}
 		wg.Wait()
-		eventually(t, "every schedule to fire", func() bool {
+		eventually.True(t, 20*time.Second, "waiting for every schedule to fire", func() bool {
 			var n int
 			err := b.pool.QueryRow(ctx, `SELECT count(*) FROM schedule_fires`).Scan(&n)
 			return err == nil && n == len(ss)*(m+1)
@@ -414,7 +383,7 @@ func TestScheduleSkipsWhilePreviousRunWaits(t *testing.T) {
 
 	fire(time.Date(2031, 3, 3, 8, 0, 1, 0, time.UTC))
 	first := b.fires(t, s)[0]
-	eventually(t, "the first run to wait for approval", func() bool {
+	eventually.True(t, 20*time.Second, "waiting for the first run to wait for approval", func() bool {
 		th, err := db.GetThread(ctx, b.pool, b.user.ID, *first.ThreadID)
 		return err == nil && th.Status == db.StatusWaiting
 	})

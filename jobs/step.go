@@ -43,6 +43,20 @@ func (w *StepWorker) Timeout(*river.Job[StepArgs]) time.Duration { return StepTi
 // dead) or the user cancelled it: whatever this job computed is dropped.
 var errLeaseLost = errors.New("lease lost")
 
+// providerWaitLimit bounds how long a model step waits for a provider that
+// asks for more time than the retry policy waits in a worker (a 429 with a
+// long Retry-After), counted from the step job's creation: a wait that would
+// end past it fails the run instead.
+const providerWaitLimit = time.Hour
+
+// providerWait is a model step that must wait for its provider: nothing of
+// it was committed, and its job sleeps for after.
+type providerWait struct{ after time.Duration }
+
+func (w *providerWait) Error() string {
+	return fmt.Sprintf("the model provider asked to wait %s", w.after)
+}
+
 // Work runs the step under a lease on the thread, kept alive by heartbeats.
 func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
 	rt := w.rt
@@ -58,6 +72,10 @@ func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
 		return river.JobSnooze(rt.staleAfter())
 	}
 
+	// jobCtx is River's: it ends at shutdown or when River cancels the job.
+	// ctx, derived, also ends when the heartbeat loses the lease, and is
+	// cancelled below once the step is over.
+	jobCtx := ctx
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	hbDone := make(chan struct{})
@@ -66,9 +84,10 @@ func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
 		rt.heartbeat(ctx, cancel, a.ThreadID, job.ID)
 	}()
 	began := time.Now()
-	err = rt.step(ctx, job.ID, a)
+	err = rt.step(ctx, job.ID, a, job.CreatedAt.Add(providerWaitLimit))
 	cancel(nil)
 	<-hbDone
+	var wait *providerWait
 	switch {
 	case err == nil:
 		rt.cfg.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "ok")
@@ -76,7 +95,22 @@ func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
 	case errors.Is(err, errLeaseLost) || errors.Is(context.Cause(ctx), errLeaseLost):
 		rt.cfg.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "lease_lost")
 		return nil
-	case ctx.Err() != nil:
+	case errors.As(err, &wait):
+		rt.cfg.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "provider_wait")
+		// The provider asked for longer than a worker waits (a 429 with a
+		// long Retry-After): hand the run back and sleep the job, holding
+		// no worker. The run stays running; without a lease the rescue
+		// sweeps leave it alone, and the job takes it again when it wakes.
+		bg, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer done()
+		if rerr := db.ReleaseLease(bg, rt.cfg.Pool, a.ThreadID, job.ID); rerr != nil {
+			// The lease goes stale instead: the rescue sweep takes the
+			// run over after StaleAfter, earlier than asked but safe.
+			rt.cfg.Logger.Warn("release lease", "thread_id", a.ThreadID, "err", rerr)
+		}
+		rt.cfg.Logger.Info("model provider asked to wait", "thread_id", a.ThreadID, "wait", wait.after)
+		return river.JobSnooze(wait.after)
+	case jobCtx.Err() != nil:
 		rt.cfg.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "handed_back")
 		// Shutdown (or River's own cancel): hand the run back at once. A
 		// tool call cut off here stays "running" and the next job treats
@@ -88,6 +122,10 @@ func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
 		}
 		return river.JobSnooze(0)
 	}
+	// Any other error (the database refused a commit, a query failed):
+	// River retries the job with its backoff, which takes the lease again
+	// (it is still this job's). Should the retries come later than
+	// StaleAfter, the rescue sweep hands the run to a new job instead.
 	rt.cfg.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "error")
 	return err
 }
@@ -206,8 +244,9 @@ func (rt *Runtime) commitBatch(ctx context.Context, jobID int64, a StepArgs, fir
 }
 
 // step decides what the run needs next: its open tool calls, or the model.
-// What it needs to know of the run is read at once (db.ReadRun).
-func (rt *Runtime) step(ctx context.Context, jobID int64, a StepArgs) error {
+// What it needs to know of the run is read at once (db.ReadRun). A model
+// step may wait for its provider until waitUntil (providerWaitLimit).
+func (rt *Runtime) step(ctx context.Context, jobID int64, a StepArgs, waitUntil time.Time) error {
 	v, err := db.ReadRun(ctx, rt.cfg.Pool, a.ThreadID, tools.ImageTypes, tools.MaxImageSize)
 	if err != nil {
 		return err
@@ -215,7 +254,7 @@ func (rt *Runtime) step(ctx context.Context, jobID int64, a StepArgs) error {
 	if len(v.Open) > 0 {
 		return rt.toolStep(ctx, jobID, a, v.Thread.UserID, v.Open)
 	}
-	return rt.modelStep(ctx, jobID, a, v)
+	return rt.modelStep(ctx, jobID, a, v, waitUntil)
 }
 
 // fail ends the run as failed with a message the user sees in the thread.
@@ -230,7 +269,7 @@ func (rt *Runtime) fail(ctx context.Context, jobID int64, a StepArgs, started ti
 
 const baseSystemPrompt = `You are Pizza Bot, a background agent. The user handed you a task and left; they will read your final answer later in their inbox. Work autonomously with the tools you have, and finish with a clear, self-contained answer in Markdown. Ask the user (ask_user, when offered) only when you cannot proceed well without them.`
 
-func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.RunView) error {
+func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.RunView, waitUntil time.Time) error {
 	started := time.Now()
 	t := v.Thread
 	system := baseSystemPrompt
@@ -255,6 +294,14 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 	model, err := rt.model(ctx, t.Model)
 	if err != nil {
 		return rt.fail(ctx, jobID, a, started, t.Model, err.Error())
+	}
+	// A budget the call would reach stops the run here, before the call:
+	// it waits in Action on a budget hold, committed with the lease check
+	// (budget.go). A crash before that commit leaves the run running, and
+	// the next job checks again; after it, the run waits.
+	budget, err := rt.checkBudget(ctx, jobID, a, v.Budget)
+	if err != nil || budget == budgetStopped {
+		return err
 	}
 	rules, err := rt.gateRules(ctx, rt.cfg.Pool, t) // no transaction is held here
 	if err != nil {
@@ -287,6 +334,14 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 		}
 		var pe *agent.ProviderError
 		if errors.As(err, &pe) {
+			if d, ok := model.LongWait(err); ok {
+				if time.Now().Add(d).Before(waitUntil) {
+					return &providerWait{after: d} // Work snoozes the job
+				}
+				return rt.fail(ctx, jobID, a, started, t.Model, fmt.Sprintf(
+					"The model provider asked to wait %s before trying again, past the %s a step waits for it: %s",
+					d, providerWaitLimit, pe.Error()))
+			}
 			if pe.Cause != nil { // the details users are not shown (URLs, addresses)
 				rt.cfg.Logger.WarnContext(ctx, "model provider failed", "thread_id", t.ID, "provider", pe.Provider, "err", pe.Cause)
 			}
@@ -308,6 +363,11 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 		}
 		db.QueueInsertStep(b, db.Step{ThreadID: t.ID, Kind: "model", Model: t.Model,
 			PromptTokens: out.Usage.PromptTokens, CompletionTokens: out.Usage.CompletionTokens, StartedAt: started})
+		if budget == budgetApproved {
+			// The call an admin let past the budget is made: the
+			// approval is used. A crash before this commit keeps it.
+			db.QueueDeleteBudgetHold(b, t.ID)
+		}
 		return nil
 	}
 	return rt.commitBatch(ctx, jobID, a, first, func(ctx context.Context, tx pgx.Tx) error {

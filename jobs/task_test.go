@@ -3,9 +3,7 @@ package jobs_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
-	"net/http/httptest"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -15,8 +13,9 @@ import (
 	"pizzabot/agent"
 	"pizzabot/agent/scriptmodel"
 	"pizzabot/db"
-	"pizzabot/db/dbtest"
+	"pizzabot/internal/eventually"
 	"pizzabot/jobs"
+	"pizzabot/jobs/jobstest"
 	"pizzabot/refusal"
 	"pizzabot/tools"
 )
@@ -87,50 +86,19 @@ func browserTool() tools.Tool {
 // setupSubagents is setup with the sub-agent skills.
 func setupSubagents(t *testing.T, script scriptmodel.Script) *bundle {
 	t.Helper()
-	ctx := context.Background()
-	b := &bundle{pool: dbtest.New(t), publish: &publishLog{}}
-	b.model = scriptmodel.New(script)
-	srv := httptest.NewServer(b.model.Handler())
-	t.Cleanup(srv.Close)
-	toolbox, err := tools.NewToolbox(publishTool(b.publish), browserTool())
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := &bundle{publish: &jobstest.Recorder{}}
 	skills := agent.LoadSkills(subagentSkills, "")
 	if len(skills.Errors) > 0 {
 		t.Fatalf("skills: %v", skills.Errors)
 	}
-	b.rt = newRuntime(t, jobs.Config{
-		Pool:         b.pool,
-		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Tools:        toolbox,
-		Skills:       func() agent.SkillSet { return skills },
-		DefaultModel: "compatible:scripted",
-		Getenv: func(k string) string {
-			if k == "COMPATIBLE_BASE_URL" {
-				return srv.URL + "/v1"
-			}
-			return ""
-		},
-		ModelRetry:     agent.RetryPolicy{Attempts: 2, Base: time.Millisecond, Max: 5 * time.Millisecond},
-		HeartbeatEvery: 100 * time.Millisecond,
-		StaleAfter:     time.Second,
-		MaxWorkers:     20,
+	h := jobstest.Start(t, jobstest.Options{
+		Config: jobs.Config{ModelRetry: agent.RetryPolicy{Attempts: 2, Base: time.Millisecond, Max: 5 * time.Millisecond}},
+		Script: script,
+		Tools:  []tools.Tool{jobstest.PublishTool(b.publish), browserTool()},
+		Skills: skills,
 	})
-	if err := b.rt.StartWorkers(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = b.rt.StopWorkers(sctx)
-	})
-	if b.user, err = db.UpsertUser(ctx, b.pool, "test", "alice", "alice@example.com", "Alice", false); err != nil {
-		t.Fatal(err)
-	}
-	if b.other, err = db.UpsertUser(ctx, b.pool, "test", "bob", "bob@example.com", "Bob", false); err != nil {
-		t.Fatal(err)
-	}
+	b.pool, b.rt, b.model = h.Pool, h.Runtime, h.Model
+	b.addUsers(t)
 	return b
 }
 
@@ -169,17 +137,14 @@ func (b *bundle) children(t *testing.T, parent int64) []db.Thread {
 // waitChildren polls until the thread has n sub-agents.
 func (b *bundle) waitChildren(t *testing.T, parent int64, n int) []db.Thread {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		cs := b.children(t, parent)
-		if len(cs) >= n {
-			return cs
+	var cs []db.Thread
+	eventually.Ok(t, 20*time.Second, func() error {
+		if cs = b.children(t, parent); len(cs) < n {
+			return fmt.Errorf("thread %d has %d sub-agents, want %d", parent, len(cs), n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("thread %d has %d sub-agents, want %d", parent, len(cs), n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
+	return cs
 }
 
 // taskResults are the tool messages of a thread by the tool call id they answer.
@@ -284,13 +249,9 @@ func TestTaskRunsSkillsInParallelWithTheirOwnTools(t *testing.T) {
 	// The parent waits without a worker: running, no lease, no step job;
 	// and the rescuer, which looks for runs whose step stopped
 	// heartbeating, leaves it alone even after the stale delay.
-	deadline := time.Now().Add(10 * time.Second)
-	for b.stepJobs(t, parent.ID) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the parent still has a step job while its children work")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually.True(t, 10*time.Second, "the parent still has a step job while its children work", func() bool {
+		return b.stepJobs(t, parent.ID) == 0
+	})
 	var lease *int64
 	var gen int64
 	if err := b.pool.QueryRow(ctx, `SELECT run_lease_job, run_gen FROM threads WHERE id = $1`, parent.ID).Scan(&lease, &gen); err != nil {
@@ -460,7 +421,7 @@ func TestTaskApprovalSurfacesOnTheParent(t *testing.T) {
 	if len(pending) != 1 || pending[0].Name != "publish_brief" || pending[0].State != db.CallPending {
 		t.Fatalf("child's pending calls = %+v", pending)
 	}
-	if len(b.publish.got()) != 0 {
+	if len(b.publish.Got()) != 0 {
 		t.Fatal("published before approval")
 	}
 
@@ -477,7 +438,7 @@ func TestTaskApprovalSurfacesOnTheParent(t *testing.T) {
 	}
 	b.wait(t, publisher.ID, db.StatusDone)
 	b.wait(t, parent.ID, db.StatusDone)
-	if got := b.publish.got(); !slices.Equal(got, []string{"Pizza report, final"}) {
+	if got := b.publish.Got(); !slices.Equal(got, []string{"Pizza report, final"}) {
 		t.Errorf("published %v", got)
 	}
 	if got := last(b.messages(t, parent.ID)).Content; got != "Published and noted." {
@@ -556,16 +517,15 @@ func TestCancelParentCancelsItsSubagents(t *testing.T) {
 		}
 	}
 	// The browser child's step was interrupted, and nothing runs any more.
-	deadline := time.Now().Add(10 * time.Second)
-	for _, c := range append(kids, parent) {
-		for b.stepJobs(t, c.ID) > 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("thread %d still has a step job", c.ID)
+	eventually.Ok(t, 10*time.Second, func() error {
+		for _, c := range append(kids, parent) {
+			if b.stepJobs(t, c.ID) > 0 {
+				return fmt.Errorf("thread %d still has a step job", c.ID)
 			}
-			time.Sleep(20 * time.Millisecond)
 		}
-	}
-	if len(b.publish.got()) != 0 {
+		return nil
+	})
+	if len(b.publish.Got()) != 0 {
 		t.Error("a cancelled sub-agent published")
 	}
 	if n, _ := db.CountThreads(ctx, b.pool, db.OwnerAccess(b.user.ID)); n.Action != 0 || n.All != 1 {

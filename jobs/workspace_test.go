@@ -3,7 +3,6 @@ package jobs_test
 import (
 	"context"
 	"encoding/json"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 	"pizzabot/db/dbtest"
 	"pizzabot/handlers"
 	"pizzabot/jobs"
+	"pizzabot/jobs/jobstest"
 	"pizzabot/tools"
 )
 
@@ -36,7 +36,7 @@ Use run_js.
 
 // notifyTool is a test tool with effects outside the database and no
 // approval: it counts its calls.
-func notifyTool(log *publishLog) tools.Tool {
+func notifyTool(log *jobstest.Recorder) tools.Tool {
 	return tools.Tool{
 		Spec: agent.ToolSpec{
 			Name:        "notify",
@@ -45,7 +45,7 @@ func notifyTool(log *publishLog) tools.Tool {
 		},
 		Call: func(_ context.Context, _ tools.Run, args map[string]any) (string, error) {
 			b, _ := json.Marshal(args["text"])
-			log.add(string(b))
+			log.Add(string(b))
 			return "notified", nil
 		},
 	}
@@ -54,7 +54,7 @@ func notifyTool(log *publishLog) tools.Tool {
 // wsBundle is a runtime with the workspace tools and the scripter skill.
 type wsBundle struct {
 	*bundle
-	notify *publishLog
+	notify *jobstest.Recorder
 }
 
 // wsSetup starts a runtime like setup, with the workspace tools, the
@@ -62,26 +62,11 @@ type wsBundle struct {
 // script is called once the users exist.
 func wsSetup(t *testing.T, ws tools.Workspace, script func(b *wsBundle) scriptmodel.Script) *wsBundle {
 	t.Helper()
-	ctx := context.Background()
-	b := &wsBundle{bundle: &bundle{pool: dbtest.New(t), publish: &publishLog{}}, notify: &publishLog{}}
-	var err error
-	if b.user, err = db.UpsertUser(ctx, b.pool, "test", "alice", "alice@example.com", "Alice", false); err != nil {
-		t.Fatal(err)
-	}
-	if b.other, err = db.UpsertUser(ctx, b.pool, "test", "bob", "bob@example.com", "Bob", false); err != nil {
-		t.Fatal(err)
-	}
+	b := &wsBundle{bundle: &bundle{pool: dbtest.New(t), publish: &jobstest.Recorder{}}, notify: &jobstest.Recorder{}}
+	b.addUsers(t)
 	// notify is the tests' tool "with no approval": it has effects
 	// outside the database, so only the policy lets it run unasked.
 	allowTools(t, b.pool, "notify")
-	b.model = scriptmodel.New(script(b))
-	srv := httptest.NewServer(b.model.Handler())
-	t.Cleanup(srv.Close)
-	extra := append([]tools.Tool{publishTool(b.publish), notifyTool(b.notify)}, tools.WorkspaceTools(ws)...)
-	toolbox, err := tools.NewToolbox(extra...)
-	if err != nil {
-		t.Fatal(err)
-	}
 	skills := agent.LoadSkills(fstest.MapFS{
 		"scripter/SKILL.md": {Data: []byte(scripterSkill)},
 		"guarded/SKILL.md":  {Data: []byte(guardedSkill)},
@@ -89,31 +74,13 @@ func wsSetup(t *testing.T, ws tools.Workspace, script func(b *wsBundle) scriptmo
 	if len(skills.Errors) > 0 {
 		t.Fatalf("skills: %v", skills.Errors)
 	}
-	b.rt = newRuntime(t, jobs.Config{
-		Pool:         b.pool,
-		Logger:       slog.New(slog.DiscardHandler),
-		Tools:        toolbox,
-		Skills:       func() agent.SkillSet { return skills },
-		DefaultModel: "compatible:scripted",
-		Getenv: func(k string) string {
-			if k == "COMPATIBLE_BASE_URL" {
-				return srv.URL + "/v1"
-			}
-			return ""
-		},
-		ModelRetry:     agent.RetryPolicy{Attempts: 3, Base: time.Millisecond, Max: 5 * time.Millisecond},
-		HeartbeatEvery: 100 * time.Millisecond,
-		StaleAfter:     5 * time.Second,
-		MaxWorkers:     20,
+	h := jobstest.Start(t, jobstest.Options{
+		Config: jobs.Config{Pool: b.pool, StaleAfter: 5 * time.Second},
+		Script: script(b),
+		Tools:  append([]tools.Tool{jobstest.PublishTool(b.publish), notifyTool(b.notify)}, tools.WorkspaceTools(ws)...),
+		Skills: skills,
 	})
-	if err := b.rt.StartWorkers(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = b.rt.StopWorkers(sctx)
-	})
+	b.rt, b.model = h.Runtime, h.Model
 	return b
 }
 
@@ -236,10 +203,10 @@ func TestRunJSInterruptOnNeedsApproval(t *testing.T) {
 	if strings.Join(c.AllowedDecisions, ",") != "approve,reject" {
 		t.Errorf("allowed = %v, want approve and reject (an edit would change the script)", c.AllowedDecisions)
 	}
-	if got := b.publish.got(); len(got) != 0 {
+	if got := b.publish.Got(); len(got) != 0 {
 		t.Fatalf("published before approval: %v", got)
 	}
-	if got := b.notify.got(); len(got) != 1 {
+	if got := b.notify.Got(); len(got) != 1 {
 		t.Fatalf("notify calls = %v, want 1", got)
 	}
 
@@ -249,16 +216,16 @@ func TestRunJSInterruptOnNeedsApproval(t *testing.T) {
 	if in := c.InnerCall; in == nil || in.Arguments != `{"title":"Brief B"}` {
 		t.Errorf("second inner call = %+v", in)
 	}
-	if got := b.publish.got(); strings.Join(got, ",") != "Brief A" {
+	if got := b.publish.Got(); strings.Join(got, ",") != "Brief A" {
 		t.Fatalf("published after the first approval: %v", got)
 	}
 
 	b.decide(t, th.ID, "approve")
 	b.wait(t, th.ID, db.StatusDone)
-	if got := b.publish.got(); strings.Join(got, ",") != "Brief A,Brief B" {
+	if got := b.publish.Got(); strings.Join(got, ",") != "Brief A,Brief B" {
 		t.Errorf("published %v, want each brief once", got)
 	}
-	if got := b.notify.got(); len(got) != 1 {
+	if got := b.notify.Got(); len(got) != 1 {
 		t.Errorf("notify ran %d times, want once: %v", len(got), got)
 	}
 	res := b.toolResults(t, th.ID)
@@ -294,10 +261,10 @@ func TestRunJSInterruptRejected(t *testing.T) {
 	b.wait(t, th.ID, db.StatusWaiting)
 	b.decide(t, th.ID, "reject")
 	b.wait(t, th.ID, db.StatusDone)
-	if got := b.publish.got(); len(got) != 0 {
+	if got := b.publish.Got(); len(got) != 0 {
 		t.Errorf("published after a rejection: %v", got)
 	}
-	if got := b.notify.got(); len(got) != 0 {
+	if got := b.notify.Got(); len(got) != 0 {
 		t.Errorf("the script's catch block ran: %v", got)
 	}
 	res := b.toolResults(t, th.ID)
@@ -319,7 +286,7 @@ func TestRunJSNondeterministicScriptIsStopped(t *testing.T) {
 	b.wait(t, th.ID, db.StatusWaiting)
 	b.decide(t, th.ID, "approve")
 	b.wait(t, th.ID, db.StatusDone)
-	if got := b.publish.got(); len(got) != 0 {
+	if got := b.publish.Got(); len(got) != 0 {
 		t.Errorf("published: %v", got)
 	}
 	res := b.toolResults(t, th.ID)

@@ -59,7 +59,7 @@ func New(o Options) *Metrics {
 	m := &Metrics{reg: prometheus.NewRegistry()}
 	secs := []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
 	m.steps = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "pizza_step_duration_seconds", Help: "Agent steps by outcome (ok, error, lease_lost, handed_back), from their job's start to its end.", Buckets: secs,
+		Name: "pizza_step_duration_seconds", Help: "Agent steps by outcome (ok, error, lease_lost, handed_back, provider_wait), from their job's start to its end.", Buckets: secs,
 	}, []string{"outcome"})
 	m.stepWait = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "pizza_step_queue_seconds", Help: "How long a step job waited in River's queue before a worker took it (job latency).", Buckets: secs,

@@ -651,9 +651,13 @@ func userAuthor(v ThreadView) string {
 	return "You"
 }
 
-// subagentProgress sums up a sub-agent's work: "3 steps · 2 tool calls".
+// subagentProgress sums up a sub-agent's work: "3 steps · 2 tool calls",
+// and what its model calls cost when they cost something.
 func subagentProgress(s ThreadView) string {
 	p := plural(s.Usage.Steps, "step") + " · " + plural(int64(len(s.Calls)), "tool call")
+	if s.Usage.Cost > 0 {
+		p += " · " + s.Usage.Cost.String()
+	}
 	if n := len(waitingCalls(s)); n > 0 {
 		p += " · " + itoa(int64(n)) + " waiting for you"
 	}

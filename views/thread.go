@@ -40,8 +40,14 @@ type ThreadView struct {
 	// Calls is every tool call of the thread with its state and decision
 	// (db.ListToolCalls).
 	Calls []db.ToolCallRow
-	// Usage is the tokens the run used so far (db.ThreadUsage).
+	// Usage is the tokens the run used so far and their cost
+	// (db.ThreadUsage).
 	Usage db.Usage
+	// Budget is the budget hold the run waits on (db.GetBudgetHold), nil
+	// when it does not; Admin shows its "Approve once" (the viewer is an
+	// admin). A sub-agent's hold shows through Thread.BudgetHold.
+	Budget *db.BudgetHold
+	Admin  bool
 	// Folders are the user's folders, for the header's move menu.
 	Folders []db.Folder
 	// Back is the listing the header's back link goes to; "" is the inbox.
@@ -388,6 +394,27 @@ func thousands(n int64) string {
 // usageText summarizes a run's token usage: "3 steps · 1,234 tokens in, 56 out".
 func usageText(u db.Usage) string {
 	return plural(u.Steps, "step") + " · " + thousands(u.PromptTokens) + " tokens in, " + thousands(u.CompletionTokens) + " out"
+}
+
+// costText is what a run's model calls cost: "$0.0123", with a note when
+// some of them were of a model without a price.
+func costText(u db.Usage) string {
+	s := u.Cost.String()
+	if u.Unpriced > 0 {
+		s += " (" + plural(u.Unpriced, "model call") + " without a price)"
+	}
+	return s
+}
+
+// budgetHoldExplain says why a run waits on its budget and how it goes on.
+func budgetHoldExplain(v ThreadView, h *db.BudgetHoldNote) string {
+	s := "The run stopped before its next model call"
+	if h.ThreadID != v.Thread.ID {
+		s = "A sub-agent of this run (thread #" + itoa(h.ThreadID) + ") stopped before its next model call"
+	} else if v.Budget != nil && v.Budget.Estimate > 0 {
+		s += ", which would cost about " + v.Budget.Estimate.String() + " as its previous call did"
+	}
+	return s + ". It goes on by itself when an admin raises the budget, or approves one more call."
 }
 
 // backOrInbox is the back link's target.

@@ -3,6 +3,7 @@ package mcpclient_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"pizzabot/agent"
 	"pizzabot/agent/mcpclient"
 	"pizzabot/agent/mcpclient/mcptest"
+	"pizzabot/internal/eventually"
 )
 
 // fast are options for tests: quick restarts.
@@ -33,18 +35,18 @@ func stdioSpec(t *testing.T, name string) mcpclient.Spec {
 // waitFor polls the manager until cond holds for the named server.
 func waitFor(t *testing.T, m *mcpclient.Manager, name string, what string, cond func(mcpclient.Status) bool) mcpclient.Status {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		for _, st := range m.Status() {
+	var got mcpclient.Status
+	eventually.Ok(t, 30*time.Second, func() error {
+		sts := m.Status()
+		for _, st := range sts {
 			if st.Name == name && cond(st) {
-				return st
+				got = st
+				return nil
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server %s: timed out waiting for %s; status: %+v", name, what, m.Status())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("server %s: timed out waiting for %s; status: %+v", name, what, sts)
+	})
+	return got
 }
 
 func connected(st mcpclient.Status) bool { return st.State == mcpclient.StateConnected }

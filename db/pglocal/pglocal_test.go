@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"pizzabot/internal/eventually"
 	"strconv"
 	"strings"
 	"syscall"
@@ -382,13 +383,9 @@ func TestOwnerKilled(t *testing.T) {
 	cmd.Wait()
 
 	// Generous: this waits for a fast shutdown, it does not measure one.
-	deadline := time.Now().Add(2 * time.Minute)
-	for findPostmaster(pid, dir) != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("postmaster %d still running after its owner was killed", pid)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	eventually.True(t, 2*time.Minute, fmt.Sprintf("postmaster %d still running after its owner was killed", pid), func() bool {
+		return findPostmaster(pid, dir) == nil
+	})
 
 	s := startServer(t, Options{Dir: dir})
 	if got := queryInt(t, s, "postgres", "SELECT n FROM kept"); got != 7 {

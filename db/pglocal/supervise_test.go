@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"pizzabot/internal/eventually"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -15,13 +16,7 @@ import (
 // happen, it does not measure how fast.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	eventually.True(t, 90*time.Second, "timed out waiting for "+what, cond)
 }
 
 // TestSuperviseRestartsAfterSIGKILL kills the postmaster as the
