@@ -109,7 +109,7 @@ func TestRoutedApprovalFourEyes(t *testing.T) {
 	if _, err := b.rt.Decide(ctx, dana, th.ID, approve); !refusal.Is(err, refusal.Forbidden) || !strings.Contains(err.Error(), "only they can decide") {
 		t.Fatalf("dana's approval: %v, want a refusal (forbidden) naming whom it waits for", err)
 	}
-	if got := b.publish.got(); len(got) != 0 {
+	if got := b.publish.Got(); len(got) != 0 {
 		t.Fatalf("published before an approver decided: %v", got)
 	}
 	if _, err := b.rt.Decide(ctx, ana, th.ID, approve); err != nil {
@@ -138,7 +138,7 @@ func TestPolicyRouteDoesNotAsk(t *testing.T) {
 		"routes": [{"tools": ["publish_brief"], "approvers": ["group:deploy-oncall"]}]}`)
 	th := b.start(t, "Publish.", "")
 	b.wait(t, th.ID, db.StatusDone)
-	if got := b.publish.got(); len(got) != 1 {
+	if got := b.publish.Got(); len(got) != 1 {
 		t.Errorf("published %v, want once without asking", got)
 	}
 }
