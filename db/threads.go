@@ -338,9 +338,9 @@ func routedSQL(me, p string) string {
 //
 // A person's threads are their own (by user_id, as the indexes of
 // migration 0001 serve them), the threads of the folders shared with them
-// (a.Shared: one index scan per folder) and, in Action, the threads with a
-// call routed to them (tool_calls_routed_idx). Without shares nor
-// principals the query is the single-user one.
+// (a.Shared: one index scan per folder) and, in All and Action while they
+// wait, the threads with a call routed to them (a.Routed). With nothing
+// shared with them nor routed to them the query is the single-user one.
 func ListThreads(ctx context.Context, q Querier, a Access, f ThreadFilter, after *Cursor, limit int) ([]Thread, *Cursor, error) {
 	args := []any{a.UserID}
 	arg := func(v any) string {
