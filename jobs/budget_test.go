@@ -170,6 +170,10 @@ func TestBudgetApproveOnce(t *testing.T) {
 	th := b.start(t, "Take notes", "")
 	b.wait(t, th.ID, db.StatusWaiting)
 	b.requestsStay(t, 1)
+	// A reply says what holds the run, not "decide the pending calls".
+	if err := b.rt.Reply(ctx, b.user, th.ID, "go on"); err == nil || !strings.Contains(err.Error(), "Budget reached") || !strings.Contains(err.Error(), "raise the budget") {
+		t.Errorf("reply to a run stopped by its budget: %v", err)
+	}
 
 	approve := func(admin db.User) error {
 		return db.InTx(ctx, b.pool, func(ctx context.Context, tx pgx.Tx) error {

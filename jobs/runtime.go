@@ -306,6 +306,11 @@ func (rt *Runtime) Reply(ctx context.Context, user db.User, threadID int64, cont
 		case db.StatusRunning:
 			return refusal.New(refusal.Conflict, "", "the run is still going: wait for it to finish or cancel it")
 		case db.StatusWaiting:
+			if h, err := db.GetBudgetHold(ctx, tx, user.ID, t.ID); err == nil {
+				return refusal.New(refusal.Conflict, "", "%s. An admin can raise the budget or approve one more call", strings.TrimSuffix(h.Summary, "."))
+			} else if !errors.Is(err, db.ErrNotFound) {
+				return err
+			}
 			return refusal.New(refusal.Conflict, "", "the run is waiting for your decision: decide the pending calls first")
 		}
 		if _, err := db.AddMessage(ctx, tx, db.Message{ThreadID: t.ID, Role: db.RoleUser, Content: content}); err != nil {
