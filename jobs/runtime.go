@@ -306,7 +306,7 @@ func (rt *Runtime) Reply(ctx context.Context, user db.User, threadID int64, cont
 		case db.StatusRunning:
 			return refusal.New(refusal.Conflict, "", "the run is still going: wait for it to finish or cancel it")
 		case db.StatusWaiting:
-			if h, err := db.GetBudgetHold(ctx, tx, user.ID, t.ID); err == nil {
+			if h, err := db.GetBudgetHold(ctx, tx, t.UserID, t.ID); err == nil { // the owner's run, which a member may be replying to
 				return refusal.New(refusal.Conflict, "", "%s. An admin can raise the budget or approve one more call", strings.TrimSuffix(h.Summary, "."))
 			} else if !errors.Is(err, db.ErrNotFound) {
 				return err
