@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -29,6 +30,35 @@ type ToolPolicy struct {
 	Allow []string `json:"allow,omitempty"`
 	Ask   []string `json:"ask,omitempty"`
 	Deny  []string `json:"deny,omitempty"`
+	// Routes name who decides the calls of some tools (docs/team.md), at
+	// the top level of the document beside permissions:
+	//
+	//	{"permissions": {"ask": ["mcp__deploy__*"]},
+	//	 "routes": [{"tools": ["mcp__deploy__*"],
+	//	             "approvers": ["group:deploy-oncall"], "distinctApprover": true}]}
+	//
+	// A route never makes a call ask; it says who decides when one does.
+	Routes []ApprovalRoute `json:"-"`
+}
+
+// ApprovalRoute names who may decide the calls of the tools it matches:
+// any one of Approvers (principals, ParsePrincipal), and with
+// DistinctApprover not whoever started the run.
+type ApprovalRoute struct {
+	Tools            []string `json:"tools"`
+	Approvers        []string `json:"approvers,omitempty"`
+	DistinctApprover bool     `json:"distinctApprover,omitempty"`
+}
+
+// RoutesFor returns the routes that match a tool, in the policy's order.
+func (p ToolPolicy) RoutesFor(tool string) []ApprovalRoute {
+	var out []ApprovalRoute
+	for _, r := range p.Routes {
+		if slices.ContainsFunc(r.Tools, func(e string) bool { return MatchToolPattern(e, tool) }) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // PolicyVerdict is what a policy says about a tool.
@@ -74,7 +104,8 @@ func ParseToolPolicy(data []byte) (ToolPolicy, error) {
 		return ToolPolicy{}, nil
 	}
 	var doc struct {
-		Permissions *ToolPolicy `json:"permissions"`
+		Permissions *ToolPolicy     `json:"permissions"`
+		Routes      []ApprovalRoute `json:"routes"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -102,9 +133,33 @@ func ParseToolPolicy(data []byte) (ToolPolicy, error) {
 			}
 		}
 	}
+	if len(doc.Routes) > MaxPolicyEntries {
+		errs = append(errs, fmt.Errorf("routes has %d entries; at most %d", len(doc.Routes), MaxPolicyEntries))
+	}
+	for i, r := range doc.Routes {
+		if len(r.Tools) == 0 {
+			errs = append(errs, fmt.Errorf(`routes[%d].tools is empty: name the tools it routes, e.g. ["mcp__deploy__*"]`, i))
+		}
+		for _, e := range r.Tools {
+			if err := checkPolicyEntry(e); err != nil {
+				errs = append(errs, fmt.Errorf("routes[%d].tools: %w", i, err))
+			}
+		}
+		if len(r.Approvers) == 0 && !r.DistinctApprover {
+			errs = append(errs, fmt.Errorf(`routes[%d] routes to nobody: give "approvers" (e.g. ["group:deploy-oncall"]) or "distinctApprover": true`, i))
+		}
+		for j, a := range r.Approvers {
+			c, err := ParsePrincipal(a)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("routes[%d].approvers: %w", i, err))
+			}
+			doc.Routes[i].Approvers[j] = c
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return ToolPolicy{}, err
 	}
+	p.Routes = doc.Routes
 	return p, nil
 }
 
@@ -167,7 +222,7 @@ func (p ToolPolicy) Verdict(tool string) (PolicyVerdict, string) {
 }
 
 // IsZero reports whether the policy has no entry.
-func (p ToolPolicy) IsZero() bool { return len(p.Allow)+len(p.Ask)+len(p.Deny) == 0 }
+func (p ToolPolicy) IsZero() bool { return len(p.Allow)+len(p.Ask)+len(p.Deny)+len(p.Routes) == 0 }
 
 // MatchToolPattern reports whether a tool name matches a policy entry: the
 // same name, or a pattern whose "*" stand for any run of characters.

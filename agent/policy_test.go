@@ -24,6 +24,11 @@ func TestParseToolPolicyRefusesWhatItDoesNotUnderstand(t *testing.T) {
 		{"bad characters", `{"permissions": {"ask": ["mcp__git hub__*"]}}`, "permissions.ask[0]"},
 		{"empty entry", `{"permissions": {"deny": [""]}}`, "empty entry"},
 		{"trailing text", `{"permissions": {}} {}`, "more text after it"},
+		{"route", `{"permissions": {}, "routes": [{"tools": ["mcp__deploy__*"], "approvers": ["group:deploy-oncall", "Ana@Example.com"], "distinctApprover": true}]}`, ""},
+		{"route to nobody", `{"permissions": {}, "routes": [{"tools": ["x"]}]}`, "routes[0] routes to nobody"},
+		{"route without tools", `{"permissions": {}, "routes": [{"approvers": ["group:a"]}]}`, "routes[0].tools is empty"},
+		{"route bad approver", `{"permissions": {}, "routes": [{"tools": ["x"], "approvers": ["deploy-oncall"]}]}`, `routes[0].approvers: "deploy-oncall" is neither an email`},
+		{"route unknown key", `{"permissions": {}, "routes": [{"tools": ["x"], "approver": ["group:a"]}]}`, `unknown key "approver"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -64,6 +69,38 @@ func TestToolPolicyPrecedence(t *testing.T) {
 	}
 	if got, _ := (agent.ToolPolicy{}).Verdict("x"); got != agent.PolicyUnset {
 		t.Errorf("empty policy: %v", got)
+	}
+}
+
+// A route's approvers are kept in stored form and found by tool pattern.
+func TestToolPolicyRoutes(t *testing.T) {
+	t.Parallel()
+	p, err := agent.ParseToolPolicy([]byte(`{"permissions": {"ask": ["mcp__deploy__*"]},
+		"routes": [{"tools": ["mcp__deploy__*"], "approvers": ["group:deploy-oncall", "user:Ana@Example.com"], "distinctApprover": true},
+		           {"tools": ["*"], "distinctApprover": true}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := p.RoutesFor("mcp__deploy__release")
+	if len(rs) != 2 || strings.Join(rs[0].Approvers, ",") != "group:deploy-oncall,user:ana@example.com" || !rs[0].DistinctApprover {
+		t.Errorf("routes for release = %+v", rs)
+	}
+	if rs := p.RoutesFor("read_file"); len(rs) != 1 || len(rs[0].Approvers) != 0 {
+		t.Errorf("routes for read_file = %+v, want the catch-all four eyes", rs)
+	}
+}
+
+func TestParsePrincipal(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"group:deploy-oncall": "group:deploy-oncall", " group: Deal Desk ": "group:Deal Desk",
+		"ana@example.com": "user:ana@example.com", "user:Ana@Example.COM": "user:ana@example.com",
+		"group:": "", "ana": "", "user:": "", "Ana <ana@example.com>": "",
+	} {
+		got, err := agent.ParsePrincipal(in)
+		if got != want || (err != nil) != (want == "") {
+			t.Errorf("ParsePrincipal(%q) = %q, %v; want %q", in, got, err, want)
+		}
 	}
 }
 

@@ -673,7 +673,7 @@ func (p *skillParser) interruptOn(v *yaml.Node) {
 				out[tool] = in
 			}
 		default:
-			p.errorf(val, "%s must be true, false or {allowedDecisions, description}, not %s", field, kindName(val))
+			p.errorf(val, "%s must be true, false or {allowedDecisions, description, approvers, distinctApprover}, not %s", field, kindName(val))
 		}
 	}
 	if len(out) > 0 {
@@ -716,8 +716,33 @@ func (p *skillParser) interruptConfig(field string, v *yaml.Node) (Interrupt, bo
 			s, good := p.scalar(field+".description", val)
 			ok = ok && good
 			in.Description = strings.TrimSpace(s)
+		case "approvers":
+			if val.Kind != yaml.SequenceNode || len(val.Content) == 0 {
+				p.errorf(val, "%s.approvers must be a list such as [group:deploy-oncall] or [user:ana@example.com]", field)
+				ok = false
+				continue
+			}
+			for _, item := range val.Content {
+				item = resolve(item)
+				a, err := ParsePrincipal(item.Value)
+				if item.Kind != yaml.ScalarNode || err != nil {
+					p.errorf(item, "%s.approvers: %v", field, err)
+					ok = false
+					continue
+				}
+				if !slices.Contains(in.Approvers, a) {
+					in.Approvers = append(in.Approvers, a)
+				}
+			}
+		case "distinctApprover":
+			if val.Kind != yaml.ScalarNode || val.Tag != "!!bool" {
+				p.errorf(val, "%s.distinctApprover must be true or false", field)
+				ok = false
+				continue
+			}
+			_ = val.Decode(&in.DistinctApprover)
 		default:
-			p.errorf(k, "%s: unknown key %q (want allowedDecisions or description)", field, k.Value)
+			p.errorf(k, "%s: unknown key %q (want allowedDecisions, description, approvers or distinctApprover)", field, k.Value)
 			ok = false
 		}
 	}

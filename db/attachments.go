@@ -203,22 +203,23 @@ func (a Attachment) IsText() bool {
 	return strings.HasPrefix(mt, "text/") || mt == "application/json" || mt == "application/yaml"
 }
 
-// ListAttachments returns the attachments of one of the user's threads, in
+// ListAttachments returns the attachments of a thread the user may read, in
 // the order they were attached, without their content.
 func ListAttachments(ctx context.Context, q Querier, userID, threadID int64) ([]Attachment, error) {
 	as, err := all[Attachment](q.Query(ctx, `SELECT `+attachmentColumns+`
-		FROM attachments WHERE user_id = $1 AND thread_id = $2 ORDER BY id`, userID, threadID))
+		FROM attachments t WHERE thread_id = $2 AND `+readableParent("$1", "$2")+` ORDER BY id`, userID, threadID))
 	if err != nil {
 		return nil, fmt.Errorf("list attachments of thread %d: %w", threadID, err)
 	}
 	return as, nil
 }
 
-// GetAttachment returns one of the user's attachments with its content.
+// GetAttachment returns an attachment of a thread the user may read, with
+// its content.
 func GetAttachment(ctx context.Context, q Querier, userID, id int64) (Attachment, error) {
 	var a Attachment
 	err := q.QueryRow(ctx, `SELECT id, user_id, thread_id, name, content_type, size, sha256, created_at, pages, content
-		FROM attachments WHERE user_id = $1 AND id = $2`, userID, id).
+		FROM attachments WHERE id = $2 AND (user_id = $1 OR pizza_thread_role(thread_id, $1) IS NOT NULL)`, userID, id).
 		Scan(&a.ID, &a.UserID, &a.ThreadID, &a.Name, &a.ContentType, &a.Size, &a.SHA256, &a.CreatedAt, &a.Pages, &a.Content)
 	if isNoRows(err) {
 		return Attachment{}, ErrNotFound

@@ -50,7 +50,7 @@ func TestCountsFollowEveryChange(t *testing.T) {
 	check := func(step string) {
 		t.Helper()
 		for _, u := range []db.User{alice, bob} {
-			got, err := db.CountThreads(ctx, pool, u.ID)
+			got, err := db.CountThreads(ctx, pool, db.OwnerAccess(u.ID))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -16,6 +16,10 @@ const (
 	EventMessage  = "message"   // a message was added to a thread
 	EventToolCall = "tool_call" // a tool call was recorded or changed
 	EventDeleted  = "deleted"   // a thread was deleted
+	// EventAccess (thread 0) tells a person what they may see changed: a
+	// folder was shared with them or no longer is, or their groups
+	// changed at sign-in (migration 0024).
+	EventAccess = "access"
 )
 
 // EventsChannel is the NOTIFY channel the triggers signal once per
@@ -178,13 +182,16 @@ func (f ThreadFilter) Matches(t Thread) bool {
 	if t.ParentThreadID != nil {
 		return false // a sub-agent's thread shows in its parent's activity, not in listings
 	}
+	if t.Role == RoleApprover && !t.InAction {
+		return false // a routed call's thread is listed while it waits for them
+	}
 	switch f.Queue {
 	case QueueUnread:
 		if !t.Unread || t.Archived {
 			return false
 		}
 	case QueueAction:
-		if t.Status != StatusWaiting {
+		if t.Status != StatusWaiting || !t.InAction {
 			return false
 		}
 	}

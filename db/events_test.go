@@ -308,7 +308,7 @@ func TestThreadFilterMatchesListThreads(t *testing.T) {
 		for _, folderID := range []int64{0, folder.ID} {
 			for _, trig := range []string{"", db.TriggerManual, db.TriggerSchedule} {
 				f := db.ThreadFilter{Queue: q, FolderID: folderID, Trigger: trig}
-				listed, _, err := db.ListThreads(ctx, pool, alice.ID, f, nil, 100)
+				listed, _, err := db.ListThreads(ctx, pool, db.OwnerAccess(alice.ID), f, nil, 100)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -354,7 +354,7 @@ func TestThreadSummary(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ts, _, err := db.ListThreads(ctx, pool, alice.ID, db.ThreadFilter{}, nil, 10)
+		ts, _, err := db.ListThreads(ctx, pool, db.OwnerAccess(alice.ID), db.ThreadFilter{}, nil, 10)
 		if err != nil || len(ts) != 1 {
 			t.Fatalf("list: %d threads, %v", len(ts), err)
 		}

@@ -85,12 +85,12 @@ func addMessage(m Message) (string, []any, error) {
 		[]any{m.ThreadID, m.Role, m.Content, raw, m.ToolCallID, m.ToolName, m.IsError}, nil
 }
 
-// ListMessages returns the conversation of one of the user's threads, oldest
-// first.
+// ListMessages returns the conversation of a thread the user may read,
+// oldest first.
 func ListMessages(ctx context.Context, q Querier, userID, threadID int64) ([]Message, error) {
 	ms, err := all[Message](q.Query(ctx, `SELECT `+messageColumns+`
 		FROM messages m JOIN threads t ON t.id = m.thread_id
-		WHERE t.user_id = $1 AND m.thread_id = $2
+		WHERE m.thread_id = $2 AND `+readable("$1")+`
 		ORDER BY m.id`, userID, threadID))
 	if err != nil {
 		return nil, fmt.Errorf("list messages of thread %d: %w", threadID, err)

@@ -128,14 +128,26 @@ func EndRun(ctx context.Context, q Querier, threadID int64, status, errMsg strin
 	return nil
 }
 
-// LockThread locks one of the user's threads for a state change and returns it.
+// LockThread locks a thread the user may see for a state change and
+// returns it; its Role says what they may do (CanAct, and for a decision
+// DecideCheck). Another is ErrNotFound.
 func LockThread(ctx context.Context, q Querier, userID, threadID int64) (Thread, error) {
-	t, err := one[Thread](q.Query(ctx, `SELECT `+threadColumns+threadFrom+
-		`WHERE t.user_id = $1 AND t.id = $2 FOR UPDATE OF t`, userID, threadID))
+	t, err := getThread(ctx, q, userID, threadID, " FOR UPDATE OF t")
 	if err != nil {
 		return Thread{}, fmt.Errorf("lock thread %d: %w", threadID, err)
 	}
 	return t, nil
+}
+
+// SetRunStarter records who starts a thread's run when it is not its
+// owner (a shared folder's member replying or retrying; nil: the owner),
+// for four-eyes approvals (migration 0024).
+func SetRunStarter(ctx context.Context, q Querier, threadID int64, userID *int64) error {
+	if _, err := q.Exec(ctx, `UPDATE threads SET started_by = CASE WHEN user_id = $2 THEN NULL ELSE $2 END
+		WHERE id = $1 AND started_by IS DISTINCT FROM (CASE WHEN user_id = $2 THEN NULL ELSE $2 END)`, threadID, userID); err != nil {
+		return fmt.Errorf("record who starts the run of thread %d: %w", threadID, err)
+	}
+	return nil
 }
 
 // RunRef names a run at a generation.
@@ -220,10 +232,10 @@ func ThreadUsage(ctx context.Context, q Querier, userID, threadID int64) (Usage,
 			(SELECT coalesce(sum(m.cost_nanos), 0) FROM model_usage m WHERE m.thread_id = t.id),
 			(SELECT count(*) FILTER (WHERE m.cost_nanos IS NULL) FROM model_usage m WHERE m.thread_id = t.id)
 		FROM threads t LEFT JOIN steps s ON s.thread_id = t.id
-		WHERE t.user_id = $1 AND t.id = $2
+		WHERE t.id = $2 AND `+readable("$1")+`
 		GROUP BY t.id`, userID, threadID).Scan(&u.Steps, &u.PromptTokens, &u.CompletionTokens, &u.Cost, &u.Unpriced)
 	if isNoRows(err) {
-		return Usage{}, nil // not the user's: nothing, as before
+		return Usage{}, nil // not the user's to read: nothing, as before
 	}
 	if err != nil {
 		return Usage{}, fmt.Errorf("usage of thread %d: %w", threadID, err)

@@ -1,6 +1,7 @@
 package db
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"html"
@@ -342,15 +343,15 @@ const (
 // threads, found by walking them in order. Only when that walk comes back
 // short of a page with threads left unseen (the matches are old) are all
 // the matches sorted.
-func searchThreads(ctx context.Context, q Querier, sq SearchQuery, where []string, args []any, limit int) ([]Thread, error) {
+func searchThreads(ctx context.Context, q Querier, sq SearchQuery, docs func(arg func(any) string) string, where []string, args []any, limit int) ([]Thread, error) {
 	var n int
-	countArgs := []any{pgx.QueryExecModeExec, args[0]}
+	countArgs := []any{pgx.QueryExecModeExec}
 	arg := func(v any) string {
 		countArgs = append(countArgs, v)
 		return "$" + strconv.Itoa(len(countArgs)-1)
 	}
 	err := q.QueryRow(ctx, `SELECT count(*) FROM (SELECT 1 FROM thread_search
-		WHERE user_id = $1 AND `+sq.matchSQL(arg)+` LIMIT `+strconv.Itoa(searchRare+1)+`) x`, countArgs...).Scan(&n)
+		WHERE `+docs(arg)+` AND `+sq.matchSQL(arg)+` LIMIT `+strconv.Itoa(searchRare+1)+`) x`, countArgs...).Scan(&n)
 	if err != nil {
 		return nil, fmt.Errorf("search threads: %w", err)
 	}
@@ -358,7 +359,7 @@ func searchThreads(ctx context.Context, q Querier, sq SearchQuery, where []strin
 		return nil, nil
 	}
 	if n > searchRare {
-		ts, err := searchRun(ctx, q, sq, where, args, limit, true)
+		ts, err := searchRun(ctx, q, sq, docs, where, args, limit, true)
 		if err != nil || len(ts) == limit {
 			return ts, err
 		}
@@ -371,7 +372,7 @@ func searchThreads(ctx context.Context, q Querier, sq SearchQuery, where []strin
 			return ts, err
 		}
 	}
-	return searchRun(ctx, q, sq, where, args, limit, false)
+	return searchRun(ctx, q, sq, docs, where, args, limit, false)
 }
 
 // threadColumnsOnly are threadColumns without the folder's name and the
@@ -382,7 +383,7 @@ var threadColumnsOnly = strings.Replace(strings.Replace(threadColumns, "coalesce
 // pageSummaryColumns are summaryColumns over searchRun's page.
 var pageSummaryColumns = strings.NewReplacer("t.id", "page.id", "t.status", "page.status").Replace(summaryColumns)
 
-func searchRun(ctx context.Context, q Querier, sq SearchQuery, where []string, args []any, limit int, walk bool) ([]Thread, error) {
+func searchRun(ctx context.Context, q Querier, sq SearchQuery, docs func(arg func(any) string) string, where []string, args []any, limit int, walk bool) ([]Thread, error) {
 	args = slices.Clone(args)
 	arg := func(v any) string {
 		args = append(args, v)
@@ -401,7 +402,7 @@ func searchRun(ctx context.Context, q Querier, sq SearchQuery, where []string, a
 	} else {
 		// A lookup by key per match: the planner would hash-join a scan of
 		// all the user's threads.
-		from = append(from, `(SELECT thread_id FROM thread_search WHERE user_id = $1 AND `+match+` OFFSET 0) d
+		from = append(from, `(SELECT thread_id FROM thread_search WHERE `+docs(arg)+` AND `+match+` OFFSET 0) d
 			CROSS JOIN LATERAL (SELECT * FROM threads t WHERE t.id = d.thread_id AND `+strings.Join(where, " AND ")+` OFFSET 0) t`)
 	}
 	for i, ph := range sq.phrases {
@@ -459,6 +460,102 @@ func searchRun(ctx context.Context, q Querier, sq SearchQuery, where []string, a
 	return ts, nil
 }
 
+// searchAll is ListThreads with a search: the matches among the person's
+// own threads (as before sharing), among the threads of the folders shared
+// with them, and in Action among the threads routed to them, each searched
+// on its own and the pages merged.
+func searchAll(ctx context.Context, q Querier, a Access, f ThreadFilter, after *Cursor,
+	shared, owners []int64, own bool, limit int) ([]Thread, error) {
+	var out []Thread
+	// scope searches the documents docs selects among the threads cond
+	// selects, each with its own arguments ($1 is the person).
+	scope := func(docs func(arg func(any) string) string, cond func(arg func(any) string) []string) error {
+		args := []any{a.UserID}
+		arg := func(v any) string {
+			args = append(args, v)
+			return "$" + strconv.Itoa(len(args))
+		}
+		where := cond(arg)
+		ts, err := searchThreads(ctx, q, f.Search, docs, append(where, commonConds(f, after, arg)...), args, limit)
+		out = append(out, ts...)
+		return err
+	}
+	if own {
+		err := scope(func(arg func(any) string) string { return "user_id = " + arg(a.UserID) },
+			func(arg func(any) string) []string { return ownConds(f, nil, arg) })
+		if err != nil {
+			return nil, err
+		}
+	}
+	if len(shared) > 0 {
+		err := scope(func(arg func(any) string) string {
+			return "user_id = ANY (" + arg(owners) + ")"
+		}, func(arg func(any) string) []string {
+			c := []string{"t.user_id = ANY (" + arg(owners) + ")", "t.user_id <> $1", "t.folder_id = ANY (" + arg(shared) + ")", "t.parent_thread_id IS NULL"}
+			switch f.Queue {
+			case QueueUnread:
+				c = append(c, "EXISTS (SELECT 1 FROM thread_unread u WHERE u.user_id = $1 AND u.thread_id = t.id)")
+			case QueueAction:
+				c = append(c, "t.status = 'waiting'", "pizza_decider_action(t.wait_for, t.started_by, t.user_id, $1)")
+			}
+			return c
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if f.Queue != QueueUnread && len(a.Routed) > 0 {
+		err := scope(func(arg func(any) string) string {
+			return "thread_id = ANY (" + arg(a.Routed) + ")"
+		}, func(arg func(any) string) []string {
+			c := []string{"t.id = ANY (" + arg(a.Routed) + ")", "$1::bigint > 0", "t.status = 'waiting'"}
+			if f.FolderID != 0 {
+				c = append(c, "t.folder_id = "+arg(f.FolderID))
+			}
+			return c
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	// Newest first, each thread once (a routed thread may be one's own).
+	slices.SortFunc(out, func(x, y Thread) int {
+		if c := y.UpdatedAt.Compare(x.UpdatedAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(y.ID, x.ID)
+	})
+	out = slices.CompactFunc(out, func(x, y Thread) bool { return x.ID == y.ID })
+	if len(out) > limit {
+		out = out[:limit]
+	}
+	// The reader's read state of the others' threads found.
+	var others []int64
+	for i, t := range out {
+		out[i].InAction = f.Queue == QueueAction
+		if t.UserID != a.UserID {
+			out[i].Archived = false
+			others = append(others, t.ID)
+		}
+	}
+	if len(others) > 0 {
+		rows, err := q.Query(ctx, `SELECT thread_id FROM thread_unread WHERE user_id = $1 AND thread_id = ANY ($2)`, a.UserID, others)
+		if err != nil {
+			return nil, err
+		}
+		unread, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return nil, err
+		}
+		for i, t := range out {
+			if t.UserID != a.UserID {
+				out[i].Unread = slices.Contains(unread, t.ID)
+			}
+		}
+	}
+	return out, nil
+}
+
 // SearchMatch reports whether one of the user's threads matches a search,
 // with its snippet: a live update decides with it whether a changed thread
 // belongs in the search results on screen.
@@ -466,7 +563,16 @@ func SearchMatch(ctx context.Context, q Querier, userID int64, sq SearchQuery, t
 	if sq.Empty() {
 		return nil, false, nil
 	}
-	ts, err := searchThreads(ctx, q, sq, []string{"t.user_id = $1", "t.id = $2"}, []any{userID, threadID}, 1)
+	docs := func(arg func(any) string) string { return "user_id = " + arg(userID) }
+	where := []string{"t.user_id = $1", "t.id = $2"}
+	if t, err := GetThread(ctx, q, userID, threadID); err != nil {
+		return nil, false, err
+	} else if t.UserID != userID {
+		// Shared with them: the owner's document, as they may read it.
+		docs = func(arg func(any) string) string { return "thread_id = " + arg(threadID) }
+		where = []string{"t.id = $2", "$1::bigint > 0"}
+	}
+	ts, err := searchThreads(ctx, q, sq, docs, where, []any{userID, threadID}, 1)
 	if err != nil || len(ts) == 0 {
 		return nil, false, err
 	}

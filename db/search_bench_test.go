@@ -130,7 +130,7 @@ func BenchmarkSearch(b *testing.B) {
 			var took []time.Duration
 			for b.Loop() {
 				t0 := time.Now()
-				_, _, err := db.ListThreads(ctx, pool, user.ID, f, nil, 50)
+				_, _, err := db.ListThreads(ctx, pool, db.OwnerAccess(user.ID), f, nil, 50)
 				took = append(took, time.Since(t0))
 				if err != nil {
 					b.Fatal(err)

@@ -70,7 +70,7 @@ func (b *searchBundle) search(user db.User, query string, f db.ThreadFilter) ([]
 		f.Queue = db.QueueAll
 	}
 	f.Search = db.ParseSearch(query)
-	ts, _, err := db.ListThreads(context.Background(), b.pool, user.ID, f, nil, 50)
+	ts, _, err := db.ListThreads(context.Background(), b.pool, db.OwnerAccess(user.ID), f, nil, 50)
 	if err != nil {
 		b.t.Fatalf("search %q: %v", query, err)
 	}
@@ -204,7 +204,7 @@ func TestSearchCombinesWithFiltersAndPages(t *testing.T) {
 	var seen []string
 	var after *db.Cursor
 	for range 5 {
-		ts, next, err := db.ListThreads(ctx, b.pool, b.alice.ID, db.ThreadFilter{Queue: db.QueueAll, Search: db.ParseSearch("renewal")}, after, 2)
+		ts, next, err := db.ListThreads(ctx, b.pool, db.OwnerAccess(b.alice.ID), db.ThreadFilter{Queue: db.QueueAll, Search: db.ParseSearch("renewal")}, after, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -291,11 +291,11 @@ func TestSearchPlans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts, next, err := db.ListThreads(ctx, b.pool, b.alice.ID, db.ThreadFilter{Queue: db.QueueAll, Search: db.ParseSearch("renewal")}, nil, 50)
+	ts, next, err := db.ListThreads(ctx, b.pool, db.OwnerAccess(b.alice.ID), db.ThreadFilter{Queue: db.QueueAll, Search: db.ParseSearch("renewal")}, nil, 50)
 	if err != nil || len(ts) != 50 || next == nil || ts[0].Title != "Renewal 1100" || ts[49].Title != "Renewal 1051" {
 		t.Fatalf("all: %d threads from %q, next %v, %v", len(ts), ts[0].Title, next, err)
 	}
-	ts, next, err = db.ListThreads(ctx, b.pool, b.alice.ID, db.ThreadFilter{Queue: db.QueueAction, Search: db.ParseSearch("renewal")}, nil, 50)
+	ts, next, err = db.ListThreads(ctx, b.pool, db.OwnerAccess(b.alice.ID), db.ThreadFilter{Queue: db.QueueAction, Search: db.ParseSearch("renewal")}, nil, 50)
 	if err != nil || len(ts) != 2 || next != nil || ts[0].Title != "Renewal 7" || ts[1].Title != "Renewal 5" {
 		t.Fatalf("action: %+v, next %v, %v", ts, next, err)
 	}

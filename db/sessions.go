@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -17,6 +18,10 @@ type SignIn struct {
 	// AdminGroup is the configured admin group when the token's groups
 	// claim held it, "" otherwise.
 	AdminGroup string
+	// Groups is the token's groups claim: shared folders and routed
+	// approvals name groups, and a person's groups are their last
+	// sign-in's (migration 0024).
+	Groups []string
 }
 
 // SignInUser creates or refreshes the user an identity provider vouched
@@ -32,16 +37,22 @@ func SignInUser(ctx context.Context, q Querier, in SignIn, adminEmails []string,
 	}
 	// Store the claims first, then apply the rule to the stored row: the
 	// rule is written once, over the row (users.go).
+	groups := []string{}
+	for _, g := range in.Groups {
+		if g = strings.TrimSpace(g); g != "" && len(g) <= 200 && !slices.Contains(groups, g) && len(groups) < 1000 {
+			groups = append(groups, g)
+		}
+	}
 	var id int64
 	err := q.QueryRow(ctx, `
-		INSERT INTO users (issuer, subject, email, name, email_verified, admin_group)
-		VALUES ($1, $2, $3, $4, $5, $6)
+		INSERT INTO users (issuer, subject, email, name, email_verified, admin_group, groups)
+		VALUES ($1, $2, $3, $4, $5, $6, $7)
 		ON CONFLICT (issuer, subject) DO UPDATE
 		SET email = EXCLUDED.email, name = EXCLUDED.name,
 		    email_verified = EXCLUDED.email_verified, admin_group = EXCLUDED.admin_group,
-		    updated_at = now()
+		    groups = EXCLUDED.groups, updated_at = now()
 		RETURNING id`,
-		in.Issuer, in.Subject, in.Email, in.Name, in.EmailVerified, in.AdminGroup).Scan(&id)
+		in.Issuer, in.Subject, in.Email, in.Name, in.EmailVerified, in.AdminGroup, groups).Scan(&id)
 	if err != nil {
 		return User{}, fmt.Errorf("sign in user: %w", err)
 	}
@@ -125,7 +136,7 @@ func sessionUser(ctx context.Context, q Querier, token string, idle time.Duratio
 		User
 	}](q.Query(ctx, `
 		SELECT s.id AS sid, s.last_seen_at, s.created_at AS s_created_at, s.expires_at,
-		       u.id, u.issuer, u.subject, u.email, u.name, u.is_admin, u.disabled, u.created_at, u.updated_at
+		       u.id, u.issuer, u.subject, u.email, u.name, u.is_admin, u.disabled, u.created_at, u.updated_at, u.groups, u.principals
 		FROM sessions s JOIN users u ON u.id = s.user_id
 		WHERE s.token_hash = $1 AND s.expires_at > now()
 		  AND s.last_seen_at > now() - make_interval(secs => $2)

@@ -182,7 +182,7 @@ type UserAccount struct {
 }
 
 const userAccountQuery = `
-	SELECT u.id, u.issuer, u.subject, u.email, u.name, u.is_admin, u.disabled, u.created_at, u.updated_at,
+	SELECT u.id, u.issuer, u.subject, u.email, u.name, u.is_admin, u.disabled, u.created_at, u.updated_at, u.groups, u.principals,
 	       u.idp_admin, u.granted_admin,
 	       (SELECT count(*) FROM sessions s WHERE s.user_id = u.id AND s.expires_at > now()) AS sessions,
 	       (SELECT count(*) FROM api_tokens t WHERE t.user_id = u.id) AS tokens,

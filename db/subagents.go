@@ -186,20 +186,20 @@ func LockSubagents(ctx context.Context, q Querier, userID, threadID int64) ([]Ac
 // first.
 func ListSubagents(ctx context.Context, q Querier, userID, parentID int64) ([]Thread, error) {
 	ts, err := all[Thread](q.Query(ctx, `SELECT `+threadColumns+threadFrom+`
-		WHERE t.user_id = $1 AND t.parent_thread_id = $2 ORDER BY t.id`, userID, parentID))
+		WHERE t.parent_thread_id = $2 AND `+readableParent("$1", "$2")+` ORDER BY t.id`, userID, parentID))
 	if err != nil {
 		return nil, fmt.Errorf("sub-agents of thread %d: %w", parentID, err)
 	}
 	return ts, nil
 }
 
-// SubagentMessages returns the conversations of the sub-agents of one of the
-// user's threads, by sub-agent, oldest message first: one query for all of
+// SubagentMessages returns the conversations of the sub-agents of a thread the user
+// may read, by sub-agent, oldest message first: one query for all of
 // them, for the parent's page.
 func SubagentMessages(ctx context.Context, q Querier, userID, parentID int64) (map[int64][]Message, error) {
 	ms, err := all[Message](q.Query(ctx, `SELECT `+messageColumns+`
 		FROM messages m JOIN threads t ON t.id = m.thread_id
-		WHERE t.user_id = $1 AND t.parent_thread_id = $2
+		WHERE t.parent_thread_id = $2 AND `+readableParent("$1", "$2")+`
 		ORDER BY m.thread_id, m.id`, userID, parentID))
 	if err != nil {
 		return nil, fmt.Errorf("messages of the sub-agents of thread %d: %w", parentID, err)
@@ -211,12 +211,12 @@ func SubagentMessages(ctx context.Context, q Querier, userID, parentID int64) (m
 	return out, nil
 }
 
-// SubagentToolCalls returns the tool calls of the sub-agents of one of the
-// user's threads, by sub-agent, in the order they were made.
+// SubagentToolCalls returns the tool calls of the sub-agents of a thread the user
+// may read, by sub-agent, in the order they were made.
 func SubagentToolCalls(ctx context.Context, q Querier, userID, parentID int64) (map[int64][]ToolCallRow, error) {
 	cs, err := all[ToolCallRow](q.Query(ctx, `SELECT `+toolCallColumns+toolCallFrom+`
 		JOIN threads t ON t.id = c.thread_id
-		WHERE t.user_id = $1 AND t.parent_thread_id = $2
+		WHERE t.parent_thread_id = $2 AND `+readableParent("$1", "$2")+`
 		ORDER BY c.thread_id, c.id`, userID, parentID))
 	if err != nil {
 		return nil, fmt.Errorf("tool calls of the sub-agents of thread %d: %w", parentID, err)
@@ -235,7 +235,7 @@ func SubagentUsage(ctx context.Context, q Querier, userID, parentID int64) (map[
 			(SELECT coalesce(sum(m.cost_nanos), 0) FROM model_usage m WHERE m.thread_id = t.id),
 			(SELECT count(*) FILTER (WHERE m.cost_nanos IS NULL) FROM model_usage m WHERE m.thread_id = t.id)
 		FROM threads t LEFT JOIN steps s ON s.thread_id = t.id
-		WHERE t.user_id = $1 AND t.parent_thread_id = $2
+		WHERE t.parent_thread_id = $2 AND `+readableParent("$1", "$2")+`
 		GROUP BY t.id`, userID, parentID)
 	if err != nil {
 		return nil, fmt.Errorf("usage of the sub-agents of thread %d: %w", parentID, err)

@@ -70,6 +70,14 @@ type Thread struct {
 	// BudgetHold is, on a waiting thread, the budget hold its run or one
 	// of its sub-agents' waits on (budgets.go); nil otherwise.
 	BudgetHold *BudgetHoldNote `db:"budget_hold"`
+	// Role is what the reader is to the thread (RoleOwner, RoleMember,
+	// RoleViewer, RoleApprover) as GetThread and ListThreads read it; ""
+	// from the runtime's reads, which act for the owner.
+	Role string `db:"-"`
+	// InAction reports, as GetThread and ListThreads read it, whether the
+	// thread is in the reader's Action queue: it waits, and a call of it
+	// is theirs to decide (a call routed to others is not the owner's).
+	InAction bool `db:"-"`
 }
 
 // Summary is the one line that says what a thread's run came to or asks:
@@ -79,7 +87,7 @@ type Thread struct {
 // inbox rows, the API's list and browser notifications all show it.
 func (t Thread) Summary() string {
 	var kind, tool, args, desc string
-	if c := t.SummaryCall; len(c) == 4 {
+	if c := t.SummaryCall; len(c) >= 4 {
 		kind, tool, args, desc = c[0], c[1], c[2], c[3]
 	}
 	switch t.Status {
@@ -98,13 +106,16 @@ func (t Thread) Summary() string {
 		case kind == WaitUnknown:
 			return "Outcome unknown: " + tool
 		}
+		s := "Approve " + tool
 		if a := firstLine(stringArgument(args, ""), 100); a != "" {
-			return "Approve " + tool + " " + a
+			s += " " + a
+		} else if d := firstLine(desc, 120); d != "" {
+			s += ": " + d
 		}
-		if d := firstLine(desc, 120); d != "" {
-			return "Approve " + tool + ": " + d
+		if who := t.waitingFor(); who != "" {
+			s += " (waiting for " + who + ")"
 		}
-		return "Approve " + tool
+		return s
 	case StatusRunning:
 		if tool != "" {
 			return "calling " + tool
@@ -122,6 +133,28 @@ func (t Thread) Summary() string {
 		return "Cancelled"
 	}
 	return firstLine(t.SummaryText, 140)
+}
+
+// waitingFor names whom the thread's first waiting call is routed to, ""
+// when it names no approvers (WaitingFor).
+func (t Thread) waitingFor() string {
+	if len(t.SummaryCall) < 5 || t.SummaryCall[4] == "" {
+		return ""
+	}
+	var sets [][]string
+	if json.Unmarshal([]byte(t.SummaryCall[4]), &sets) != nil {
+		return ""
+	}
+	return WaitingFor(sets)
+}
+
+// WaitingFor names whom a waiting thread's first waiting call is routed
+// to, as people read it ("deploy-oncall"); "" when it names no approvers.
+func (t Thread) WaitingFor() string {
+	if t.Status != StatusWaiting {
+		return ""
+	}
+	return t.waitingFor()
 }
 
 // stringArgument returns the string value of the named top-level key of a
@@ -183,7 +216,8 @@ const threadColumns = `t.id, t.user_id, t.folder_id, coalesce(f.name, '') AS fol
 const summaryColumns = `
 	CASE WHEN t.status IN ('waiting', 'running') THEN (
 		SELECT json_build_array(c.wait_kind, coalesce(c.inner_call->>'tool', c.name),
-			left(coalesce(c.inner_call->>'arguments', c.arguments), 2000), left(c.description, 400))
+			left(coalesce(c.inner_call->>'arguments', c.arguments), 2000), left(c.description, 400),
+			CASE WHEN c.approvers <> '[]' THEN c.approvers::text ELSE '' END)
 		FROM tool_calls c
 		WHERE c.thread_id = t.id AND c.state <> 'done'
 		  AND (c.state IN ('pending', 'unknown')) = (t.status = 'waiting')
@@ -257,47 +291,165 @@ func ParseCursor(s string) (Cursor, error) {
 	return Cursor{UpdatedAt: time.UnixMicro(micros).UTC(), ID: n}, nil
 }
 
-// ListThreads returns one page of the user's threads, newest activity first,
-// starting after the cursor (nil: the first page). The returned cursor is nil
-// on the last page. Sub-agents are not listed: they are reached from the
-// page of the thread that delegated them. With f.Search, the threads that
-// match it, each with its Snippet.
-func ListThreads(ctx context.Context, q Querier, userID int64, f ThreadFilter, after *Cursor, limit int) ([]Thread, *Cursor, error) {
-	where := []string{"t.user_id = $1", "t.parent_thread_id IS NULL"}
-	args := []any{userID}
+// inActionSQL is whether thread t is in the Action queue of user me:
+// the queues' rule (pizza_in_action, decomposed), with the folders they
+// are a member of and the threads routed to them (SQL expressions, from
+// Access: "'{}'" when none).
+func inActionSQL(me, members, routed string) string {
+	return `(t.status = 'waiting' AND ((t.user_id = ` + me + ` OR coalesce(t.folder_id = ANY (` + members + `), false))
+		AND pizza_decider_action(t.wait_for, t.started_by, t.user_id, ` + me + `) OR t.id = ANY (` + routed + `))) AS in_action`
+}
+
+// threadColumnsFor are threadColumns as user me (a SQL parameter) reads
+// them: a thread shared with them is unread while thread_unread says so
+// (their own read state, migration 0024), and archiving is the owner's;
+// inAction is the in_action column (inActionSQL).
+func threadColumnsFor(me, inAction string) string {
+	return strings.Replace(threadColumns, "t.unread, t.archived,",
+		`CASE WHEN t.user_id = `+me+` THEN t.unread ELSE EXISTS (
+			SELECT 1 FROM thread_unread u WHERE u.user_id = `+me+` AND u.thread_id = t.id) END AS unread,
+		t.archived AND t.user_id = `+me+` AS archived,`, 1) + `, ` + inAction
+}
+
+// readThread is a thread with what its reader is to it.
+type readThread struct {
+	Thread
+	ReadInAction bool `db:"in_action"`
+}
+
+// routedSQL selects the top-level threads (r) with a waiting call routed
+// to user me (principals p: SQL expressions) that is theirs to decide: a
+// GIN lookup of the few waiting routed calls naming one of their
+// principals, each checked with pizza_routed_ok. LoadAccess runs it once
+// per request (Access.Routed).
+func routedSQL(me, p string) string {
+	return `SELECT r.id FROM tool_calls c JOIN threads k ON k.id = c.thread_id
+		JOIN threads r ON r.id = coalesce(k.parent_thread_id, k.id)
+		WHERE c.state IN ('pending', 'unknown') AND c.approvers <> '[]'
+		  AND pizza_approver_keys(c.approvers) && ` + p + `
+		  AND pizza_routed_ok(c.approvers, c.distinct_approver, coalesce(r.started_by, r.user_id), ` + me + `, ` + p + `)`
+}
+
+// ListThreads returns one page of the threads a person sees, newest
+// activity first, starting after the cursor (nil: the first page). The
+// returned cursor is nil on the last page. Sub-agents are not listed: they
+// are reached from the page of the thread that delegated them. With
+// f.Search, the threads that match it, each with its Snippet.
+//
+// A person's threads are their own (by user_id, as the indexes of
+// migration 0001 serve them), the threads of the folders shared with them
+// (a.Shared: one index scan per folder) and, in All and Action while they
+// wait, the threads with a call routed to them (a.Routed). With nothing
+// shared with them nor routed to them the query is the single-user one.
+func ListThreads(ctx context.Context, q Querier, a Access, f ThreadFilter, after *Cursor, limit int) ([]Thread, *Cursor, error) {
+	args := []any{a.UserID}
 	arg := func(v any) string {
 		args = append(args, v)
 		return "$" + strconv.Itoa(len(args))
 	}
-	switch f.Queue {
-	case QueueUnread:
-		where = append(where, "t.unread AND NOT t.archived")
-	case QueueAction:
-		where = append(where, "t.status = 'waiting'")
+	_, sharedFolder := a.Folder(f.FolderID)
+	own := !sharedFolder
+	shared, owners := a.folders(f.FolderID, f.Queue == QueueAction)
+	if f.FolderID != 0 && !sharedFolder {
+		shared, owners = nil, nil
 	}
-	if f.FolderID != 0 {
-		where = append(where, "t.folder_id = "+arg(f.FolderID))
-	}
-	if f.Trigger != "" {
-		where = append(where, "t.trigger_kind = "+arg(f.Trigger))
-	}
-	if after != nil {
-		where = append(where, "(t.updated_at, t.id) < ("+arg(after.UpdatedAt)+", "+arg(after.ID)+")")
-	}
+	// A call routed to the person brings its thread to their Action, and
+	// to All while it waits for them.
+	routed := f.Queue != QueueUnread && len(a.Routed) > 0
+	common := commonConds(f, after, arg)
+
 	var ts []Thread
 	var err error
-	if f.Search.Raw != "" {
+	switch {
+	case f.Search.Raw != "":
 		if f.Search.Empty() {
 			return nil, nil, nil // only punctuation: nothing can match
 		}
-		ts, err = searchThreads(ctx, q, f.Search, where, args, limit+1)
-	} else {
-		sql := `SELECT ` + threadColumns + threadFrom + ` WHERE ` + strings.Join(where, " AND ") +
-			` ORDER BY t.updated_at DESC, t.id DESC LIMIT ` + arg(limit+1)
-		ts, err = all[Thread](q.Query(ctx, sql, args...))
+		ts, err = searchAll(ctx, q, a, f, after, shared, owners, own, limit+1)
+	case len(shared) == 0 && !routed:
+		if !own {
+			return nil, nil, nil
+		}
+		where := ownConds(f, common, arg)
+		ts, err = readThreads(ctx, q, `SELECT `+threadColumns+`, `+inActionSQL("$1", "'{}'", "'{}'")+threadFrom+` WHERE `+strings.Join(where, " AND ")+
+			` ORDER BY t.updated_at DESC, t.id DESC LIMIT `+arg(limit+1), args)
+	default:
+		// One branch per source, disjoint, each an index scan that stops
+		// at a page; the pages merged in order (a merge append), and the
+		// columns (the summary's lookups included) read for the final
+		// page only.
+		n := arg(limit + 1)
+		page := ` ORDER BY t.updated_at DESC, t.id DESC LIMIT ` + n
+		var branches []string
+		if own {
+			branches = append(branches, `SELECT t.id, t.updated_at FROM threads t WHERE `+strings.Join(ownConds(f, common, arg), " AND ")+page)
+		}
+		cond := strings.Join(append([]string{"true"}, common...), " AND ")
+		if len(shared) > 0 {
+			ids := arg(shared)
+			switch f.Queue {
+			case QueueUnread:
+				// The person's unread rows in the queues' order
+				// (thread_unread_queue_idx), however large the folders.
+				ucond := "true"
+				if after != nil {
+					ucond = "(u.updated_at, u.thread_id) < (" + arg(after.UpdatedAt) + ", " + arg(after.ID) + ")"
+				}
+				branches = append(branches, `SELECT u.thread_id AS id, u.updated_at FROM thread_unread u
+					JOIN threads t ON t.id = u.thread_id AND `+cond+`
+					WHERE u.user_id = $1 AND u.folder_id = ANY (`+ids+`) AND `+ucond+`
+					ORDER BY u.updated_at DESC, u.thread_id DESC LIMIT `+n)
+			case QueueAction:
+				branches = append(branches, `SELECT x.id, x.updated_at FROM unnest(`+ids+`::bigint[]) sf(id)
+					CROSS JOIN LATERAL (SELECT t.id, t.updated_at FROM threads t
+						WHERE t.folder_id = sf.id AND t.status = 'waiting'
+						  AND pizza_decider_action(t.wait_for, t.started_by, t.user_id, $1) AND `+cond+page+`) x`)
+			default:
+				branches = append(branches, `SELECT x.id, x.updated_at FROM unnest(`+ids+`::bigint[], `+arg(owners)+`::bigint[]) sf(id, owner)
+					CROSS JOIN LATERAL (SELECT t.id, t.updated_at FROM threads t
+						WHERE t.user_id = sf.owner AND t.folder_id = sf.id AND t.parent_thread_id IS NULL AND `+cond+page+`) x`)
+			}
+		}
+		if routed {
+			// Not what the other branches list: the person's own threads
+			// and their shared folders' (in Action, those theirs to decide
+			// as owner or member).
+			rc := cond
+			if f.FolderID != 0 {
+				rc += " AND t.folder_id = " + arg(f.FolderID)
+			}
+			if f.Queue == QueueAction {
+				members, _ := a.folders(0, true)
+				rc += ` AND NOT ((t.user_id = $1 OR coalesce(t.folder_id = ANY (` + arg(members) + `), false))
+					AND pizza_decider_action(t.wait_for, t.started_by, t.user_id, $1))`
+			} else {
+				all, _ := a.folders(0, false)
+				rc += ` AND t.user_id <> $1 AND NOT coalesce(t.folder_id = ANY (` + arg(all) + `), false)`
+			}
+			branches = append(branches, `SELECT t.id, t.updated_at FROM threads t
+				WHERE t.id = ANY (`+arg(a.Routed)+`) AND t.status = 'waiting' AND `+rc+page)
+		}
+		if len(branches) == 0 {
+			return nil, nil, nil
+		}
+		for i, br := range branches {
+			branches[i] = `SELECT id, updated_at FROM (` + br + `) b` + strconv.Itoa(i)
+		}
+		inAction := "true AS in_action" // every branch of Action lists what is the person's to decide
+		if f.Queue != QueueAction {
+			members, _ := a.folders(0, true)
+			inAction = inActionSQL("$1", arg(members)+"::bigint[]", arg(a.Routed)+"::bigint[]")
+		}
+		ts, err = readThreads(ctx, q, `SELECT `+threadColumnsFor("$1", inAction)+`
+			FROM ((`+strings.Join(branches, ") UNION ALL (")+`) ORDER BY updated_at DESC, id DESC LIMIT `+n+`) p
+			JOIN threads t ON t.id = p.id LEFT JOIN folders f ON f.id = t.folder_id
+			ORDER BY t.updated_at DESC, t.id DESC`, args)
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("list threads: %w", err)
+	}
+	for i := range ts {
+		ts[i].Role = a.Role(ts[i])
 	}
 	var next *Cursor
 	if len(ts) > limit {
@@ -308,6 +460,49 @@ func ListThreads(ctx context.Context, q Querier, userID int64, f ThreadFilter, a
 	return ts, next, nil
 }
 
+// commonConds are the conditions on thread t of every part of a listing:
+// its trigger filter and its cursor. arg adds a query argument.
+func commonConds(f ThreadFilter, after *Cursor, arg func(any) string) []string {
+	var c []string
+	if f.Trigger != "" {
+		c = append(c, "t.trigger_kind = "+arg(f.Trigger))
+	}
+	if after != nil {
+		c = append(c, "(t.updated_at, t.id) < ("+arg(after.UpdatedAt)+", "+arg(after.ID)+")")
+	}
+	return c
+}
+
+// ownConds are the conditions of a listing on the person's own threads
+// ($1 is their id), common included.
+func ownConds(f ThreadFilter, common []string, arg func(any) string) []string {
+	where := append([]string{"t.user_id = $1", "t.parent_thread_id IS NULL"}, common...)
+	switch f.Queue {
+	case QueueUnread:
+		where = append(where, "t.unread AND NOT t.archived")
+	case QueueAction:
+		where = append(where, "t.status = 'waiting'", "pizza_decider_action(t.wait_for, t.started_by, t.user_id, t.user_id)")
+	}
+	if f.FolderID != 0 {
+		where = append(where, "t.folder_id = "+arg(f.FolderID))
+	}
+	return where
+}
+
+// readThreads runs a query of threadColumns and in_action.
+func readThreads(ctx context.Context, q Querier, sql string, args []any) ([]Thread, error) {
+	rs, err := all[readThread](q.Query(ctx, sql, args...))
+	if err != nil {
+		return nil, err
+	}
+	ts := make([]Thread, len(rs))
+	for i, r := range rs {
+		ts[i] = r.Thread
+		ts[i].InAction = r.ReadInAction
+	}
+	return ts, nil
+}
+
 // Counts are the sizes of the three queues.
 type Counts struct {
 	All    int64 `db:"all_count"`
@@ -315,26 +510,77 @@ type Counts struct {
 	Action int64 `db:"action_count"`
 }
 
-// CountThreads returns the sizes of the user's queues, kept current by
-// triggers (migrations 0008, 0009: sub-agents do not count) so the counts
-// on every page cost a few rows: the user's shards (migration 0017).
-func CountThreads(ctx context.Context, q Querier, userID int64) (Counts, error) {
+// CountThreads returns the sizes of a person's queues. Their own threads
+// are counted by triggers (migrations 0008, 0009, 0024: sub-agents do not
+// count, nor calls routed to others) so that these cost a few rows: the
+// user's shards (migration 0017). The folders shared with them add a count
+// over each folder's index, their unread rows of those folders
+// (thread_unread), and the waiting threads of the folders they are a
+// member of; the calls routed to them a lookup of the waiting routed calls.
+func CountThreads(ctx context.Context, q Querier, a Access) (Counts, error) {
+	args := []any{a.UserID}
+	arg := func(v any) string {
+		args = append(args, v)
+		return "$" + strconv.Itoa(len(args))
+	}
+	all, unread, action := "", "", ""
+	i := "'{}'::bigint[]"
+	if ids, _ := a.folders(0, false); len(ids) > 0 {
+		i = arg(ids)
+		all = ` + (SELECT coalesce(sum(all_count), 0) FROM folder_counts WHERE folder_id = ANY (` + i + `))`
+		unread = ` + (SELECT count(*) FROM thread_unread WHERE user_id = $1 AND folder_id = ANY (` + i + `))`
+	}
+	members, _ := a.folders(0, true)
+	m := "'{}'::bigint[]"
+	if len(members) > 0 {
+		m = arg(members)
+		action = ` + (SELECT count(*) FROM threads t WHERE t.folder_id = ANY (` + m + `) AND t.status = 'waiting'
+			AND pizza_decider_action(t.wait_for, t.started_by, t.user_id, $1))`
+	}
+	if len(a.Routed) > 0 {
+		// Routed threads not counted already: in All, the others' threads
+		// outside the shared folders; in Action, those not counted as
+		// the owner's or a member's.
+		r := arg(a.Routed)
+		all += ` + (SELECT count(*) FROM threads t WHERE t.id = ANY (` + r + `)
+			AND t.status = 'waiting' AND t.user_id <> $1 AND NOT coalesce(t.folder_id = ANY (` + i + `), false))`
+		action += ` + (SELECT count(*) FROM threads t WHERE t.id = ANY (` + r + `)
+			AND t.status = 'waiting' AND NOT ((t.user_id = $1 OR coalesce(t.folder_id = ANY (` + m + `), false))
+				AND pizza_decider_action(t.wait_for, t.started_by, t.user_id, $1)))`
+	}
 	var c Counts
-	err := q.QueryRow(ctx, `SELECT coalesce(sum(all_count), 0), coalesce(sum(unread_count), 0), coalesce(sum(action_count), 0)
-		FROM thread_counts WHERE user_id = $1`, userID).Scan(&c.All, &c.Unread, &c.Action)
+	err := q.QueryRow(ctx, `SELECT coalesce(sum(all_count), 0)`+all+`, coalesce(sum(unread_count), 0)`+unread+`,
+		coalesce(sum(action_count), 0)`+action+`
+		FROM thread_counts WHERE user_id = $1`, args...).Scan(&c.All, &c.Unread, &c.Action)
 	if err != nil {
 		return Counts{}, fmt.Errorf("count threads: %w", err)
 	}
 	return c, nil
 }
 
-// GetThread returns one of the user's threads.
+// GetThread returns a thread the user may see (a sub-agent's too): their
+// own, one of a folder shared with them, or one with a call routed to them,
+// with their Role and their read state. Another is ErrNotFound.
 func GetThread(ctx context.Context, q Querier, userID, id int64) (Thread, error) {
-	t, err := one[Thread](q.Query(ctx, `SELECT `+threadColumns+threadFrom+
-		`WHERE t.user_id = $1 AND t.id = $2`, userID, id))
+	return getThread(ctx, q, userID, id, "")
+}
+
+// getThread is GetThread with a locking clause.
+func getThread(ctx context.Context, q Querier, userID, id int64, lock string) (Thread, error) {
+	r, err := one[struct {
+		readThread
+		Role *string `db:"role"`
+	}](q.Query(ctx, `SELECT `+threadColumnsFor("$1", "pizza_in_action(t.id, $1) AS in_action")+`,
+		CASE WHEN t.user_id = $1 THEN 'owner' ELSE pizza_thread_role(t.id, $1) END AS role`+threadFrom+
+		`WHERE t.id = $2`+lock, userID, id))
+	if err == nil && r.Role == nil {
+		err = ErrNotFound
+	}
 	if err != nil {
 		return Thread{}, fmt.Errorf("get thread %d: %w", id, err)
 	}
+	t := r.Thread
+	t.InAction, t.Role = r.ReadInAction, *r.Role
 	return t, nil
 }
 
@@ -426,15 +672,39 @@ func createThread(ctx context.Context, q Querier, n NewThread, gen int64, prompt
 	return t, gen, nil
 }
 
-// MarkRead sets the read state of the user's threads and returns how many
-// changed. It does not touch updated_at: reading is not activity.
+// MarkRead sets the user's read state of threads they see and returns how
+// many changed. It does not touch updated_at: reading is not activity. The
+// owner's read state is the thread's; anyone else's is their own
+// (thread_unread), and a change to it is news to them alone.
 func MarkRead(ctx context.Context, q Querier, userID int64, ids []int64, read bool) (int64, error) {
 	tag, err := q.Exec(ctx, `UPDATE threads SET unread = $3
 		WHERE user_id = $1 AND id = ANY($2) AND unread <> $3`, userID, ids, !read)
 	if err != nil {
 		return 0, fmt.Errorf("mark threads read: %w", err)
 	}
-	return tag.RowsAffected(), nil
+	n := tag.RowsAffected()
+	if n == int64(len(ids)) {
+		return n, nil
+	}
+	var shared int64
+	err = q.QueryRow(ctx, `WITH seen AS (
+			SELECT t.id, t.folder_id, t.updated_at FROM threads t
+			WHERE t.id = ANY($2) AND t.user_id <> $1 AND t.parent_thread_id IS NULL
+			  AND pizza_thread_role(t.id, $1) IS NOT NULL
+		), read AS (
+			DELETE FROM thread_unread u USING seen WHERE $3 AND u.user_id = $1 AND u.thread_id = seen.id
+			RETURNING u.thread_id
+		), unread AS (
+			INSERT INTO thread_unread (user_id, thread_id, folder_id, updated_at)
+			SELECT $1, id, folder_id, updated_at FROM seen WHERE NOT $3 AND folder_id IS NOT NULL
+			ON CONFLICT DO NOTHING RETURNING thread_id
+		), changed AS (SELECT thread_id FROM read UNION ALL SELECT thread_id FROM unread)
+		SELECT count(*) FROM (SELECT pizza_record_event_for($1, thread_id, 'thread') FROM changed) e`,
+		userID, ids, read).Scan(&shared)
+	if err != nil {
+		return 0, fmt.Errorf("mark shared threads read: %w", err)
+	}
+	return n + shared, nil
 }
 
 // SetArchived archives or restores the user's threads. Archiving also marks

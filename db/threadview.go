@@ -28,6 +28,10 @@ type ThreadView struct {
 	// Subagents are the threads it delegated to, oldest first, each with
 	// its conversation, calls and usage.
 	Subagents []SubagentView
+	// Deciders says, for each waiting call of the thread and of its
+	// sub-agents, whether the reader may decide it: DecideOK or why not
+	// (DecideChecks: Runtime.Decide's rule).
+	Deciders map[int64]string
 	// Budget is the budget hold its run waits on (budgets.go); nil when
 	// it does not.
 	Budget *BudgetHold
@@ -41,7 +45,7 @@ type SubagentView struct {
 	Usage    Usage
 }
 
-// ReadThreadView reads one of the user's threads with everything that
+// ReadThreadView reads a thread the user may read with everything that
 // renders it (ErrNotFound for another's), in one read-only REPEATABLE READ
 // transaction: every part is as of the same instant.
 func ReadThreadView(ctx context.Context, pool *pgxpool.Pool, userID, threadID int64) (ThreadView, error) {
@@ -78,7 +82,13 @@ func ReadThreadView(ctx context.Context, pool *pgxpool.Pool, userID, threadID in
 			}
 			v.Parent = &p
 		}
-		v.Subagents, err = readSubagents(ctx, tx, userID, threadID)
+		if v.Subagents, err = readSubagents(ctx, tx, userID, threadID); err != nil {
+			return err
+		}
+		for i := range v.Subagents {
+			v.Subagents[i].Thread.Role = v.Thread.Role // a sub-agent's readers are its parent's
+		}
+		v.Deciders, err = DecideChecks(ctx, tx, userID, threadID)
 		return err
 	})
 	if err != nil {

@@ -110,7 +110,7 @@ func APITokenUser(ctx context.Context, q Querier, secret string) (APIToken, User
 		User
 	}](q.Query(ctx, `
 		SELECT t.id AS tid, t.name AS token_name, t.last_used_at, t.expires_at, t.admin AS scope_admin,
-		       u.id, u.issuer, u.subject, u.email, u.name, u.is_admin, u.disabled, u.created_at, u.updated_at
+		       u.id, u.issuer, u.subject, u.email, u.name, u.is_admin, u.disabled, u.created_at, u.updated_at, u.groups, u.principals
 		FROM api_tokens t JOIN users u ON u.id = t.user_id
 		WHERE t.token_hash = $1 AND t.expires_at > now()
 		  AND NOT u.disabled`, HashToken(secret)))

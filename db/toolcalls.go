@@ -73,6 +73,13 @@ type ToolCallRow struct {
 	CreatedAt       time.Time  `db:"created_at"`
 	UpdatedAt       time.Time  `db:"updated_at"`
 
+	// Approvers and DistinctApprover say who may decide a waiting call
+	// (jobs.Gate, migration 0024): one set of principals per rule that
+	// named approvers, each to be matched; empty when whoever may decide
+	// in the thread decides. pizza_decide_check applies them.
+	Approvers        [][]string `db:"approvers"`
+	DistinctApprover bool       `db:"distinct_approver"`
+
 	// InnerCall is, on a parked run_js call, the script's call it stopped
 	// at: what its approver is shown and what an approval lets run
 	// (sandboxcalls.go). Nil on every other call.
@@ -102,7 +109,7 @@ const toolCallColumns = `c.id, c.thread_id, c.message_id, c.call_id, c.name, c.a
 	c.wait_kind, c.allowed_decisions, c.description, c.gate_reason, c.decision, c.decided_by,
 	coalesce(nullif(u.name, ''), u.email, '') AS decided_by_name, c.decided_at,
 	c.edited_arguments, c.decision_message, c.result, c.is_error, c.created_at, c.updated_at,
-	c.inner_call`
+	c.inner_call, c.approvers, c.distinct_approver`
 
 const toolCallFrom = ` FROM tool_calls c LEFT JOIN users u ON u.id = c.decided_by `
 
@@ -118,6 +125,8 @@ type NewToolCall struct {
 	AllowedDecisions []string
 	Description      string
 	GateReason       string // see ToolCallRow.GateReason
+	Approvers        [][]string
+	DistinctApprover bool
 	Result           string
 	IsError          bool
 }
@@ -127,12 +136,16 @@ func InsertToolCall(ctx context.Context, q Querier, c NewToolCall) (int64, error
 	if c.AllowedDecisions == nil {
 		c.AllowedDecisions = []string{}
 	}
+	if c.Approvers == nil {
+		c.Approvers = [][]string{}
+	}
 	var id int64
 	err := q.QueryRow(ctx, `INSERT INTO tool_calls
-		(thread_id, message_id, call_id, name, arguments, state, wait_kind, allowed_decisions, description, gate_reason, result, is_error)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING id`,
+		(thread_id, message_id, call_id, name, arguments, state, wait_kind, allowed_decisions, description, gate_reason, result, is_error,
+		 approvers, distinct_approver)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING id`,
 		c.ThreadID, c.MessageID, c.CallID, c.Name, c.Arguments, c.State, c.WaitKind,
-		c.AllowedDecisions, c.Description, c.GateReason, c.Result, c.IsError).Scan(&id)
+		c.AllowedDecisions, c.Description, c.GateReason, c.Result, c.IsError, c.Approvers, c.DistinctApprover).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("record tool call %s: %w", c.Name, err)
 	}
@@ -154,7 +167,7 @@ func OpenToolCalls(ctx context.Context, q Querier, threadID int64) ([]ToolCallRo
 func ListToolCalls(ctx context.Context, q Querier, userID, threadID int64) ([]ToolCallRow, error) {
 	cs, err := all[ToolCallRow](q.Query(ctx, `SELECT `+toolCallColumns+toolCallFrom+`
 		JOIN threads t ON t.id = c.thread_id
-		WHERE t.user_id = $1 AND c.thread_id = $2 ORDER BY c.id`, userID, threadID))
+		WHERE c.thread_id = $2 AND `+readable("$1")+` ORDER BY c.id`, userID, threadID))
 	if err != nil {
 		return nil, fmt.Errorf("tool calls of thread %d: %w", threadID, err)
 	}
@@ -183,11 +196,15 @@ func SetToolCallWait(ctx context.Context, q Querier, id int64, state, waitKind s
 	return nil
 }
 
-// SetToolCallGateReason records why a waiting call waits (see
-// ToolCallRow.GateReason).
-func SetToolCallGateReason(ctx context.Context, q Querier, id int64, reason string) error {
-	if _, err := q.Exec(ctx, `UPDATE tool_calls SET gate_reason = $2 WHERE id = $1`, id, reason); err != nil {
-		return fmt.Errorf("tool call %d gate reason: %w", id, err)
+// SetToolCallGate records why a waiting call waits and who may decide it
+// (see ToolCallRow.GateReason, ToolCallRow.Approvers).
+func SetToolCallGate(ctx context.Context, q Querier, id int64, reason string, approvers [][]string, distinct bool) error {
+	if approvers == nil {
+		approvers = [][]string{}
+	}
+	if _, err := q.Exec(ctx, `UPDATE tool_calls SET gate_reason = $2, approvers = $3, distinct_approver = $4 WHERE id = $1`,
+		id, reason, approvers, distinct); err != nil {
+		return fmt.Errorf("tool call %d gate: %w", id, err)
 	}
 	return nil
 }

@@ -18,9 +18,14 @@ type User struct {
 	Disabled  bool      `db:"disabled"`
 	CreatedAt time.Time `db:"created_at"`
 	UpdatedAt time.Time `db:"updated_at"`
+	// Groups are the groups claim of their last sign-in, and Principals
+	// who they are to shares and routes: "user:<email>" (when verified)
+	// and "group:<name>" (migration 0024).
+	Groups     []string `db:"groups"`
+	Principals []string `db:"principals"`
 }
 
-const userColumns = `id, issuer, subject, email, name, is_admin, disabled, created_at, updated_at`
+const userColumns = `id, issuer, subject, email, name, is_admin, disabled, created_at, updated_at, groups, principals`
 
 // LocalSubject is the subject of the single user of a loopback deployment.
 const LocalSubject = "local"

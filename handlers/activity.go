@@ -24,7 +24,7 @@ func (h *Handler) subagentViews(parent views.ThreadView, subs []db.SubagentView)
 	for _, k := range subs {
 		s := views.ThreadView{
 			Thread: k.Thread, Messages: k.Messages, Calls: k.Calls, Usage: k.Usage,
-			Back: parent.Back, Parent: &parent.Thread, Embedded: true,
+			Back: parent.Back, Parent: &parent.Thread, Embedded: true, Deciders: parent.Deciders,
 		}
 		s.Forms = h.decisionForms(s)
 		out = append(out, s)

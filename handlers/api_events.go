@@ -24,10 +24,13 @@ import (
 //	        (null once deleted)
 //	delta   {"thread", "text", "reset"}: model text a run is streaming
 //	resync  {"position"}: the changes since Last-Event-ID are gone (pruned,
-//	        or too many): read again what you show
+//	        or too many), or what you may see changed (a folder shared
+//	        with you or no longer, docs/team.md): read again what you show
 //	ready   {"position"}: caught up; what follows is live
 //
-// ?thread=ID narrows the stream to one thread and its sub-agents.
+// ?thread=ID narrows the stream to one thread and its sub-agents; such a
+// stream ends, after a "deleted" change, when its thread is no longer the
+// user's to read (deleted, or no longer shared with them).
 
 // apiEventChange names, in a thread event's "changes", what a batch did to
 // a thread. They are the log's kinds (db.Event*), plus "started".
@@ -104,6 +107,10 @@ func (a *apiStream) ready(s *stream, pos db.Position) {
 // wantsText: the client follows the text of every thread it is sent.
 func (a *apiStream) wantsText(threadID int64) bool { return a.only == 0 || threadID == a.only }
 
+// thread: a stream of one thread follows its streamed text, a shared one's
+// too.
+func (a *apiStream) thread() int64 { return a.only }
+
 // batch writes a "thread" message per thread a batch changed, the last one
 // carrying the batch's position as its id.
 func (a *apiStream) batch(ctx context.Context, s *stream, evs []db.Event, _ *live.Shared) error {
@@ -112,6 +119,9 @@ func (a *apiStream) batch(ctx context.Context, s *stream, evs []db.Event, _ *liv
 
 func (a *apiStream) encode(ctx context.Context, s *stream, evs []db.Event) error {
 	last := evs[len(evs)-1].Position()
+	if slices.ContainsFunc(evs, func(e db.Event) bool { return e.Kind == db.EventAccess }) {
+		return a.accessChanged(ctx, s, evs, last)
+	}
 
 	type change struct {
 		id    int64
@@ -169,12 +179,44 @@ func (a *apiStream) encode(ctx context.Context, s *stream, evs []db.Event) error
 		// a reconnection does not replay the batch.
 		writeSSE(&s.buf, nil, last.String())
 	}
+
 	for i, ev := range out {
 		id := ""
 		if i == len(out)-1 {
 			id = last.String()
 		}
 		s.message("thread", ev, id)
+	}
+	return nil
+}
+
+// accessChanged encodes a batch in which what the user may read changed
+// (a folder shared with them or no longer, their groups at sign-in): a
+// stream of every thread gets the batch's other changes and "resync" (read
+// again what you show); a stream of one thread the user may no longer read
+// gets a "deleted" change for it and ends.
+func (a *apiStream) accessChanged(ctx context.Context, s *stream, evs []db.Event, last db.Position) error {
+	rest := slices.DeleteFunc(slices.Clone(evs), func(e db.Event) bool { return e.Kind == db.EventAccess })
+	if a.only != 0 {
+		_, err := db.GetThread(ctx, s.h.pool, s.user.ID, a.only)
+		if errors.Is(err, db.ErrNotFound) {
+			s.gone = true
+			s.message("thread", apiThreadEvent{ID: a.only, Changes: []string{db.EventDeleted}}, last.String())
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if len(rest) > 0 {
+		if err := a.encode(ctx, s, rest); err != nil {
+			return err
+		}
+	}
+	if a.only == 0 {
+		s.message("resync", apiPositionEvent{last.String()}, last.String())
+	} else {
+		writeSSE(&s.buf, nil, last.String())
 	}
 	return nil
 }

@@ -43,6 +43,13 @@ type apiThread struct {
 	// the matching words in <mark>. Absent outside search results; "" when
 	// only the title matched.
 	Snippet *string `json:"snippet,omitempty"`
+	// Role is what the reader is to the thread (docs/team.md): owner,
+	// member or viewer (of a shared folder), approver (a call of it is
+	// routed to them).
+	Role string `json:"role,omitempty"`
+	// WaitingFor names whom a waiting call routed to named approvers waits
+	// for ("deploy-oncall"); absent otherwise.
+	WaitingFor string `json:"waiting_for,omitempty"`
 }
 
 type apiFolder struct {
@@ -140,6 +147,12 @@ type apiPending struct {
 	// InnerCall is, on a run_js call waiting for approval, the script's
 	// call that an approval lets run, with its arguments whole.
 	InnerCall *apiInnerCall `json:"inner_call,omitempty"`
+	// WaitingFor names whom a call routed to named approvers waits for
+	// (docs/team.md), and Yours whether the reader may decide it: false
+	// for a viewer, a call routed to others, or a four-eyes call of a run
+	// they started (a decision is refused with the reason).
+	WaitingFor string `json:"waiting_for,omitempty"`
+	Yours      bool   `json:"yours"`
 }
 
 // apiInnerCall is the script's call a run_js approval applies to: its place
@@ -199,6 +212,7 @@ func toAPIThread(t db.Thread) apiThread {
 		Trigger:   apiTrigger{Kind: t.TriggerKind, At: t.TriggerAt.UTC(), Ref: optional(t.TriggerRef)},
 		URL:       "/threads/" + strconv.FormatInt(t.ID, 10),
 		CreatedAt: t.CreatedAt.UTC(), UpdatedAt: t.UpdatedAt.UTC(),
+		Role: t.Role, WaitingFor: t.WaitingFor(),
 	}
 	if t.FolderID != nil {
 		out.Folder = &apiFolder{ID: *t.FolderID, Name: t.FolderName}
@@ -371,11 +385,11 @@ func (h *Handler) apiListThreads(w http.ResponseWriter, r *http.Request) error {
 		f.Queue = q
 	}
 	if s := v.Get("folder"); s != "" {
-		folder, err := h.apiFolderParam(ctx, user.ID, s)
+		id, err := h.apiListFolder(ctx, user.ID, s)
 		if err != nil {
 			return err
 		}
-		f.FolderID = folder.ID
+		f.FolderID = id
 	}
 	if s := v.Get("trigger"); s != "" {
 		if !slices.Contains(db.TriggerKinds, s) {
@@ -406,11 +420,15 @@ func (h *Handler) apiListThreads(w http.ResponseWriter, r *http.Request) error {
 		limit = n
 	}
 
-	threads, next, err := db.ListThreads(ctx, h.pool, user.ID, f, after, limit)
+	a, err := h.access(ctx)
 	if err != nil {
 		return err
 	}
-	counts, err := db.CountThreads(ctx, h.pool, user.ID)
+	threads, next, err := db.ListThreads(ctx, h.pool, a, f, after, limit)
+	if err != nil {
+		return err
+	}
+	counts, err := db.CountThreads(ctx, h.pool, a)
 	if err != nil {
 		return err
 	}
@@ -435,6 +453,22 @@ func (h *Handler) apiListThreads(w http.ResponseWriter, r *http.Request) error {
 
 // apiFolderParam finds the user's folder named by a query parameter: an id,
 // or else a name (a folder may well be called "2026").
+// apiListFolder is apiFolderParam for a listing, which may also name a
+// folder shared with the user, by id.
+func (h *Handler) apiListFolder(ctx context.Context, userID int64, s string) (int64, error) {
+	if id, err := strconv.ParseInt(s, 10, 64); err == nil && id > 0 {
+		a, err := h.access(ctx)
+		if err != nil {
+			return 0, err
+		}
+		if _, ok := a.Folder(id); ok {
+			return id, nil
+		}
+	}
+	f, err := h.apiFolderParam(ctx, userID, s)
+	return f.ID, err
+}
+
 func (h *Handler) apiFolderParam(ctx context.Context, userID int64, s string) (db.Folder, error) {
 	if id, err := strconv.ParseInt(s, 10, 64); err == nil && id > 0 {
 		f, err := db.GetFolder(ctx, h.pool, userID, id)
@@ -491,14 +525,14 @@ func (h *Handler) apiShowThread(w http.ResponseWriter, r *http.Request) error {
 	}
 	for _, c := range v.Calls {
 		if c.AwaitsDecision() {
-			out.Pending = append(out.Pending, toAPIPending(c))
+			out.Pending = append(out.Pending, toAPIPending(c, v.Deciders))
 		}
 		if c.Decision != "" && c.DecidedAt != nil {
 			out.Decisions = append(out.Decisions, toAPIDecision(c))
 		}
 	}
 	for _, c := range waitingSubagentCalls(v.Subagents) {
-		out.Pending = append(out.Pending, toAPIPending(c))
+		out.Pending = append(out.Pending, toAPIPending(c, v.Deciders))
 	}
 	return writeJSON(w, http.StatusOK, out)
 }
@@ -538,7 +572,9 @@ func waitingSubagentCalls(subs []db.SubagentView) []db.ToolCallRow {
 	return out
 }
 
-func toAPIPending(c db.ToolCallRow) apiPending {
+// toAPIPending shows a waiting call; deciders says which the reader may
+// decide (db.ThreadView.Deciders), nil: all of them.
+func toAPIPending(c db.ToolCallRow, deciders map[int64]string) apiPending {
 	kind := c.WaitKind
 	if kind == "" {
 		kind = db.WaitApproval
@@ -558,6 +594,8 @@ func toAPIPending(c db.ToolCallRow) apiPending {
 		AllowedDecisions: allowed,
 		Description:      c.Description,
 		Reason:           c.GateReason,
+		WaitingFor:       db.WaitingFor(c.Approvers),
+		Yours:            deciders == nil || deciders[c.ID] == db.DecideOK,
 	}
 	if in := c.InnerCall; in != nil && c.State == db.CallPending {
 		p.InnerCall = &apiInnerCall{Seq: in.Seq, Tool: in.Tool, Arguments: apiArguments(in.Arguments)}

@@ -120,6 +120,9 @@ func (p *pageStream) ready(s *stream, _ db.Position) { s.textSoFar(p.view.thread
 // wantsText: a page follows the text of the thread it shows.
 func (p *pageStream) wantsText(threadID int64) bool { return threadID == p.view.thread }
 
+// thread is the thread the page shows.
+func (p *pageStream) thread() int64 { return p.view.thread }
+
 // sharedKey names a render of a batch for a page: the streams of one user
 // showing the same page share it.
 type sharedKey struct {
@@ -176,6 +179,15 @@ func (c threadChange) summaryChanged() bool { return c.message || c.call }
 // renderChanges renders a batch of changes for a page: its rows, counts,
 // notifications and open thread.
 func (h *Handler) renderChanges(ctx context.Context, user db.User, v liveView, evs []db.Event) ([]sseMsg, error) {
+	for _, e := range evs {
+		if e.Kind == db.EventAccess {
+			// What the person may see changed (a share made or removed,
+			// their groups at sign-in): the page renders afresh, without
+			// what they no longer see.
+			msg, err := h.renderResync(ctx, user, v)
+			return []sseMsg{msg}, err
+		}
+	}
 	var changes []*threadChange
 	byID := map[int64]*threadChange{}
 	for _, e := range evs {
@@ -231,8 +243,10 @@ func (h *Handler) renderChanges(ctx context.Context, user db.User, v liveView, e
 		if !found {
 			continue
 		}
+		// A run that waits notifies those whose Action it is in: a call
+		// routed to others is theirs to be told of.
 		if c.status && t.ParentThreadID == nil &&
-			(t.Status == db.StatusDone || t.Status == db.StatusFailed || t.Status == db.StatusWaiting) {
+			(t.Status == db.StatusDone || t.Status == db.StatusFailed || t.Status == db.StatusWaiting && t.InAction) {
 			data, _ := json.Marshal(views.NewNotification(t, t.Summary()))
 			msgs = append(msgs, sseMsg{"notify", data})
 		}
@@ -243,7 +257,11 @@ func (h *Handler) renderChanges(ctx context.Context, user db.User, v liveView, e
 		}
 	}
 	if counts {
-		if err := h.renderCounts(ctx, &oob, user, v); err != nil {
+		a, err := db.LoadAccess(ctx, h.pool, user.ID)
+		if err != nil {
+			return nil, err
+		}
+		if err := h.renderCounts(ctx, &oob, a, v); err != nil {
 			return nil, err
 		}
 	}
@@ -282,7 +300,9 @@ func (h *Handler) inListing(ctx context.Context, user db.User, f db.ThreadFilter
 func (h *Handler) renderThreadParts(ctx context.Context, buf *bytes.Buffer, user db.User, c *threadChange) error {
 	tv, err := h.loadThreadView(ctx, user, c.id, "")
 	if errors.Is(err, db.ErrNotFound) {
-		return nil
+		// Deleted, or no longer shared with them: the page says so, and
+		// shows nothing more of it.
+		return views.ThreadGone().Render(ctx, buf)
 	}
 	if err != nil {
 		return err
@@ -319,16 +339,16 @@ func (h *Handler) renderThreadParts(ctx context.Context, buf *bytes.Buffer, user
 
 // renderCounts renders, out of band, the queue counts and the folders'
 // unread counts of the sidebar.
-func (h *Handler) renderCounts(ctx context.Context, buf *bytes.Buffer, user db.User, v liveView) error {
-	counts, err := db.CountThreads(ctx, h.pool, user.ID)
+func (h *Handler) renderCounts(ctx context.Context, buf *bytes.Buffer, a db.Access, v liveView) error {
+	counts, err := db.CountThreads(ctx, h.pool, a)
 	if err != nil {
 		return err
 	}
-	folders, err := db.ListFolders(ctx, h.pool, user.ID)
+	folders, err := db.ListFolders(ctx, h.pool, a.UserID)
 	if err != nil {
 		return err
 	}
-	nav := views.Nav{Folders: folders}
+	nav := views.Nav{Folders: folders, Shared: a.Shared}
 	if v.list != nil {
 		nav.FolderID = v.list.FolderID
 	}
@@ -341,11 +361,15 @@ func (h *Handler) renderCounts(ctx context.Context, buf *bytes.Buffer, user db.U
 // renderResync renders everything the page shows afresh.
 func (h *Handler) renderResync(ctx context.Context, user db.User, v liveView) (sseMsg, error) {
 	var buf bytes.Buffer
-	if err := h.renderCounts(ctx, &buf, user, v); err != nil {
+	a, err := db.LoadAccess(ctx, h.pool, user.ID)
+	if err != nil {
+		return sseMsg{}, err
+	}
+	if err := h.renderCounts(ctx, &buf, a, v); err != nil {
 		return sseMsg{}, err
 	}
 	if v.list != nil {
-		l, err := h.loadListing(ctx, user, *v.list)
+		l, err := h.loadListing(ctx, a, *v.list)
 		if err != nil {
 			return sseMsg{}, err
 		}

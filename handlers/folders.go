@@ -16,15 +16,19 @@ func (h *Handler) listFolders(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return h.render(w, r, http.StatusOK, views.FoldersPage(foldersPage(nav, 0, views.Field{})))
+	shares, err := db.ListAllShares(ctx, h.pool, userFrom(ctx).ID)
+	if err != nil {
+		return err
+	}
+	return h.render(w, r, http.StatusOK, views.FoldersPage(foldersPage(nav, shares, 0, views.Field{})))
 }
 
-// foldersPage lists nav's folders, the folder id showing the submitted
-// rename field.
-func foldersPage(nav views.Nav, id int64, field views.Field) views.Folders {
+// foldersPage lists nav's folders with their shares, the folder id showing
+// the submitted rename field.
+func foldersPage(nav views.Nav, shares map[int64][]db.Share, id int64, field views.Field) views.Folders {
 	p := views.Folders{Nav: nav}
 	for _, f := range nav.Folders {
-		row := views.FolderEdit{Folder: f, Name: views.Field{Value: f.Name}}
+		row := views.FolderEdit{Folder: f, Name: views.Field{Value: f.Name}, Shares: shares[f.ID]}
 		if f.ID == id {
 			row.Name = field
 		}
@@ -68,7 +72,11 @@ func (h *Handler) createFolder(w http.ResponseWriter, r *http.Request) error {
 	if wantsFragment(r) {
 		return h.render(w, r, status, views.Sidebar(nav, false))
 	}
-	return h.render(w, r, status, views.FoldersPage(foldersPage(nav, 0, views.Field{})))
+	shares, err := db.ListAllShares(ctx, h.pool, user.ID)
+	if err != nil {
+		return err
+	}
+	return h.render(w, r, status, views.FoldersPage(foldersPage(nav, shares, 0, views.Field{})))
 }
 
 // renameFolder renames a folder from its row on the folders page.
@@ -103,7 +111,11 @@ func (h *Handler) renameFolder(w http.ResponseWriter, r *http.Request) error {
 	if field.Error == "" {
 		field.Value = name
 	}
-	page := foldersPage(nav, id, field)
+	shares, err := db.ListAllShares(ctx, h.pool, user.ID)
+	if err != nil {
+		return err
+	}
+	page := foldersPage(nav, shares, id, field)
 	if !wantsFragment(r) {
 		return h.render(w, r, http.StatusUnprocessableEntity, views.FoldersPage(page))
 	}

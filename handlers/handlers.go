@@ -350,6 +350,8 @@ func refusalStatus(k refusal.Kind) int {
 		return http.StatusConflict
 	case refusal.TooLarge:
 		return http.StatusRequestEntityTooLarge
+	case refusal.Forbidden:
+		return http.StatusForbidden
 	}
 	return http.StatusBadRequest
 }

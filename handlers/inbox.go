@@ -27,14 +27,29 @@ func (h *Handler) listQueue(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	var folder *db.Folder
+	var shared *db.SharedFolder
 	if q.FolderID != 0 {
-		f, err := db.GetFolder(ctx, h.pool, user.ID, q.FolderID)
+		a, err := h.access(ctx)
 		if err != nil {
 			return err
 		}
-		folder = &f
+		if sf, ok := a.Folder(q.FolderID); ok {
+			// A folder shared with the user: theirs to read, not to rename.
+			shared = &sf
+			folder = &db.Folder{ID: sf.ID, UserID: sf.OwnerID, Name: sf.Name}
+		} else {
+			f, err := db.GetFolder(ctx, h.pool, user.ID, q.FolderID)
+			if err != nil {
+				return err
+			}
+			folder = &f
+		}
 	}
-	list, err := h.loadListing(ctx, user, q)
+	a, err := h.access(ctx)
+	if err != nil {
+		return err
+	}
+	list, err := h.loadListing(ctx, a, q)
 	if err != nil {
 		return err
 	}
@@ -50,7 +65,7 @@ func (h *Handler) listQueue(w http.ResponseWriter, r *http.Request) error {
 		// address bar on the canonical URL.
 		w.Header().Set("HX-Push-Url", q.URL())
 	}
-	return h.render(w, r, http.StatusOK, views.InboxPage(views.Inbox{Nav: nav, List: list, Folder: folder}))
+	return h.render(w, r, http.StatusOK, views.InboxPage(views.Inbox{Nav: nav, List: list, Folder: folder, Shared: shared}))
 }
 
 // parseListQuery reads a listing's position from its URL. Empty parameters
@@ -104,8 +119,9 @@ func parseListURL(raw string) (views.ListQuery, bool) {
 	return q, err == nil
 }
 
-// loadListing loads one page of a listing.
-func (h *Handler) loadListing(ctx context.Context, user db.User, q views.ListQuery) (views.Listing, error) {
+// loadListing loads one page of a listing as a person with access a sees
+// it.
+func (h *Handler) loadListing(ctx context.Context, a db.Access, q views.ListQuery) (views.Listing, error) {
 	var after *db.Cursor
 	if q.After != "" {
 		c, err := db.ParseCursor(q.After)
@@ -114,7 +130,7 @@ func (h *Handler) loadListing(ctx context.Context, user db.User, q views.ListQue
 		}
 		after = &c
 	}
-	threads, next, err := db.ListThreads(ctx, h.pool, user.ID, q.Filter(), after, pageSize)
+	threads, next, err := db.ListThreads(ctx, h.pool, a, q.Filter(), after, pageSize)
 	if err != nil {
 		return views.Listing{}, err
 	}
@@ -124,7 +140,11 @@ func (h *Handler) loadListing(ctx context.Context, user db.User, q views.ListQue
 // loadNav loads what the sidebar shows, marking the place the user is
 // looking at (for an htmx request, the page that sent it).
 func (h *Handler) loadNav(ctx context.Context, r *http.Request, user db.User) (views.Nav, error) {
-	counts, err := db.CountThreads(ctx, h.pool, user.ID)
+	a, err := h.access(ctx)
+	if err != nil {
+		return views.Nav{}, err
+	}
+	counts, err := db.CountThreads(ctx, h.pool, a)
 	if err != nil {
 		return views.Nav{}, err
 	}
@@ -132,7 +152,7 @@ func (h *Handler) loadNav(ctx context.Context, r *http.Request, user db.User) (v
 	if err != nil {
 		return views.Nav{}, err
 	}
-	nav := views.Nav{User: user, Counts: counts, Folders: folders, Current: currentURL(r)}
+	nav := views.Nav{User: user, Counts: counts, Folders: folders, Shared: a.Shared, Current: currentURL(r)}
 	if h.runs != nil {
 		nav.NoModel = h.runs.ModelSpec(ctx, h.pool) == ""
 	}

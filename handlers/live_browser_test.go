@@ -427,7 +427,7 @@ func TestLiveInboxInBrowser(t *testing.T) {
 		ls.start()
 		all.wait(row(th.ID) + `?.dataset.status === "done"`)
 		unread.wait(row(th.ID))
-		n, err := db.CountThreads(context.Background(), ls.pool, ls.alice.ID)
+		n, err := db.CountThreads(context.Background(), ls.pool, db.OwnerAccess(ls.alice.ID))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -25,6 +25,9 @@ type requestInfo struct {
 	// API token; nil for other credentials.
 	session *db.Session
 	token   *db.APIToken
+	// access is what the user may see beyond their own threads, once
+	// resolved (Handler.access).
+	access *db.Access
 }
 
 type requestInfoKey struct{}

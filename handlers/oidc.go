@@ -268,7 +268,7 @@ func (h *Handler) finishSignIn(w http.ResponseWriter, r *http.Request) error {
 	verified, group := a.signInFacts(c)
 	user, err := db.SignInUser(ctx, h.pool, db.SignIn{
 		Issuer: idt.Issuer, Subject: c.Subject, Email: trimTo(c.Email, 320), Name: trimTo(name, 200),
-		EmailVerified: verified, AdminGroup: group,
+		EmailVerified: verified, AdminGroup: group, Groups: c.Groups,
 	}, a.adminEmails, a.adminGroup)
 	if err != nil {
 		return err

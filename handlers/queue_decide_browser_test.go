@@ -57,7 +57,7 @@ func TestDecideFromQueueInBrowser(t *testing.T) {
 	var order []int64
 	ids := `Array.from(document.querySelectorAll('#thread-rows [data-testid="thread-row"]')).map(r => r.dataset.threadId).join(",")`
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		ths, _, err := db.ListThreads(ts.ctx, ts.pool, ts.admin.ID, db.ThreadFilter{Queue: db.QueueAction}, nil, 10)
+		ths, _, err := db.ListThreads(ts.ctx, ts.pool, db.Access{UserID: ts.admin.ID}, db.ThreadFilter{Queue: db.QueueAction}, nil, 10)
 		if err != nil {
 			t.Fatal(err)
 		}

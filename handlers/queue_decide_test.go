@@ -266,4 +266,19 @@ func TestDecideOnlyWhereACallWaits(t *testing.T) {
 	if b, p := decide(held.ID); b != 0 || p != 0 {
 		t.Errorf("the budget-held row has %d Decide buttons and %d forms, want none", b, p)
 	}
+
+	// A viewer of a shared folder decides nothing.
+	f := b.folder(b.alice, "Deals")
+	b.move(b.alice, f.ID, asks.ID)
+	b.inGroups(b.bob, "deal-desk")
+	if _, err := db.ShareFolder(b.ctx, b.pool, b.alice.ID, f.ID, "group:deal-desk", db.RoleViewer); err != nil {
+		t.Fatal(err)
+	}
+	r = b.get("bob", "/inbox/all?folder="+itoa(f.ID)).wantStatus(http.StatusOK)
+	if got := r.threadIDs(); !slices.Equal(got, []int64{asks.ID}) {
+		t.Fatalf("bob's view of the shared folder lists %v", got)
+	}
+	if b, p := decide(asks.ID); b != 0 || p != 0 {
+		t.Errorf("a viewer's row has %d Decide buttons and %d forms, want none", b, p)
+	}
 }

@@ -55,6 +55,9 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	mux.Handle("POST /folders", h.page(h.createFolder))
 	mux.Handle("POST /folders/{id}/rename", h.page(h.renameFolder))
 	mux.Handle("POST /folders/{id}/delete", h.page(h.deleteFolder))
+	// Sharing a folder with people or a group (shares.go; docs/team.md).
+	mux.Handle("POST /folders/{id}/shares", h.page(h.shareFolder))
+	mux.Handle("POST /folders/{id}/shares/{share}/delete", h.page(h.unshareFolder))
 
 	// The agent's workspace (memory.go, attachments.go, grants.go;
 	// docs/workspace.md): the user's long-term memories, their
@@ -77,6 +80,9 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	mux.Handle("GET /api/v1/threads/{id}", h.api(h.apiShowThread))
 	mux.Handle("DELETE /api/v1/threads/{id}", h.api(h.apiDeleteThread))
 	mux.Handle("POST /api/v1/threads/{id}/decisions", h.api(h.apiDecide))
+	mux.Handle("GET /api/v1/folders/{id}/shares", h.api(h.apiListShares))
+	mux.Handle("POST /api/v1/folders/{id}/shares", h.api(h.apiShareFolder))
+	mux.Handle("DELETE /api/v1/folders/{id}/shares/{share}", h.api(h.apiUnshareFolder))
 	mux.Handle("POST /api/v1/threads/{id}/messages", h.api(h.apiReply))
 	mux.Handle("POST /api/v1/threads/{id}/cancel", h.api(h.apiCancel))
 	mux.Handle("POST /api/v1/threads/{id}/retry", h.api(h.apiRetry))

@@ -125,8 +125,12 @@ func (h *Handler) answerInListing(w http.ResponseWriter, r *http.Request, user d
 			parts = append(parts, views.ThreadRow(t, h.now()))
 		}
 	}
+	a, err := h.access(ctx)
+	if err != nil {
+		return err
+	}
 	var counts bytes.Buffer
-	if err := h.renderCounts(ctx, &counts, user, liveView{}); err != nil {
+	if err := h.renderCounts(ctx, &counts, a, liveView{}); err != nil {
 		return err
 	}
 	parts = append(parts, templ.Raw(counts.String()), views.FlashOOB("ok", msg))

@@ -62,6 +62,10 @@ type streamEncoder interface {
 	// wantsText reports whether the client follows the text a thread's
 	// run streams.
 	wantsText(threadID int64) bool
+	// thread is the one thread the client shows, 0 for none: when another
+	// user owns it (a shared folder's thread, docs/team.md), the stream
+	// follows its streamed text (live.Sub.Follow) while it may read it.
+	thread() int64
 }
 
 // sseMsg is one message of an event stream.
@@ -105,7 +109,10 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, kind strin
 	}
 	defer sub.Close()
 
-	s := &stream{h: h, w: w, rc: http.NewResponseController(w), user: user, kind: kind, enc: enc}
+	s := &stream{h: h, w: w, rc: http.NewResponseController(w), user: user, kind: kind, enc: enc, sub: sub}
+	if err := onOwnStack(func() error { return s.followThread(ctx) }); err != nil {
+		return err
+	}
 	hdr := w.Header()
 	hdr.Set("Content-Type", "text/event-stream")
 	hdr.Set("Cache-Control", "no-store")
@@ -153,8 +160,8 @@ func (h *Handler) serveStream(w http.ResponseWriter, r *http.Request, kind strin
 			// heartbeatEvery on the stream's own goroutine).
 			s.heartbeat(sub)
 		}
-		if err := s.flush(); err != nil {
-			return nil // the client went away or stopped reading
+		if err := s.flush(); err != nil || s.gone {
+			return nil // the client went away or stopped reading, or its thread is gone
 		}
 	}
 }
@@ -219,6 +226,42 @@ type stream struct {
 	// call's and how much, so overlapping deltas are not sent twice. Nil
 	// until a thread streams.
 	text map[int64]*streamText
+	// sub is the stream's subscription; follow is the thread of another
+	// user's it follows the streamed text of (followThread), and owner
+	// that user.
+	sub           *live.Sub
+	follow, owner int64
+	// gone: the one thread the client showed may no longer be read by the
+	// user; the stream ends once its last message is written.
+	gone bool
+}
+
+// followThread makes the stream follow the streamed text of the thread
+// its client shows when another user owns it and the stream's user may
+// read it, and stop when they no longer may (access changed).
+func (s *stream) followThread(ctx context.Context) error {
+	id := s.enc.thread()
+	s.follow, s.owner = 0, 0
+	if id != 0 {
+		t, err := db.GetThread(ctx, s.h.pool, s.user.ID, id)
+		if err != nil && !errors.Is(err, db.ErrNotFound) {
+			return err
+		}
+		if err == nil && t.UserID != s.user.ID {
+			s.follow, s.owner = id, t.UserID
+		}
+	}
+	s.sub.Follow(s.follow)
+	return nil
+}
+
+// textOwner is whose streamed text a thread's is: another user's for the
+// shared thread the stream follows, the stream's user's otherwise.
+func (s *stream) textOwner(threadID int64) int64 {
+	if threadID == s.follow && s.owner != 0 {
+		return s.owner
+	}
+	return s.user.ID
 }
 
 type streamText struct {
@@ -283,6 +326,12 @@ func (s *stream) send(ctx context.Context, evs []db.Event, shared *live.Shared) 
 		return err
 	}
 	s.last = evs[len(evs)-1].Position()
+	if slices.ContainsFunc(evs, func(e db.Event) bool { return e.Kind == db.EventAccess }) {
+		// What the user may read changed (docs/team.md).
+		if err := s.followThread(ctx); err != nil {
+			return err
+		}
+	}
 	// A committed message supersedes the text streamed before it; a model
 	// call already streaming after it goes on from its start.
 	var done []int64
@@ -303,7 +352,7 @@ func (s *stream) textSoFar(threadID int64) {
 	if threadID == 0 || !s.enc.wantsText(threadID) {
 		return
 	}
-	if d, ok := s.h.live.StreamText(s.user.ID, threadID); ok {
+	if d, ok := s.h.live.StreamText(s.textOwner(threadID), threadID); ok {
 		s.delta(d)
 	}
 }
@@ -336,7 +385,7 @@ func (s *stream) delta(d *live.Delta) {
 		if d.Offset != 0 || !d.Reset {
 			// Joined a stream midway or missed a piece: take its whole
 			// text so far.
-			so, ok := s.h.live.StreamText(s.user.ID, d.ThreadID)
+			so, ok := s.h.live.StreamText(s.textOwner(d.ThreadID), d.ThreadID)
 			if !ok || so.Stream != d.Stream {
 				return
 			}

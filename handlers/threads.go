@@ -60,7 +60,7 @@ func (h *Handler) loadThreadView(ctx context.Context, user db.User, id int64, ba
 	}
 	v := views.ThreadView{
 		Thread: tv.Thread, Messages: tv.Messages, Calls: tv.Calls, Usage: tv.Usage,
-		Attachments: tv.Attachments, Parent: tv.Parent, Back: back,
+		Attachments: tv.Attachments, Parent: tv.Parent, Back: back, Deciders: tv.Deciders,
 	}
 	if v.Folders, err = db.ListFolders(ctx, h.pool, user.ID); err != nil {
 		return views.ThreadView{}, err
@@ -384,7 +384,11 @@ func (h *Handler) bulkAction(w http.ResponseWriter, r *http.Request) error {
 	if !wantsFragment(r) || !isList {
 		return seeOther(w, r, back)
 	}
-	list, err := h.loadListing(ctx, user, q)
+	a, err := h.access(ctx)
+	if err != nil {
+		return err
+	}
+	list, err := h.loadListing(ctx, a, q)
 	if err != nil {
 		return err
 	}

@@ -426,7 +426,7 @@ func TestBulkActions(t *testing.T) {
 
 func countThreads(t *testing.T, b *bundle, u db.User) int64 {
 	t.Helper()
-	c, err := db.CountThreads(b.ctx, b.pool, u.ID)
+	c, err := db.CountThreads(b.ctx, b.pool, db.OwnerAccess(u.ID))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -223,7 +223,7 @@ func TestComposeUploadRefused(t *testing.T) {
 			t.Errorf("%s: page does not say %q", tt.name, tt.wantErr)
 		}
 	}
-	ts, _, err := db.ListThreads(b.ctx, b.pool, b.alice.ID, db.ThreadFilter{Queue: db.QueueAll}, nil, 10)
+	ts, _, err := db.ListThreads(b.ctx, b.pool, db.OwnerAccess(b.alice.ID), db.ThreadFilter{Queue: db.QueueAll}, nil, 10)
 	if err != nil {
 		t.Fatal(err)
 	}

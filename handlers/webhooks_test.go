@@ -128,7 +128,7 @@ func (b *triggerBundle) deliveries(u db.User, skill string) []db.Delivery {
 
 func (b *triggerBundle) threadCount(u db.User) int {
 	b.t.Helper()
-	ts, _, err := db.ListThreads(b.ctx, b.pool, u.ID, db.ThreadFilter{Queue: db.QueueAll}, nil, 1000)
+	ts, _, err := db.ListThreads(b.ctx, b.pool, db.OwnerAccess(u.ID), db.ThreadFilter{Queue: db.QueueAll}, nil, 1000)
 	if err != nil {
 		b.t.Fatal(err)
 	}

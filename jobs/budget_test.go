@@ -114,7 +114,7 @@ func TestBudgetStopsRunBeforeTheCallThatWouldExceedIt(t *testing.T) {
 			if len(b.pending(t, th.ID)) != 0 {
 				t.Error("a run held by its budget has open calls")
 			}
-			counts, err := db.CountThreads(ctx, b.pool, b.user.ID)
+			counts, err := db.CountThreads(ctx, b.pool, db.OwnerAccess(b.user.ID))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -343,7 +343,7 @@ func TestBudgetHoldsSubagent(t *testing.T) {
 	if p.BudgetHold == nil || p.BudgetHold.ThreadID != child.ID {
 		t.Errorf("parent's hold note = %+v, want the child's", p.BudgetHold)
 	}
-	counts, err := db.CountThreads(ctx, b.pool, b.user.ID)
+	counts, err := db.CountThreads(ctx, b.pool, db.OwnerAccess(b.user.ID))
 	if err != nil {
 		t.Fatal(err)
 	}

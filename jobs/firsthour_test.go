@@ -179,7 +179,7 @@ func TestPruneArchivedThreads(t *testing.T) {
 			t.Errorf("thread %d: %v", id, err)
 		}
 	}
-	c, err := db.CountThreads(ctx, b.pool, b.user.ID)
+	c, err := db.CountThreads(ctx, b.pool, db.OwnerAccess(b.user.ID))
 	if err != nil || c.All != 3 {
 		t.Errorf("counts = %+v (%v), want 3 threads", c, err)
 	}

@@ -30,6 +30,14 @@ import (
 //     those every gating rule allows (the strictest).
 //
 // A policy "allow" only lifts the default: it never lifts a skill's gate.
+//
+// Who decides an asking call (docs/team.md): each rule may name approvers
+// (interruptOn's approvers, the policy's routes) and ask for four eyes
+// (distinctApprover); the gate keeps them all, so a skill narrows who
+// decides and never widens it. Runtime.Decide applies them
+// (db.DecideCheck), and so do the queues: a routed call waits in its
+// approvers' Action, whoever started the run (webhook and schedule runs
+// included: their owner).
 // The rules are read at each decision, through the caller's Querier: inside
 // a transaction, through the transaction.
 
@@ -118,6 +126,7 @@ func (r gateRules) decide(name string, tool tools.Tool, known bool) tools.Gate {
 	ask := func(reason string, in agent.Interrupt) {
 		g.Ask = true
 		reasons = append(reasons, reason)
+		g.Route(in.Approvers, in.DistinctApprover)
 		switch {
 		case in.AllowedDecisions == nil: // the policy's: any decision
 		case !restricted:
@@ -152,6 +161,17 @@ func (r gateRules) decide(name string, tool tools.Tool, known bool) tools.Gate {
 	}
 	if !g.Ask {
 		return tools.Gate{}
+	}
+	// The policy's routes say who decides a call that asks; they never
+	// make a call ask by themselves.
+	for _, route := range r.policy.RoutesFor(name) {
+		g.Route(route.Approvers, route.DistinctApprover)
+		if len(route.Approvers) > 0 {
+			reasons = append(reasons, "server policy: routed to "+db.WaitingFor([][]string{route.Approvers}))
+		}
+	}
+	if g.DistinctApprover {
+		reasons = append(reasons, "four eyes: whoever started the run may not decide")
 	}
 	switch {
 	case !restricted:

@@ -296,6 +296,9 @@ func (rt *Runtime) Reply(ctx context.Context, user db.User, threadID int64, cont
 		if err != nil {
 			return err
 		}
+		if err := mayAct(t); err != nil {
+			return err
+		}
 		if t.ParentThreadID != nil {
 			return errSubagentThread
 		}
@@ -303,7 +306,7 @@ func (rt *Runtime) Reply(ctx context.Context, user db.User, threadID int64, cont
 		case db.StatusRunning:
 			return refusal.New(refusal.Conflict, "", "the run is still going: wait for it to finish or cancel it")
 		case db.StatusWaiting:
-			if h, err := db.GetBudgetHold(ctx, tx, user.ID, t.ID); err == nil {
+			if h, err := db.GetBudgetHold(ctx, tx, t.UserID, t.ID); err == nil { // the owner's run, which a member may be replying to
 				return refusal.New(refusal.Conflict, "", "%s. An admin can raise the budget or approve one more call", strings.TrimSuffix(h.Summary, "."))
 			} else if !errors.Is(err, db.ErrNotFound) {
 				return err
@@ -314,6 +317,9 @@ func (rt *Runtime) Reply(ctx context.Context, user db.User, threadID int64, cont
 			return err
 		}
 		if _, err := db.MarkRead(ctx, tx, user.ID, []int64{t.ID}, true); err != nil {
+			return err
+		}
+		if err := db.SetRunStarter(ctx, tx, t.ID, &user.ID); err != nil {
 			return err
 		}
 		return rt.advance(ctx, tx, t.ID)
@@ -328,6 +334,9 @@ func (rt *Runtime) Retry(ctx context.Context, user db.User, threadID int64) (Out
 	err := db.InTx(ctx, rt.requestPool(), func(ctx context.Context, tx pgx.Tx) error {
 		t, err := db.LockThread(ctx, tx, user.ID, threadID)
 		if err != nil {
+			return err
+		}
+		if err := mayAct(t); err != nil {
 			return err
 		}
 		if t.ParentThreadID != nil {
@@ -346,6 +355,9 @@ func (rt *Runtime) Retry(ctx context.Context, user db.User, threadID int64) (Out
 				return db.EndRun(ctx, tx, t.ID, db.StatusWaiting, "")
 			}
 		}
+		if err := db.SetRunStarter(ctx, tx, t.ID, &user.ID); err != nil {
+			return err
+		}
 		out.Resumed = true
 		return rt.advance(ctx, tx, t.ID)
 	})
@@ -362,8 +374,16 @@ func (rt *Runtime) Retry(ctx context.Context, user db.User, threadID int64) (Out
 func (rt *Runtime) Cancel(ctx context.Context, user db.User, threadID int64) error {
 	var leaseJobs []int64
 	err := db.InTx(ctx, rt.requestPool(), func(ctx context.Context, tx pgx.Tx) error {
-		// The sub-agents are locked before the thread: see task.go.
-		subs, err := db.LockSubagents(ctx, tx, user.ID, threadID)
+		// Who may cancel is read first, without a lock: the sub-agents are
+		// locked before the thread (see task.go).
+		seen, err := db.GetThread(ctx, tx, user.ID, threadID)
+		if err != nil {
+			return err
+		}
+		if err := mayAct(seen); err != nil {
+			return err
+		}
+		subs, err := db.LockSubagents(ctx, tx, seen.UserID, threadID)
 		if err != nil {
 			return err
 		}
@@ -417,6 +437,43 @@ func (rt *Runtime) Cancel(ctx context.Context, user db.User, threadID int64) err
 		}
 	}
 	return nil
+}
+
+// mayAct refuses a reply, retry or cancel from someone who may only read
+// the thread: a shared folder's viewer, or an approver of one of its calls.
+func mayAct(t db.Thread) error {
+	if db.CanAct(t.Role) {
+		return nil
+	}
+	if t.Role == db.RoleViewer {
+		return refusal.New(refusal.Forbidden, "", "you can read this thread but not change its run: its folder is shared with you as a viewer; ask its owner to make you a member")
+	}
+	return refusal.New(refusal.Forbidden, "", "you can read this thread and decide the calls routed to you, but not change its run: it is not shared with you")
+}
+
+// mayDecide refuses a decision from someone whose call it is not, with the
+// reason (pizza_decide_check: the rule the Action queues follow too).
+func mayDecide(ctx context.Context, tx pgx.Tx, user db.User, c db.ToolCallRow) error {
+	check, err := db.DecideCheck(ctx, tx, user.ID, c.ID)
+	if err != nil {
+		return err
+	}
+	who := db.WaitingFor(c.Approvers)
+	switch check {
+	case db.DecideOK:
+		return nil
+	case db.DecideDistinct:
+		msg := fmt.Sprintf("four eyes: you started this run (or own the schedule or webhook that started it), so someone else must decide on %s", c.Name)
+		if who != "" {
+			return refusal.New(refusal.Forbidden, "", "%s; it waits for %s", msg, who)
+		}
+		return refusal.New(refusal.Forbidden, "", "%s: another member of the thread's shared folder", msg)
+	case db.DecideNotApprover:
+		return refusal.New(refusal.Forbidden, "", "%s waits for %s: only they can decide it", c.Name, who)
+	case db.DecideViewer:
+		return refusal.New(refusal.Forbidden, "", "you can view this thread but not decide: its folder is shared with you as a viewer")
+	}
+	return refusal.New(refusal.NotFound, "", "call %d is not waiting for a decision", c.ID)
 }
 
 func displayName(u db.User) string {
@@ -476,7 +533,15 @@ func (rt *Runtime) Decide(ctx context.Context, user db.User, threadID int64, dec
 				return refusal.New(refusal.NotFound, "", "call %d is not waiting for a decision", d.CallID)
 			}
 			seen[d.CallID] = true
+			if err := mayDecide(ctx, tx, user, c); err != nil {
+				return err
+			}
 			if err := rt.decide(ctx, tx, user, c, d); err != nil {
+				return err
+			}
+			// Every decision is in the audit log, with who took it.
+			if err := db.AddAudit(ctx, tx, user, "decision "+d.Type,
+				fmt.Sprintf("thread %d (%s), call %d: %s", t.ID, t.Title, c.ID, c.Name)); err != nil {
 				return err
 			}
 		}

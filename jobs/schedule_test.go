@@ -147,7 +147,7 @@ func (b *scheduleBundle) fires(t *testing.T, s db.Schedule) []db.ScheduleFire {
 
 func (b *scheduleBundle) threads(t *testing.T) []db.Thread {
 	t.Helper()
-	ts, _, err := db.ListThreads(context.Background(), b.pool, b.user.ID, db.ThreadFilter{Queue: db.QueueAll}, nil, 1000)
+	ts, _, err := db.ListThreads(context.Background(), b.pool, db.OwnerAccess(b.user.ID), db.ThreadFilter{Queue: db.QueueAll}, nil, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -398,6 +398,7 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 			case g.Ask:
 				nc.State, nc.WaitKind = db.CallPending, db.WaitApproval
 				nc.AllowedDecisions, nc.Description, nc.GateReason = g.AllowedDecisions, g.Description, g.Reason
+				nc.Approvers, nc.DistinctApprover = g.Approvers, g.DistinctApprover
 			}
 			id, err := db.InsertToolCall(ctx, tx, nc)
 			if err != nil {
@@ -583,7 +584,7 @@ func failCall(ctx context.Context, tx pgx.Tx, c db.ToolCallRow, terr error) erro
 		if err := db.SetToolCallWait(ctx, tx, c.ID, db.CallPending, db.WaitApproval, allowed, na.Description); err != nil {
 			return err
 		}
-		return db.SetToolCallGateReason(ctx, tx, c.ID, na.Reason)
+		return db.SetToolCallGate(ctx, tx, c.ID, na.Reason, na.Approvers, na.DistinctApprover)
 	}
 	return db.CompleteToolCall(ctx, tx, c, terr.Error(), true)
 }

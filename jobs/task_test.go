@@ -352,7 +352,7 @@ func assertOnlyInQueues(t *testing.T, b *bundle, parent int64) {
 		t.Fatal(err)
 	}
 	for _, q := range []db.Queue{db.QueueAll, db.QueueUnread, db.QueueAction} {
-		ts, _, err := db.ListThreads(ctx, b.pool, b.user.ID, db.ThreadFilter{Queue: q}, nil, 50)
+		ts, _, err := db.ListThreads(ctx, b.pool, db.OwnerAccess(b.user.ID), db.ThreadFilter{Queue: q}, nil, 50)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -365,7 +365,7 @@ func assertOnlyInQueues(t *testing.T, b *bundle, parent int64) {
 			t.Errorf("queue %s lists %v (parent %s, unread %v)", q, ids, th.Status, th.Unread)
 		}
 	}
-	n, err := db.CountThreads(ctx, b.pool, b.user.ID)
+	n, err := db.CountThreads(ctx, b.pool, db.OwnerAccess(b.user.ID))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,7 +433,7 @@ func TestTaskApprovalSurfacesOnTheParent(t *testing.T) {
 	if th := b.reload(t, parent.ID); th.Status == db.StatusWaiting {
 		t.Errorf("parent after the decision is %s, want it out of Action", th.Status)
 	}
-	if n, _ := db.CountThreads(ctx, b.pool, b.user.ID); n.Action != 0 {
+	if n, _ := db.CountThreads(ctx, b.pool, db.OwnerAccess(b.user.ID)); n.Action != 0 {
 		t.Errorf("Action count after the decision = %d", n.Action)
 	}
 	b.wait(t, publisher.ID, db.StatusDone)
@@ -528,7 +528,7 @@ func TestCancelParentCancelsItsSubagents(t *testing.T) {
 	if len(b.publish.Got()) != 0 {
 		t.Error("a cancelled sub-agent published")
 	}
-	if n, _ := db.CountThreads(ctx, b.pool, b.user.ID); n.Action != 0 || n.All != 1 {
+	if n, _ := db.CountThreads(ctx, b.pool, db.OwnerAccess(b.user.ID)); n.Action != 0 || n.All != 1 {
 		t.Errorf("counts after cancel = %+v", n)
 	}
 }
@@ -617,7 +617,7 @@ func TestTaskOffersAndRefusals(t *testing.T) {
 			}
 		}
 	}
-	n, err := db.CountThreads(ctx, b.pool, b.user.ID)
+	n, err := db.CountThreads(ctx, b.pool, db.OwnerAccess(b.user.ID))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -121,6 +121,7 @@ type Broker struct {
 
 	mu      sync.Mutex
 	subs    map[int64]map[*Sub]struct{} // by user
+	follows map[int64]map[*Sub]struct{} // by thread: Sub.Follow
 	cursor  db.Position                 // every event up to here was delivered
 	streams map[int64]*threadStream     // streamed text, by thread
 	closed  bool
@@ -136,8 +137,44 @@ type Sub struct {
 	UserID  int64
 	c       chan Update
 	b       *Broker
-	dropped bool // guarded by b.mu
-	done    bool // guarded by b.mu
+	dropped bool  // guarded by b.mu
+	done    bool  // guarded by b.mu
+	follows int64 // guarded by b.mu: Follow's thread, 0 for none
+}
+
+// Follow makes the subscriber receive the streamed text of a thread that
+// another user owns and its own user may read (a shared folder's thread,
+// docs/team.md): committed changes reach every reader through the log,
+// streamed text only its owner's subscribers and their followers. The
+// caller checked access; 0 stops following.
+func (s *Sub) Follow(threadID int64) {
+	s.b.mu.Lock()
+	defer s.b.mu.Unlock()
+	if s.done || s.follows == threadID {
+		return
+	}
+	s.b.unfollow(s)
+	s.follows = threadID
+	if threadID != 0 {
+		if s.b.follows[threadID] == nil {
+			s.b.follows[threadID] = map[*Sub]struct{}{}
+		}
+		s.b.follows[threadID][s] = struct{}{}
+	}
+}
+
+// unfollow stops a subscriber's Follow; b.mu is held.
+func (b *Broker) unfollow(s *Sub) {
+	if s.follows == 0 {
+		return
+	}
+	if f := b.follows[s.follows]; f != nil {
+		delete(f, s)
+		if len(f) == 0 {
+			delete(b.follows, s.follows)
+		}
+	}
+	s.follows = 0
 }
 
 // Updates delivers the subscriber's updates. It is closed when the
@@ -188,6 +225,7 @@ func New(pool *pgxpool.Pool, opt Options) *Broker {
 		opt:     opt,
 		proc:    hex.EncodeToString(id[:]),
 		subs:    map[int64]map[*Sub]struct{}{},
+		follows: map[int64]map[*Sub]struct{}{},
 		streams: map[int64]*threadStream{},
 	}
 	b.pub.init(b)
@@ -288,6 +326,7 @@ func (b *Broker) remove(s *Sub) {
 		return
 	}
 	s.done = true
+	b.unfollow(s)
 	close(s.c)
 	if subs := b.subs[s.UserID]; subs != nil {
 		delete(subs, s)
@@ -301,13 +340,19 @@ func (b *Broker) remove(s *Sub) {
 // subscriber whose buffer is full is dropped. b.mu is held.
 func (b *Broker) send(userID int64, u Update) {
 	for s := range b.subs[userID] {
-		select {
-		case s.c <- u:
-		default:
-			s.dropped = true
-			b.remove(s)
-			b.log.Info("dropped a subscriber that fell behind", "user_id", userID)
-		}
+		b.offer(s, u)
+	}
+}
+
+// offer hands an update to one subscriber, dropping it when its buffer is
+// full. b.mu is held.
+func (b *Broker) offer(s *Sub, u Update) {
+	select {
+	case s.c <- u:
+	default:
+		s.dropped = true
+		b.remove(s)
+		b.log.Info("dropped a subscriber that fell behind", "user_id", s.UserID)
 	}
 }
 

@@ -275,8 +275,14 @@ func (b *Broker) receiveDelta(payload string) {
 	}
 	ts.length += len(d.Text)
 	ts.touched = time.Now()
+	u := Update{Delta: &Delta{ThreadID: d.Thread, Stream: id, Offset: off, Text: d.Text, Reset: reset}}
 	if len(b.subs[d.User]) > 0 {
-		b.send(d.User, Update{Delta: &Delta{ThreadID: d.Thread, Stream: id, Offset: off, Text: d.Text, Reset: reset}})
+		b.send(d.User, u)
+	}
+	for s := range b.follows[d.Thread] {
+		if s.UserID != d.User {
+			b.offer(s, u)
+		}
 	}
 }
 

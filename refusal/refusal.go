@@ -30,6 +30,10 @@ const (
 	Conflict
 	// TooLarge: the request, or a part of it, is over its size limit.
 	TooLarge
+	// Forbidden: the person may see what the request acts on but not do
+	// this to it (a shared folder's viewer deciding, a call routed to
+	// others, four eyes: docs/team.md).
+	Forbidden
 )
 
 // String names the kind, for logs and tests.
@@ -43,6 +47,8 @@ func (k Kind) String() string {
 		return "conflict"
 	case TooLarge:
 		return "too large"
+	case Forbidden:
+		return "forbidden"
 	}
 	return fmt.Sprintf("refusal.Kind(%d)", int(k))
 }

@@ -21,9 +21,32 @@ type Gate struct {
 	// Reason names the rules that decided, for the person deciding, e.g.
 	// "server policy: ask mcp__github__*; skill researcher: interruptOn".
 	Reason string
+	// Approvers route the decision to people (docs/team.md): one set of
+	// principals per rule that named approvers (a policy route, the
+	// skill's interruptOn, a parent skill's), and whoever decides must be
+	// in every set, by any one of its entries. Empty: whoever may decide
+	// in the thread. Kept on the waiting call (tool_calls.approvers).
+	Approvers [][]string
+	// DistinctApprover (four eyes), when any rule asks for it: whoever
+	// started the run may not decide.
+	DistinctApprover bool
 }
 
-// Interrupt returns an asking gate as a skill's interrupt.
+// Route adds a rule's approvers (one set; none: the rule names nobody)
+// and four-eyes rule to the gate.
+func (g *Gate) Route(approvers []string, distinct bool) {
+	if len(approvers) > 0 {
+		set := slices.Clone(approvers)
+		slices.Sort(set)
+		if !slices.ContainsFunc(g.Approvers, func(s []string) bool { return slices.Equal(s, set) }) {
+			g.Approvers = append(g.Approvers, set)
+		}
+	}
+	g.DistinctApprover = g.DistinctApprover || distinct
+}
+
+// Interrupt returns an asking gate as a skill's interrupt (its routing
+// is carried apart: Approvers, DistinctApprover).
 func (g Gate) Interrupt() agent.Interrupt {
 	return agent.Interrupt{AllowedDecisions: slices.Clone(g.AllowedDecisions), Description: g.Description}
 }

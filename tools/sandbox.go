@@ -241,7 +241,9 @@ func (b *scriptBridge) call(ctx context.Context, name, argJSON string) (string, 
 		return "", errors.New(g.Refusal(name))
 	}
 	if !approved && g.Ask {
-		return "", agent.Halt(b.park(seq, name, canon, g.Interrupt(), g.Reason))
+		na := b.park(seq, name, canon, g.Interrupt(), g.Reason)
+		na.Approvers, na.DistinctApprover = g.Approvers, g.DistinctApprover
+		return "", agent.Halt(na)
 	}
 	result, terr := b.execute(ctx, seq, name, canon, tool, args, approved)
 	var na *NeedsApproval
@@ -276,7 +278,7 @@ func (b *scriptBridge) approved(seq int, name, canon string) bool {
 // park returns the NeedsApproval that parks the run_js call on the inner
 // call; the runtime journals the inner call and shows it when it parks the
 // run_js call (failCall), in one transaction.
-func (b *scriptBridge) park(seq int, name, canon string, in agent.Interrupt, reason string) error {
+func (b *scriptBridge) park(seq int, name, canon string, in agent.Interrupt, reason string) *NeedsApproval {
 	// The script is approved as a whole call, never edited: an edit would
 	// change the script, not the inner call the person is looking at.
 	var allowed []string

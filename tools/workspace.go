@@ -41,6 +41,9 @@ type NeedsApproval struct {
 	Inner *db.InnerCall
 	// Reason says which rules asked (Gate.Reason), shown to the person.
 	Reason string
+	// Approvers and DistinctApprover say who may decide (Gate).
+	Approvers        [][]string
+	DistinctApprover bool
 }
 
 func (e *NeedsApproval) Error() string { return "waiting for approval: " + e.Description }

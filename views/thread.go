@@ -3,6 +3,7 @@ package views
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -58,6 +59,11 @@ type ThreadView struct {
 	Forms map[int64]DecisionForm
 	// ApproveAll is the error of a refused "Approve all", if any.
 	ApproveAll string
+	// Deciders says, for each waiting call of the thread and of its
+	// sub-agents, whether the reader may decide it: db.DecideOK or why
+	// not (db.DecideChecks). A call they may not decide shows whom it
+	// waits for, without buttons. Nil: the reader decides every call.
+	Deciders map[int64]string
 	// Attachments are the files attached to the thread (db.ListAttachments),
 	// listed under its first user message.
 	Attachments []db.Attachment
@@ -114,10 +120,11 @@ func decideAttrs(v ThreadView) templ.Attributes {
 
 // decidesInRow reports whether a thread's row in a listing offers its
 // decision form (RowDecision): it waits for a person to decide a call of
-// its own or of a sub-agent. A run a budget stopped waits for an admin's
-// approval on the usage page instead.
+// its own or of a sub-agent, and the reader is not a viewer, who decides
+// nothing. A run a budget stopped waits for an admin's approval on the
+// usage page instead.
 func decidesInRow(t db.Thread) bool {
-	return t.Status == db.StatusWaiting && t.BudgetHold == nil
+	return t.Status == db.StatusWaiting && t.BudgetHold == nil && t.Role != db.RoleViewer
 }
 
 // WaitsForDecision reports whether a call of the thread, or of one of its
@@ -591,4 +598,100 @@ func sizeLabel(n int64) string {
 // attachmentURL is where an attachment is downloaded.
 func attachmentURL(id int64) templ.SafeURL {
 	return templ.SafeURL("/attachments/" + strconv.FormatInt(id, 10))
+}
+
+// myCalls are the waiting calls the reader may decide.
+func myCalls(v ThreadView) []db.ToolCallRow {
+	var out []db.ToolCallRow
+	for _, c := range waitingCalls(v) {
+		if v.Deciders == nil || v.Deciders[c.ID] == db.DecideOK {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// othersCalls are the waiting calls the reader may not decide.
+func othersCalls(v ThreadView) []db.ToolCallRow {
+	var out []db.ToolCallRow
+	for _, c := range waitingCalls(v) {
+		if v.Deciders != nil && v.Deciders[c.ID] != db.DecideOK {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// waitingOn says whom a call the reader may not decide waits for.
+func waitingOn(v ThreadView, c db.ToolCallRow) string {
+	who := db.WaitingFor(c.Approvers)
+	switch v.Deciders[c.ID] {
+	case db.DecideDistinct:
+		if who != "" {
+			return "Waiting for " + who + " (four eyes: whoever started the run cannot decide it)"
+		}
+		return "Waiting for another member (four eyes: whoever started the run cannot decide it)"
+	case db.DecideViewer:
+		return "Waiting for a decision: you can view this thread but not decide"
+	}
+	if who != "" {
+		return "Waiting for " + who
+	}
+	return "Waiting for a decision"
+}
+
+// waitingText says, on a waiting run, whom it waits for.
+func waitingText(v ThreadView) string {
+	if len(waitingCalls(v)) > 0 && len(myCalls(v)) == 0 && !subagentWaitsForReader(v) {
+		var names []string
+		for _, c := range othersCalls(v) {
+			if who := db.WaitingFor(c.Approvers); who != "" && !slices.Contains(names, who) {
+				names = append(names, who)
+			}
+		}
+		if len(names) > 0 {
+			return "This run is waiting for " + strings.Join(names, ", ") + "."
+		}
+		return "This run is waiting for someone else's decision."
+	}
+	return "This run is waiting for you."
+}
+
+// subagentWaitsForReader reports whether a sub-agent's waiting call is the
+// reader's to decide.
+func subagentWaitsForReader(v ThreadView) bool {
+	for _, s := range v.Subagents {
+		if len(myCalls(s)) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// isOwner reports whether the reader owns the thread ("" is the runtime's
+// read, the owner's).
+func isOwner(v ThreadView) bool { return v.Thread.Role == "" || v.Thread.Role == db.RoleOwner }
+
+// canAct reports whether the reader may reply to, retry or cancel the run.
+func canAct(v ThreadView) bool { return v.Thread.Role == "" || db.CanAct(v.Thread.Role) }
+
+// readOnlyNote says why a reader has no run controls.
+func readOnlyNote(v ThreadView) string {
+	if v.Thread.Role == db.RoleViewer {
+		return "This thread's folder is shared with you as a viewer: you can read it and follow it live, but not reply or decide."
+	}
+	return "A call of this thread is routed to you: you can decide it, but not reply to or change the run."
+}
+
+// roleLabel names the reader's role in a thread they do not own.
+func roleLabel(role string) string {
+	switch role {
+	case db.RoleMember:
+		return "Shared with you"
+	case db.RoleViewer:
+		return "Shared with you (view only)"
+	case db.RoleApprover:
+		return "Routed to you"
+	}
+	return role
 }

@@ -29,6 +29,8 @@ type Nav struct {
 	User    db.User
 	Counts  db.Counts
 	Folders []db.Folder
+	// Shared are the folders others shared with the user (docs/team.md).
+	Shared []db.SharedFolder
 	// Queue and FolderID mark the listing being viewed; zero on other pages.
 	Queue    db.Queue
 	FolderID int64
@@ -129,6 +131,8 @@ type Inbox struct {
 	List Listing
 	// Folder is the folder the listing is narrowed to, nil for none.
 	Folder *db.Folder
+	// Shared is that folder when another user shared it with the reader.
+	Shared *db.SharedFolder
 }
 
 // ThreadDetail is what ThreadPage shows: the sidebar and the thread (see
@@ -178,6 +182,8 @@ type FolderEdit struct {
 	// Name is the rename field as last submitted; its value is the
 	// folder's name when nothing was.
 	Name Field
+	// Shares are whom the folder is shared with (docs/team.md).
+	Shares []db.Share
 }
 
 // Folders is what FoldersPage shows.
