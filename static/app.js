@@ -239,10 +239,17 @@
     button.setAttribute("aria-expanded", "true");
     panel.hidden = false;
     panel.setAttribute("aria-busy", "true");
-    htmx.ajax("GET", button.dataset.url, { source: button, target: panel, swap: "innerHTML" }).then(() => {
-      panel.removeAttribute("aria-busy");
-      focusDecision(panel);
-    });
+    // The keyboard goes in once htmx has settled the form: only then
+    // does it send it (before, a click would post it as a plain form).
+    panel.addEventListener(
+      "htmx:afterSettle",
+      () => {
+        panel.removeAttribute("aria-busy");
+        focusDecision(panel);
+      },
+      { once: true },
+    );
+    htmx.ajax("GET", button.dataset.url, { source: button, target: panel, swap: "innerHTML" });
   }
 
   function closeDecision(row, focusRow) {
