@@ -236,6 +236,13 @@ func seedA11y(t *testing.T, ts *triageServer) []a11yPage {
 	}
 	ts.post("admin", "/threads/"+itoa(done)+"/move", form("folder", itoa(f.ID)))
 	ts.post("admin", "/threads/"+itoa(approval)+"/move", form("folder", itoa(f.ID)))
+	// Mia, a member of the research group, views the folder.
+	if _, err := ts.pool.Exec(ctx, `UPDATE users SET email_verified = true, groups = '{research}' WHERE id = $1`, ts.member.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ShareFolder(ctx, ts.pool, ts.admin.ID, f.ID, "group:research", db.RoleViewer); err != nil {
+		t.Fatal(err)
+	}
 	ts.post("admin", "/memory", form("content", "Reports go to #ops, in English."))
 	ts.post("admin", "/memory", form("content", "The brief's audience is the sales team."))
 	ts.post("admin", "/schedules", form("name", "Morning brief", "skill", "researcher", "prompt", "Summarize the news.",
@@ -297,9 +304,11 @@ func seedA11y(t *testing.T, ts *triageServer) []a11yPage {
 		{name: "folder", user: "admin", path: "/inbox/all?folder=" + itoa(f.ID), ready: rowsShown},
 		{name: "folder-action", user: "admin", path: "/inbox/action?folder=" + itoa(f.ID), ready: rowsShown},
 		{name: "folder-unread-empty", user: "admin", path: "/inbox/unread?folder=" + itoa(f.ID) + "&q=zzzzqqq", ready: emptyShown},
-		{name: "empty-all", user: "member", path: "/inbox/all", ready: emptyShown},
-		{name: "empty-unread", user: "member", path: "/inbox/unread", ready: emptyShown},
-		{name: "empty-action", user: "member", path: "/inbox/action", ready: emptyShown},
+		{name: "shared-folder-viewer", user: "member", path: "/inbox/all?folder=" + itoa(f.ID), ready: rowsShown},
+		{name: "thread-shared-viewer", user: "member", path: thread(approval), ready: `document.querySelector('[data-testid="others-call"]')`},
+		{name: "empty-all", user: "newcomer", path: "/inbox/all", ready: emptyShown},
+		{name: "empty-unread", user: "newcomer", path: "/inbox/unread", ready: emptyShown},
+		{name: "empty-action", user: "newcomer", path: "/inbox/action", ready: emptyShown},
 		{name: "shortcuts-help", user: "admin", path: "/inbox/all", ready: rowsShown,
 			act: then(click(`[data-action="shortcuts"]`), `document.getElementById("shortcuts").open`)},
 		{name: "thread-approval", user: "admin", path: thread(approval), ready: `document.querySelector('[data-testid="edit-form"]')`,
@@ -321,7 +330,7 @@ func seedA11y(t *testing.T, ts *triageServer) []a11yPage {
 		{name: "folders", user: "admin", path: "/folders", ready: `document.querySelector("main form")`},
 		{name: "memory", user: "admin", path: "/memory", ready: `document.querySelector("main form")`},
 		{name: "schedules", user: "admin", path: "/schedules", ready: `document.querySelector('[data-testid="schedule-row"]')`},
-		{name: "schedules-empty", user: "member", path: "/schedules", ready: `document.querySelector('[data-testid="page-heading"]')`},
+		{name: "schedules-empty", user: "newcomer", path: "/schedules", ready: `document.querySelector('[data-testid="page-heading"]')`},
 		{name: "schedule-new", user: "admin", path: "/schedules/new", ready: `document.querySelector('[data-testid="schedule-form"]')`},
 		{name: "schedule-refused", user: "admin", path: "/schedules/new", ready: `document.querySelector('[data-testid="schedule-form"]')`,
 			act: then(func(t *testing.T, ctx context.Context) {
@@ -351,7 +360,7 @@ func seedA11y(t *testing.T, ts *triageServer) []a11yPage {
 		{name: "settings-skill-new", user: "admin", path: "/settings/skills/new", ready: `document.querySelector("main form")`},
 		{name: "settings-skill-edit", user: "admin", path: "/settings/skills/notes/edit", ready: `document.querySelector("main form")`},
 		{name: "not-found", user: "admin", path: "/nowhere", ready: `document.querySelector(".problem")`},
-		{name: "not-found-thread", user: "member", path: thread(done), ready: `document.querySelector(".problem")`},
+		{name: "not-found-thread", user: "member", path: thread(failed), ready: `document.querySelector(".problem")`},
 		{name: "disabled", user: "disabled", path: "/inbox/all", ready: `document.querySelector(".problem")`},
 		{name: "signin", user: "signin", path: "/signin", ready: `document.querySelector('[data-testid="signin-page"]')`},
 		{name: "signed-out", user: "signin", path: "/signin?signed_out=1", ready: `document.querySelector('[data-testid="signed-out"]')`},

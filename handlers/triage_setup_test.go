@@ -40,11 +40,13 @@ type triageServer struct {
 	ctx  context.Context
 	pool *pgxpool.Pool
 	srv  http.Handler
-	// admin owns the seeded threads; member has none (the empty states);
-	// disabled is refused.
-	admin, member, disabled db.User
-	// urls are the base URLs signed in as "admin", "member" and
-	// "disabled", and "signin" for a signed-out visitor on a server with SSO.
+	// admin owns the seeded threads; member has none of their own (what
+	// others share with them aside); newcomer has nothing (the empty
+	// states); disabled is refused.
+	admin, member, newcomer, disabled db.User
+	// urls are the base URLs signed in as "admin", "member", "newcomer"
+	// and "disabled", and "signin" for a signed-out visitor on a server
+	// with SSO.
 	urls      map[string]string
 	published *jobstest.Recorder
 	// hold keeps the "Keep thinking" runs running until the test ends.
@@ -98,6 +100,9 @@ func setupTriage(t *testing.T) *triageServer {
 		t.Fatal(err)
 	}
 	if ts.member, err = db.UpsertUser(ctx, ts.pool, "https://idp.test", "mia", "mia@example.com", "Mia Member", false); err != nil {
+		t.Fatal(err)
+	}
+	if ts.newcomer, err = db.UpsertUser(ctx, ts.pool, "https://idp.test", "nel", "nel@example.com", "Nel Newcomer", false); err != nil {
 		t.Fatal(err)
 	}
 	if ts.disabled, err = db.UpsertUser(ctx, ts.pool, "https://idp.test", "dan", "dan@example.com", "Dan", false); err != nil {
@@ -162,7 +167,7 @@ func setupTriage(t *testing.T) *triageServer {
 	}
 	t.Cleanup(broker.Close)
 
-	users := map[string]db.User{"admin": ts.admin, "member": ts.member, "disabled": ts.disabled}
+	users := map[string]db.User{"admin": ts.admin, "member": ts.member, "newcomer": ts.newcomer, "disabled": ts.disabled}
 	ts.srv = handlers.New(handlers.Deps{
 		Pool: ts.pool, Logger: logger, Runs: rt, Live: broker, Extensions: ext,
 		Authenticate: func(r *http.Request) (db.User, error) {
