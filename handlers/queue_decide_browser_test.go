@@ -145,8 +145,27 @@ func TestDecideFromQueueInBrowser(t *testing.T) {
 		}
 	}
 
-	// j goes to the first row; Enter opens its decision form in place.
+	// A form that cannot be had (its thread gone meanwhile, as if) closes
+	// again, and the flash area says why.
+	action.eval(row(order[0]) + `.querySelector('[data-testid="row-expand"]').dataset.url = "/threads/999999999/decisions"; true`)
+	if err := chromedp.Do(action.ctx, chromedp.Click(chromedp.CSS(`#thread-`+itoa(order[0])+` [data-testid="row-expand"]`))); err != nil {
+		t.Fatal(err)
+	}
+	action.wait(`document.querySelector('[data-testid="flash"]')?.textContent.includes("does not exist")`)
+	action.wait(row(order[0]) + `.querySelector('[data-testid="row-decide"]').hidden && ` +
+		row(order[0]) + `.querySelector('[data-testid="row-expand"]').getAttribute("aria-expanded") === "false"`)
+	// Focus went back to the row.
+	action.wait(onLink(order[0]))
+	action.eval(row(order[0]) + `.querySelector('[data-testid="row-expand"]').dataset.url = "/threads/` + itoa(order[0]) + `/decisions"; ` +
+		`document.querySelector('[data-testid="flash"] [data-action="dismiss"]')?.click(); true`)
+	action.wait(`!document.querySelector('[data-testid="flash"]')`)
+	action.wait(onLink(order[0]))
+
+	// j and k move between the rows; Enter opens the decision form of the
+	// first in place.
 	key("j")
+	action.wait(onLink(order[1]))
+	key("k")
 	action.wait(onLink(order[0]))
 	key("\r")
 	decide(order[0])

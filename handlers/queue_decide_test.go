@@ -266,6 +266,31 @@ func TestDecideOnlyWhereACallWaits(t *testing.T) {
 	if b, p := decide(held.ID); b != 0 || p != 0 {
 		t.Errorf("the budget-held row has %d Decide buttons and %d forms, want none", b, p)
 	}
+	// A search over All offers it too (the search reads whether each
+	// waiting thread is the reader's to decide).
+	r = b.get("alice", "/inbox/all?q=asks").wantStatus(http.StatusOK)
+	if b, p := decide(asks.ID); b != 1 || p != 1 {
+		t.Errorf("the waiting question's row in a search has %d Decide buttons and %d forms, want 1 and 1", b, p)
+	}
+
+	// A call routed to a group is its members' to decide, not the owner's:
+	// the owner's row offers nothing, the form (fetched anyway) has no
+	// buttons and says whom it waits for; the approver's row offers it.
+	b.inGroups(b.carol, "deploy-oncall")
+	routed := b.thread(b.alice, "Deploy v2", db.StatusRunning)
+	b.waitingCall(routed, [][]string{{"group:deploy-oncall"}}, false)
+	r = b.get("alice", "/inbox/all").wantStatus(http.StatusOK)
+	if b, p := decide(routed.ID); b != 0 || p != 0 {
+		t.Errorf("the owner's row of a routed call has %d Decide buttons and %d forms, want none", b, p)
+	}
+	form := b.get("alice", "/threads/"+itoa(routed.ID)+"/decisions", fromAction).wantStatus(http.StatusOK)
+	if got := form.text("waiting-for"); got != "Waiting for deploy-oncall" || len(form.all("approve-button")) != 0 {
+		t.Errorf("the owner's row form of a routed call: %q, %d approve buttons", got, len(form.all("approve-button")))
+	}
+	r = b.get("carol", "/inbox/action").wantStatus(http.StatusOK)
+	if b, p := decide(routed.ID); b != 1 || p != 1 {
+		t.Errorf("the approver's row has %d Decide buttons and %d forms, want 1 and 1", b, p)
+	}
 
 	// A viewer of a shared folder decides nothing.
 	f := b.folder(b.alice, "Deals")

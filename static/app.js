@@ -241,15 +241,18 @@
     panel.setAttribute("aria-busy", "true");
     // The keyboard goes in once htmx has settled the form: only then
     // does it send it (before, a click would post it as a plain form).
-    panel.addEventListener(
-      "htmx:afterSettle",
-      () => {
-        panel.removeAttribute("aria-busy");
-        focusDecision(panel);
-      },
-      { once: true },
-    );
-    htmx.ajax("GET", button.dataset.url, { source: button, target: panel, swap: "innerHTML" });
+    const settled = () => {
+      panel.removeAttribute("aria-busy");
+      focusDecision(panel);
+    };
+    panel.addEventListener("htmx:afterSettle", settled, { once: true });
+    htmx.ajax("GET", button.dataset.url, { source: button, target: panel, swap: "innerHTML" }).then(() => {
+      // Refused (the thread is gone, say): the flash area says why.
+      if (panel.firstElementChild) return;
+      panel.removeEventListener("htmx:afterSettle", settled);
+      panel.removeAttribute("aria-busy");
+      closeDecision(row, true);
+    });
   }
 
   function closeDecision(row, focusRow) {

@@ -119,12 +119,13 @@ func decideAttrs(v ThreadView) templ.Attributes {
 }
 
 // decidesInRow reports whether a thread's row in a listing offers its
-// decision form (RowDecision): it waits for a person to decide a call of
-// its own or of a sub-agent, and the reader is not a viewer, who decides
-// nothing. A run a budget stopped waits for an admin's approval on the
-// usage page instead.
+// decision form (RowDecision): the thread is in the reader's Action queue
+// (db.Thread.InAction: a call of it or of a sub-agent is theirs to decide,
+// so not a viewer's, nor the owner's when the call is routed to others or
+// four eyes keep the starter out). A run a budget stopped waits for an
+// admin's approval on the usage page instead.
 func decidesInRow(t db.Thread) bool {
-	return t.Status == db.StatusWaiting && t.BudgetHold == nil && t.Role != db.RoleViewer
+	return t.Status == db.StatusWaiting && t.InAction && t.BudgetHold == nil
 }
 
 // WaitsForDecision reports whether a call of the thread, or of one of its
