@@ -529,13 +529,32 @@ func searchAll(ctx context.Context, q Querier, a Access, f ThreadFilter, after *
 	if len(out) > limit {
 		out = out[:limit]
 	}
-	// The reader's read state of the others' threads found.
-	var others []int64
+	// Whether each waiting thread found is the reader's to decide (every
+	// one of the Action queue is), and their read state of the others'.
+	var waiting, others []int64
 	for i, t := range out {
 		out[i].InAction = f.Queue == QueueAction
+		if t.Status == StatusWaiting && f.Queue != QueueAction {
+			waiting = append(waiting, t.ID)
+		}
 		if t.UserID != a.UserID {
 			out[i].Archived = false
 			others = append(others, t.ID)
+		}
+	}
+	if len(waiting) > 0 {
+		rows, err := q.Query(ctx, `SELECT id FROM unnest($2::bigint[]) id WHERE pizza_in_action(id, $1)`, a.UserID, waiting)
+		if err != nil {
+			return nil, err
+		}
+		mine, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		if err != nil {
+			return nil, err
+		}
+		for i, t := range out {
+			if slices.Contains(mine, t.ID) {
+				out[i].InAction = true
+			}
 		}
 	}
 	if len(others) > 0 {

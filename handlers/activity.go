@@ -65,8 +65,15 @@ func (h *Handler) decideSubagent(w http.ResponseWriter, r *http.Request) error {
 	if i < 0 {
 		return notFound
 	}
-	if decided, err := h.decideOn(w, r, user, &v, &v.Subagents[i]); !decided || err != nil {
+	if fromListing(r) {
+		v.ShowInListing()
+	}
+	decided, err := h.decideOn(w, r, user, &v, &v.Subagents[i])
+	if decided == nil || err != nil {
 		return err
+	}
+	if fromListing(r) {
+		return h.answerInListing(w, r, user, id, decidedMessage(r.PostForm.Get("decision"), decided))
 	}
 	if !wantsFragment(r) {
 		return seeOther(w, r, "/threads/"+strconv.FormatInt(id, 10))

@@ -227,16 +227,13 @@ func (h *Handler) renderChanges(ctx context.Context, user db.User, v liveView, e
 		}
 		if v.list != nil && (c.rowChanged() || c.summaryChanged()) {
 			var comp templ.Component = views.RowRemoved(c.id)
-			matches := found && v.filter.Matches(t)
-			if matches && v.filter.Search.Raw != "" {
-				// Whether it matches a search only the database knows; the
-				// row then shows its snippet.
-				t.Snippet, matches, err = db.SearchMatch(ctx, h.pool, user.ID, v.filter.Search, t.ID)
-				if err != nil {
+			in := false
+			if found {
+				if in, err = h.inListing(ctx, user, v.filter, v.page, &t); err != nil {
 					return nil, err
 				}
 			}
-			if matches && (v.page == nil || v.page.After(t)) {
+			if in {
 				comp = views.ThreadRow(t, now)
 			}
 			if err := comp.Render(ctx, &rows); err != nil {
@@ -276,6 +273,24 @@ func (h *Handler) renderChanges(ctx context.Context, user db.User, v liveView, e
 		out = append(out, sseMsg{"update", oob.Bytes()})
 	}
 	return append(out, msgs...), nil
+}
+
+// inListing reports whether a thread belongs on a page of a listing: it
+// matches the listing's filter and falls on the page that starts after page
+// (nil: the first). In a search it gets its snippet.
+func (h *Handler) inListing(ctx context.Context, user db.User, f db.ThreadFilter, page *db.Cursor, t *db.Thread) (bool, error) {
+	if !f.Matches(*t) {
+		return false, nil
+	}
+	if f.Search.Raw != "" {
+		// Whether it matches a search only the database knows.
+		var matches bool
+		var err error
+		if t.Snippet, matches, err = db.SearchMatch(ctx, h.pool, user.ID, f.Search, t.ID); err != nil || !matches {
+			return false, err
+		}
+	}
+	return page == nil || page.After(*t), nil
 }
 
 // renderThreadParts renders, out of band, the parts of the open thread a

@@ -33,6 +33,10 @@ func (h *Handler) routes(mux *http.ServeMux) {
 
 	// A thread's run, from its page (runs.go): decisions on the calls it
 	// waits at, a reply once it has ended, cancel and retry.
+	// A waiting thread's row in a listing opens the same decision form in
+	// place (GET, a fragment); a decision posted from there answers with
+	// the row in its new state.
+	mux.Handle("GET /threads/{id}/decisions", h.page(h.decisionForm))
 	mux.Handle("POST /threads/{id}/decisions", h.page(h.decide))
 	mux.Handle("POST /threads/{id}/messages", h.page(h.reply))
 	mux.Handle("POST /threads/{id}/cancel", h.page(h.cancelRun))

@@ -49,28 +49,135 @@ func (h *Handler) decide(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if decided, err := h.decideOn(w, r, user, &v, &v); !decided || err != nil {
+	if fromListing(r) {
+		v.ShowInListing()
+	}
+	decided, err := h.decideOn(w, r, user, &v, &v)
+	if decided == nil || err != nil {
 		return err
+	}
+	if fromListing(r) {
+		return h.answerInListing(w, r, user, id, decidedMessage(r.PostForm.Get("decision"), decided))
 	}
 	return h.afterRunChange(w, r, user, id)
 }
 
+// decisionForm is a waiting thread's decision form for its row in a
+// listing: GET /threads/{id}/decisions, which htmx fetches when the row's
+// Decide button opens it (views.RowDecision). Another user's thread is a
+// 404. A plain GET goes to the thread's page, which shows the same form.
+func (h *Handler) decisionForm(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	user := userFrom(ctx)
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	v, err := h.loadThreadView(ctx, user, id, backURL(r))
+	if err != nil {
+		return err
+	}
+	if !wantsFragment(r) {
+		http.Redirect(w, r, "/threads/"+strconv.FormatInt(id, 10)+"#thread-pending", http.StatusSeeOther)
+		return nil
+	}
+	v.ShowInListing()
+	return h.render(w, r, http.StatusOK, views.RowDecision(v))
+}
+
+// fromListing reports whether a decision was posted from a thread's row in
+// a listing (views.RowDecision) rather than from its page.
+func fromListing(r *http.Request) bool {
+	return wantsFragment(r) && r.PostForm.Get("from") == "listing"
+}
+
+// answerInListing answers a decision taken in a thread's row of a listing
+// (the form's "return"): the row in its new state, replacing the old one,
+// with its decision form still open when calls still wait; nothing when
+// the thread left the listing (htmx then takes the row out: a decided
+// thread leaves Action); and, out of band, the queue counts and msg, which
+// the flash area (a polite live region) announces.
+func (h *Handler) answerInListing(w http.ResponseWriter, r *http.Request, user db.User, id int64, msg string) error {
+	ctx := r.Context()
+	v, err := h.loadThreadView(ctx, user, id, formBack(r))
+	if err != nil {
+		return err
+	}
+	var parts []templ.Component
+	if q, ok := parseListURL(v.Back); ok {
+		var page *db.Cursor
+		if q.After != "" {
+			if c, err := db.ParseCursor(q.After); err == nil {
+				page = &c
+			}
+		}
+		t := v.Thread
+		in, err := h.inListing(ctx, user, q.Filter(), page, &t)
+		if err != nil {
+			return err
+		}
+		switch {
+		case in && v.WaitsForDecision():
+			v.Thread = t
+			v.ShowInListing()
+			parts = append(parts, views.ThreadRowDeciding(t, h.now(), v))
+		case in:
+			parts = append(parts, views.ThreadRow(t, h.now()))
+		}
+	}
+	a, err := h.access(ctx)
+	if err != nil {
+		return err
+	}
+	var counts bytes.Buffer
+	if err := h.renderCounts(ctx, &counts, a, liveView{}); err != nil {
+		return err
+	}
+	parts = append(parts, templ.Raw(counts.String()), views.FlashOOB("ok", msg))
+	return h.render(w, r, http.StatusOK, parts...)
+}
+
+// decidedMessage says what a decision did, for the flash area: "Approved
+// publish_brief."
+func decidedMessage(decision string, calls []db.ToolCallRow) string {
+	what := calls[0].Name
+	if len(calls) > 1 {
+		what = strconv.Itoa(len(calls)) + " calls"
+	}
+	switch decision {
+	case db.DecisionApprove:
+		return "Approved " + what + ". The run goes on."
+	case db.DecisionEdit:
+		return "Approved " + what + " with your changes. The run goes on."
+	case db.DecisionReject:
+		return "Rejected " + what + ". The run goes on without it."
+	case db.DecisionRespond:
+		return "Sent your answer. The run goes on."
+	case db.DecisionRetry:
+		return "Running " + what + " again."
+	case db.DecisionSkip:
+		return "Skipped " + what + ". The run goes on."
+	}
+	return "Decided."
+}
+
 // decideOn applies the posted decision (see decide for the fields) to the
 // waiting calls of target, which is page itself or a sub-agent embedded in
-// it. It reports decided when the runtime took the decision; otherwise it has
-// answered with page's pending calls re-rendered, the form as submitted and
-// the error next to it (422), or it returns the error to render.
-func (h *Handler) decideOn(w http.ResponseWriter, r *http.Request, user db.User, page, target *views.ThreadView) (decided bool, err error) {
+// it. It returns the calls decided when the runtime took the decision;
+// otherwise (nil) it has answered with page's pending calls re-rendered,
+// the form as submitted and the error next to it (422), or it returns the
+// error to render.
+func (h *Handler) decideOn(w http.ResponseWriter, r *http.Request, user db.User, page, target *views.ThreadView) (decided []db.ToolCallRow, err error) {
 	ids, err := parseCallIDs(r.PostForm["call"])
 	if err != nil {
-		return false, err
+		return nil, err
 	}
 	decision := r.PostForm.Get("decision")
 	if !db.IsDecision(decision) {
-		return false, httpError{http.StatusBadRequest, "Choose a decision: approve, edit, reject, answer, retry or skip."}
+		return nil, httpError{http.StatusBadRequest, "Choose a decision: approve, edit, reject, answer, retry or skip."}
 	}
 	if len(ids) > 1 && decision != db.DecisionApprove {
-		return false, httpError{http.StatusBadRequest, "Only approving can be done for several calls at once."}
+		return nil, httpError{http.StatusBadRequest, "Only approving can be done for several calls at once."}
 	}
 	waiting := map[int64]db.ToolCallRow{}
 	if target.Thread.Status == db.StatusWaiting {
@@ -85,13 +192,13 @@ func (h *Handler) decideOn(w http.ResponseWriter, r *http.Request, user db.User,
 		c, ok := waiting[cid]
 		if !ok {
 			// Decided in another tab, or the run was cancelled meanwhile.
-			return false, httpError{http.StatusConflict, "This call is no longer waiting for a decision. Reload the page to see where the run is."}
+			return nil, httpError{http.StatusConflict, "This call is no longer waiting for a decision. Reload the page to see where the run is."}
 		}
 		rows = append(rows, c)
 	}
 
 	// refuse shows the form again, as submitted, with msg next to it.
-	refuse := func(msg string, fields []argform.Field) (bool, error) {
+	refuse := func(msg string, fields []argform.Field) ([]db.ToolCallRow, error) {
 		if len(ids) > 1 {
 			target.ApproveAll = msg
 		} else {
@@ -108,7 +215,13 @@ func (h *Handler) decideOn(w http.ResponseWriter, r *http.Request, user db.User,
 			}
 			target.Forms[c.ID] = f
 		}
-		return false, h.renderRunForm(w, r, user, *page, views.PendingCalls)
+		if fromListing(r) {
+			// Back into the row's decision form.
+			w.Header().Set("HX-Retarget", "#decide-row-"+strconv.FormatInt(page.Thread.ID, 10))
+			w.Header().Set("HX-Reswap", "innerHTML")
+			return nil, h.render(w, r, http.StatusUnprocessableEntity, views.RowDecision(*page))
+		}
+		return nil, h.renderRunForm(w, r, user, *page, views.PendingCalls)
 	}
 
 	inputs := make([]jobs.DecisionInput, 0, len(rows))
@@ -149,9 +262,9 @@ func (h *Handler) decideOn(w http.ResponseWriter, r *http.Request, user db.User,
 		return refuse(sentence(ref.Msg), editFields)
 	}
 	if err != nil {
-		return false, runError(err)
+		return nil, runError(err)
 	}
-	return true, nil
+	return rows, nil
 }
 
 // reply continues a thread whose run has ended:

@@ -56,8 +56,21 @@
     rs.forEach((r) => {
       r.querySelector('input[name="ids"]').checked = true;
     });
+    syncBulk();
     button.click();
     return true;
+  }
+
+  // The bulk actions wait until a row is selected: until then they are
+  // inactive (aria-disabled, dimmed by app.css) and do nothing.
+  function syncBulk() {
+    const form = document.getElementById("bulk");
+    if (!form) return;
+    const any = rows().some((r) => r.querySelector('input[name="ids"]:checked'));
+    form.querySelectorAll('.toolbar button[name="action"], .toolbar select').forEach((el) => {
+      if (any) el.removeAttribute("aria-disabled");
+      else el.setAttribute("aria-disabled", "true");
+    });
   }
 
   function toggleRead() {
@@ -86,6 +99,11 @@
       return;
     }
     if (document.querySelector("dialog[open]")) return; // Esc closes it natively
+    if (e.key === "Escape" && t.closest && t.closest(".row-decide")) {
+      closeDecision(t.closest(rowSelector), true);
+      e.preventDefault();
+      return;
+    }
 
     const key = e.key;
     const afterG = Date.now() - gPressedAt < 1000;
@@ -100,9 +118,17 @@
         break;
       case "o":
       case "Enter": {
-        // Enter on a link or button does what it always does.
-        if (key === "Enter" && t.closest && t.closest("a, button, summary")) return;
-        const row = currentRow();
+        // Enter on a waiting row opens its decision form in place (o opens
+        // the thread); on any other link or button it does what it always
+        // does.
+        const onRow = t.classList && t.classList.contains("row-link") ? t.closest(rowSelector) : null;
+        if (key === "Enter" && t.closest && t.closest("a, button, summary") && !(onRow && canDecide(onRow))) return;
+        const row = onRow || currentRow();
+        if (key === "Enter" && row && canDecide(row)) {
+          openDecision(row);
+          if (onRow) enterOnRow = true; // the link must not follow too
+          break;
+        }
         handled = !!row && (row.querySelector(".row-link").click(), true);
         break;
       }
@@ -111,6 +137,7 @@
         const box = currentRow() && currentRow().querySelector('input[name="ids"]');
         if (box) box.checked = !box.checked;
         else handled = false;
+        syncBulk();
         break;
       }
       case "e":
@@ -146,6 +173,24 @@
     if (handled) e.preventDefault();
   });
 
+  // Enter on a waiting row's link opens its decision form; the link's own
+  // activation by that Enter (some browsers fire it despite the keydown's
+  // preventDefault) is stopped until the key is released.
+  let enterOnRow = false;
+  document.addEventListener("keyup", (e) => {
+    if (e.key === "Enter") enterOnRow = false;
+  });
+  document.addEventListener(
+    "click",
+    (e) => {
+      if (enterOnRow && e.target.closest && e.target.closest(".row-link")) {
+        e.preventDefault();
+        e.stopPropagation();
+      }
+    },
+    true,
+  );
+
   // Keep the current row where the user is, whether they got there by
   // keyboard, by Tab or by clicking a checkbox.
   document.addEventListener("focusin", (e) => {
@@ -163,8 +208,146 @@
       case "shortcuts":
         toggleHelp();
         break;
+      case "decide": {
+        const row = t.closest(rowSelector);
+        if (t.getAttribute("aria-expanded") === "true") closeDecision(row, false);
+        else openDecision(row);
+        break;
+      }
     }
   });
+
+  // Deciding in a listing (views.RowDecision). A waiting row's Decide
+  // button, or Enter on the row, fetches its decision form into the row:
+  // the thread page's forms, every argument in full. Nothing is decided
+  // by a key alone: the form's buttons decide. The answer replaces the row
+  // (or removes it when it leaves the listing), and focus moves to the
+  // next waiting row.
+
+  const decideButton = (row) => row && row.querySelector('[data-action="decide"]');
+  const canDecide = (row) => row.dataset.status === "waiting" && !!decideButton(row);
+
+  function openDecision(row) {
+    const button = decideButton(row);
+    const panel = row && row.querySelector(".row-decide");
+    if (!button || !panel || !window.htmx) return;
+    setCurrent(rows().indexOf(row), false);
+    if (!panel.hidden && panel.firstElementChild) {
+      focusDecision(panel); // already open
+      return;
+    }
+    button.setAttribute("aria-expanded", "true");
+    panel.hidden = false;
+    panel.setAttribute("aria-busy", "true");
+    // The keyboard goes in once htmx has settled the form: only then
+    // does it send it (before, a click would post it as a plain form).
+    const settled = () => {
+      panel.removeAttribute("aria-busy");
+      focusDecision(panel);
+    };
+    panel.addEventListener("htmx:afterSettle", settled, { once: true });
+    htmx.ajax("GET", button.dataset.url, { source: button, target: panel, swap: "innerHTML" }).then(() => {
+      // Refused (the thread is gone, say): the flash area says why.
+      if (panel.firstElementChild) return;
+      panel.removeEventListener("htmx:afterSettle", settled);
+      panel.removeAttribute("aria-busy");
+      closeDecision(row, true);
+    });
+  }
+
+  function closeDecision(row, focusRow) {
+    const button = decideButton(row);
+    const panel = row && row.querySelector(".row-decide");
+    if (!button || !panel) return;
+    button.setAttribute("aria-expanded", "false");
+    panel.hidden = true;
+    panel.textContent = "";
+    if (focusRow) row.querySelector(".row-link").focus();
+  }
+
+  // focusDecision puts the keyboard in a decision form that just opened: in
+  // the answer box of a question, else on the form itself, whose buttons
+  // come next with Tab.
+  function focusDecision(panel) {
+    if (panel.hidden || !panel.isConnected) return;
+    const answer = panel.querySelector('[data-testid="respond-form"] textarea');
+    (answer || panel).focus({ preventScroll: true });
+    panel.scrollIntoView({ block: "nearest" });
+  }
+
+  // A decision sent from a row: once htmx has swapped its answer in, move
+  // on from the row. The request's own "load" event is the signal: htmx's
+  // afterRequest event does not reach the document when a live update took
+  // the row out first.
+  document.addEventListener("htmx:beforeRequest", (e) => {
+    const form = e.detail.elt;
+    const panel = form && form.closest && form.closest(".row-decide");
+    if (!panel || e.detail.requestConfig.verb !== "post") return;
+    const row = panel.closest(rowSelector);
+    const rs = rows();
+    const i = rs.indexOf(row);
+    const d = { id: row.id, after: rs.slice(i + 1).map((r) => r.id), before: rs.slice(0, i).map((r) => r.id) };
+    const xhr = e.detail.xhr;
+    xhr.addEventListener("load", () => {
+      // htmx's own load handler, registered first, has swapped by now.
+      setTimeout(() => {
+        if (xhr.status >= 200 && xhr.status < 300) afterDecision(d);
+        else if (xhr.status === 422) refusedDecision(d);
+      }, 0);
+    });
+  });
+
+  // refusedDecision keeps the keyboard in a refused form, which came back
+  // into the row with the reason next to it.
+  function refusedDecision(d) {
+    const row = document.getElementById(d.id);
+    const panel = row && row.querySelector(".row-decide");
+    if (panel && !panel.contains(document.activeElement)) {
+      (panel.querySelector('[aria-invalid="true"]') || panel).focus();
+    }
+  }
+
+  function afterDecision(d) {
+    syncListing();
+    const row = document.getElementById(d.id);
+    const panel = row && row.querySelector(".row-decide");
+    if (panel && !panel.hidden) {
+      // Other calls of the same run still wait: stay in its form.
+      setCurrent(rows().indexOf(row), false);
+      focusDecision(panel);
+      return;
+    }
+    const live = (ids) => ids.map((id) => document.getElementById(id)).filter((r) => r && r.matches(rowSelector));
+    const later = live(d.after);
+    const earlier = live(d.before);
+    const next =
+      later.find((r) => r.dataset.status === "waiting") ||
+      earlier.find((r) => r.dataset.status === "waiting") ||
+      (row && row.isConnected ? null : later[0] || earlier[earlier.length - 1]);
+    if (next) {
+      setCurrent(rows().indexOf(next));
+    } else if (row && row.isConnected) {
+      setCurrent(rows().indexOf(row));
+    } else {
+      current = -1;
+      const empty = document.getElementById("empty-state");
+      const main = document.getElementById("main");
+      if (empty && !empty.hidden) {
+        empty.setAttribute("tabindex", "-1");
+        empty.focus();
+      } else if (main) main.focus();
+    }
+  }
+
+  // syncListing shows the listing's empty state when its last row is gone.
+  function syncListing() {
+    const list = document.getElementById("thread-rows");
+    if (!list) return;
+    const any = !!list.querySelector(".row");
+    list.hidden = !any;
+    const empty = document.getElementById("empty-state");
+    if (empty) empty.hidden = any;
+  }
 
   document.addEventListener("change", (e) => {
     const t = e.target;
@@ -172,8 +355,10 @@
       rows().forEach((r) => {
         r.querySelector('input[name="ids"]').checked = t.checked;
       });
+      syncBulk();
       return;
     }
+    if (t.name === "ids") syncBulk();
     const form = t.form;
     if (form && form.dataset.autosubmit === "true" && t.tagName === "SELECT") form.requestSubmit();
   });
@@ -203,6 +388,38 @@
     const n = parseInt(el.textContent, 10) || 0;
     const base = document.title.replace(/^\(\d+\) /, "");
     document.title = n > 0 ? "(" + n + ") " + base : base;
+    watchAction(n);
+  }
+
+  // Screen readers hear when runs start waiting for the reader: one short,
+  // polite message ("2 runs wait for you") in #announcer, a while after the
+  // Action count last grew, however many rows arrived meanwhile. A count
+  // that shrinks (the reader decided) says nothing.
+  let actionKnown = null; // the Action count the reader was last told or shown
+  let announceTimer = 0;
+  const actionCount = () => parseInt((document.getElementById("count-action") || {}).textContent, 10) || 0;
+
+  function watchAction(n) {
+    if (actionKnown === null || n <= actionKnown) {
+      if (actionKnown === null || !announceTimer) actionKnown = n;
+      return;
+    }
+    clearTimeout(announceTimer);
+    announceTimer = setTimeout(() => {
+      announceTimer = 0;
+      const m = actionCount();
+      if (m > actionKnown) announce(m === 1 ? "1 run waits for you" : m + " runs wait for you");
+      actionKnown = m;
+    }, 1500);
+  }
+
+  function announce(msg) {
+    const el = document.getElementById("announcer");
+    if (!el) return;
+    el.textContent = "";
+    setTimeout(() => {
+      el.textContent = msg;
+    }, 50);
   }
 
   // Live updates (handlers/events.go, docs/readme/live.md). The page's event
@@ -236,6 +453,13 @@
       const old = document.getElementById(li.id);
       const box = old && old.querySelector('input[name="ids"]');
       const checked = !!box && box.checked;
+      // An open decision form stays open, with what was typed in it, while
+      // the run still waits; the server refuses a decision on a call that
+      // has moved on.
+      const panel = old && old.querySelector(".row-decide:not([hidden])");
+      const keep = panel && li.dataset.status === "waiting" && li.querySelector(".row-decide") ? panel : null;
+      const focused = keep && keep.contains(document.activeElement) ? document.activeElement : null;
+      const hadFocus = !!old && old.contains(document.activeElement);
       if (old) old.remove();
       if (li.dataset.live === "remove") return;
       const next = Array.from(list.querySelectorAll(":scope > .row")).find((r) => r.dataset.sort < li.dataset.sort);
@@ -243,13 +467,17 @@
       else if (!document.getElementById("load-more")) list.appendChild(li);
       else return; // older than this page's last row: it belongs to a later page
       if (checked) li.querySelector('input[name="ids"]').checked = true;
+      if (keep) {
+        li.querySelector(".row-decide").replaceWith(keep);
+        decideButton(li).setAttribute("aria-expanded", "true");
+      }
       if (window.htmx) htmx.process(li);
       enhance(li);
+      if (focused) focused.focus({ preventScroll: true });
+      else if (hadFocus) li.querySelector(".row-link").focus({ preventScroll: true });
     });
-    const any = !!list.querySelector(".row");
-    list.hidden = !any;
-    const empty = document.getElementById("empty-state");
-    if (empty) empty.hidden = any;
+    syncListing();
+    syncBulk();
     if (current >= 0) {
       const i = rows().findIndex((r) => r.id === currentID);
       setCurrent(i >= 0 ? i : current, false);
@@ -300,8 +528,30 @@
     }
     syncTitle();
   });
+  // A page kept in the back/forward cache must not keep its event stream
+  // open: over HTTP/1.1 a browser opens six connections to a server at
+  // most, and six cached pages would leave none for the next page (it
+  // waited a minute for one). The stream closes when the page is hidden
+  // and opens again, from where it was, if the page comes back.
+  let liveSource = null; // the stream's EventSource (htmx's SSE extension)
+  let parkedLive = null;
+  window.addEventListener("pagehide", () => {
+    const el = live();
+    if (!el || !liveSource) return;
+    liveSource.close();
+    liveSource = null;
+    parkedLive = el.cloneNode(true);
+    el.remove();
+  });
+  window.addEventListener("pageshow", (e) => {
+    if (!e.persisted || !parkedLive || !window.htmx) return;
+    document.body.appendChild(parkedLive);
+    htmx.process(parkedLive);
+    parkedLive = null;
+  });
   document.addEventListener("htmx:sseMessage", () => syncTitle());
-  document.addEventListener("htmx:sseOpen", () => {
+  document.addEventListener("htmx:sseOpen", (e) => {
+    liveSource = e.detail.source;
     const el = live();
     if (el) el.dataset.state = "open";
   });
@@ -342,6 +592,8 @@
   if (document.readyState !== "loading") updateNotificationsButton();
 
   function init() {
+    actionKnown = document.getElementById("count-action") ? actionCount() : null;
+    syncBulk();
     if (!window.htmx) {
       enhance(document.body);
       return;
@@ -359,6 +611,7 @@
         const select = document.querySelector(".select-all");
         if (select) select.checked = false;
       }
+      syncBulk();
       syncTitle();
     });
   }
@@ -370,6 +623,11 @@
     "submit",
     (e) => {
       const b = e.submitter;
+      if (b && b.getAttribute("aria-disabled") === "true") {
+        e.preventDefault();
+        e.stopImmediatePropagation();
+        return;
+      }
       if (b && b.dataset.confirm && !window.confirm(b.dataset.confirm)) {
         e.preventDefault();
         e.stopImmediatePropagation();

@@ -82,6 +82,65 @@ type ThreadView struct {
 	Subagents []ThreadView
 	Parent    *db.Thread
 	Embedded  bool
+
+	// InListing marks the approval forms shown in the thread's row of a
+	// listing (RowDecision) rather than on its page: they post with
+	// from=listing, and the answer replaces the row. Back is then the
+	// listing.
+	InListing bool
+}
+
+// ShowInListing marks a view, and the sub-agents' views embedded in it,
+// for its row of a listing (see InListing).
+func (v *ThreadView) ShowInListing() {
+	v.InListing = true
+	for i := range v.Subagents {
+		v.Subagents[i].InListing = true
+	}
+}
+
+// decideAttrs are the htmx attributes of an approval form. On the thread
+// page it swaps nothing itself: the answer carries the page's parts out of
+// band. In a listing it replaces the thread's row (for a sub-agent's call,
+// its parent's row), which the answer renders in its new state.
+func decideAttrs(v ThreadView) templ.Attributes {
+	a := templ.Attributes{"hx-post": decideURL(v), "hx-disabled-elt": "find button"}
+	if !v.InListing {
+		a["hx-swap"] = "none"
+		return a
+	}
+	row := v.Thread.ID
+	if v.Embedded && v.Parent != nil {
+		row = v.Parent.ID
+	}
+	a["hx-target"] = "#thread-" + itoa(row)
+	a["hx-swap"] = "outerHTML"
+	return a
+}
+
+// decidesInRow reports whether a thread's row in a listing offers its
+// decision form (RowDecision): the thread is in the reader's Action queue
+// (db.Thread.InAction: a call of it or of a sub-agent is theirs to decide,
+// so not a viewer's, nor the owner's when the call is routed to others or
+// four eyes keep the starter out). A run a budget stopped waits for an
+// admin's approval on the usage page instead.
+func decidesInRow(t db.Thread) bool {
+	return t.Status == db.StatusWaiting && t.InAction && t.BudgetHold == nil
+}
+
+// WaitsForDecision reports whether a call of the thread, or of one of its
+// sub-agents, waits for a person: whether its decision form has something
+// to show.
+func (v ThreadView) WaitsForDecision() bool {
+	if len(waitingCalls(v)) > 0 {
+		return true
+	}
+	for _, s := range v.Subagents {
+		if len(waitingCalls(s)) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // DecisionForm is the approval form of one waiting tool call.
