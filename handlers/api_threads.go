@@ -824,11 +824,11 @@ func (h *Handler) apiUnarchive(w http.ResponseWriter, r *http.Request) error {
 
 func (h *Handler) apiSetArchived(archived bool) func(ctx context.Context, user db.User, id int64) (int, error) {
 	return func(ctx context.Context, user db.User, id int64) (int, error) {
-		if _, err := db.GetThread(ctx, h.pool, user.ID, id); err != nil {
+		t, err := db.GetThread(ctx, h.pool, user.ID, id)
+		if err != nil {
 			return 0, err
 		}
-		_, err := db.SetArchived(ctx, h.pool, user.ID, []int64{id}, archived)
-		return http.StatusOK, err
+		return http.StatusOK, h.setArchived(ctx, user.ID, t, archived)
 	}
 }
 

@@ -2,6 +2,7 @@ package handlers_test
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"net/url"
 	"slices"
@@ -283,4 +284,59 @@ func must[T any](v T, err error) T {
 		panic(err)
 	}
 	return v
+}
+
+// Archiving, restoring, moving and deleting a thread change where it is for
+// everyone: a member of its shared folder is refused (403, with the reason)
+// on the page and in the API, and a bulk action says how many threads it
+// left alone instead of claiming them all. Read state stays each person's.
+func TestOwnerOnlyThreadActions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.inGroups(b.bob)
+	f := b.folder(b.alice, "Deals")
+	shared := b.thread(b.alice, "CRM note for ACME", db.StatusDone)
+	b.move(b.alice, f.ID, shared.ID)
+	must(db.ShareFolder(b.ctx, b.pool, b.alice.ID, f.ID, "user:bob@example.com", db.RoleMember))
+	own := b.thread(b.bob, "Bob's own", db.StatusDone)
+	bobs := b.folder(b.bob, "Mine")
+
+	path := "/api/v1/threads/" + itoa(shared.ID)
+	b.apiPost("bob", path+"/archive", nil).wantError(http.StatusForbidden, "Only the thread's owner can archive it.")
+	b.apiPost("bob", path+"/unarchive", nil).wantError(http.StatusForbidden, "owner can restore")
+	if r := b.apiDo("bob", http.MethodDelete, path, nil); r.Code != http.StatusForbidden || !strings.Contains(r.Body.String(), "owner can delete") {
+		t.Errorf("bob's delete = %d %s, want 403", r.Code, r.Body.String())
+	}
+	b.post("bob", "/threads/"+itoa(shared.ID)+"/archive", url.Values{}).wantStatus(http.StatusForbidden)
+	b.post("bob", "/threads/"+itoa(shared.ID)+"/move", url.Values{"folder": {"none"}}).wantStatus(http.StatusForbidden)
+	b.post("bob", "/threads/"+itoa(shared.ID)+"/delete", url.Values{}).wantStatus(http.StatusForbidden)
+	b.apiPost("bob", path+"/read", nil).want(http.StatusOK)
+
+	bulk := func(action string, extra url.Values) string {
+		form := url.Values{"ids": {itoa(own.ID), itoa(shared.ID), itoa(own.ID)}, "action": {action}, "return": {"/inbox/all"}}
+		for k, v := range extra {
+			form[k] = v
+		}
+		return b.post("bob", "/threads/bulk", form, map[string]string{"HX-Request": "true"}).wantStatus(http.StatusOK).text("flash")
+	}
+	for _, c := range []struct {
+		action string
+		extra  url.Values
+		want   string
+	}{
+		{"archive", nil, "Archived 1 thread. Left 1 thread alone: only a thread's owner can archive it."},
+		{"move", url.Values{"folder": {itoa(bobs.ID)}}, "Moved 1 thread. Left 1 thread alone: only a thread's owner can move it."},
+		{"delete", nil, "Deleted 1 thread. Left 1 thread alone: only a thread's owner can delete it."},
+	} {
+		if got := bulk(c.action, c.extra); !strings.Contains(got, c.want) {
+			t.Errorf("bulk %s says %q, want %q", c.action, got, c.want)
+		}
+	}
+	got := b.reload(b.alice, shared.ID)
+	if got.Archived || got.FolderID == nil || *got.FolderID != f.ID {
+		t.Errorf("alice's shared thread after bob's actions: archived %v, folder %v", got.Archived, got.FolderID)
+	}
+	if _, err := db.GetThread(b.ctx, b.pool, b.bob.ID, own.ID); !errors.Is(err, db.ErrNotFound) {
+		t.Errorf("bob's own thread after his bulk delete: %v", err)
+	}
 }

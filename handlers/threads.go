@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -232,51 +233,78 @@ func (h *Handler) startThread(ctx context.Context, user db.User, prompt string, 
 // from, as a mail client does. The others keep the user on the thread.
 
 func (h *Handler) markRead(w http.ResponseWriter, r *http.Request) error {
-	return h.threadAction(w, r, false, func(ctx context.Context, userID, id int64) error {
-		_, err := db.MarkRead(ctx, h.pool, userID, []int64{id}, true)
+	return h.threadAction(w, r, false, func(ctx context.Context, userID int64, t db.Thread) error {
+		_, err := db.MarkRead(ctx, h.pool, userID, []int64{t.ID}, true)
 		return err
 	})
 }
 
 func (h *Handler) markUnread(w http.ResponseWriter, r *http.Request) error {
-	return h.threadAction(w, r, true, func(ctx context.Context, userID, id int64) error {
-		_, err := db.MarkRead(ctx, h.pool, userID, []int64{id}, false)
+	return h.threadAction(w, r, true, func(ctx context.Context, userID int64, t db.Thread) error {
+		_, err := db.MarkRead(ctx, h.pool, userID, []int64{t.ID}, false)
 		return err
 	})
 }
 
 func (h *Handler) archive(w http.ResponseWriter, r *http.Request) error {
-	return h.threadAction(w, r, true, func(ctx context.Context, userID, id int64) error {
-		_, err := db.SetArchived(ctx, h.pool, userID, []int64{id}, true)
-		return err
+	return h.threadAction(w, r, true, func(ctx context.Context, userID int64, t db.Thread) error {
+		return h.setArchived(ctx, userID, t, true)
 	})
 }
 
 func (h *Handler) unarchive(w http.ResponseWriter, r *http.Request) error {
-	return h.threadAction(w, r, false, func(ctx context.Context, userID, id int64) error {
-		_, err := db.SetArchived(ctx, h.pool, userID, []int64{id}, false)
-		return err
+	return h.threadAction(w, r, false, func(ctx context.Context, userID int64, t db.Thread) error {
+		return h.setArchived(ctx, userID, t, false)
 	})
 }
 
+// setArchived archives or restores a thread the user can read: the
+// owner's to do (ownerOnly).
+func (h *Handler) setArchived(ctx context.Context, userID int64, t db.Thread, archived bool) error {
+	verb := "archive"
+	if !archived {
+		verb = "restore"
+	}
+	if err := ownerOnly(userID, t, verb); err != nil {
+		return err
+	}
+	_, err := db.SetArchived(ctx, h.pool, userID, []int64{t.ID}, archived)
+	return err
+}
+
 // moveThread puts a thread into one of the user's folders (folder=ID) or
-// takes it out of any (folder=none). Another user's folder is a 404.
+// takes it out of any (folder=none). Another user's folder is a 404; a
+// thread shared with the user is its owner's to move.
 func (h *Handler) moveThread(w http.ResponseWriter, r *http.Request) error {
-	return h.threadAction(w, r, false, func(ctx context.Context, userID, id int64) error {
+	return h.threadAction(w, r, false, func(ctx context.Context, userID int64, t db.Thread) error {
+		if err := ownerOnly(userID, t, "move"); err != nil {
+			return err
+		}
 		folderID, err := parseMoveTarget(r.PostForm.Get("folder"))
 		if err != nil {
 			return err
 		}
-		_, err = db.MoveThreads(ctx, h.pool, userID, []int64{id}, folderID)
+		_, err = db.MoveThreads(ctx, h.pool, userID, []int64{t.ID}, folderID)
 		return err
 	})
+}
+
+// ownerOnly refuses what only a thread's owner may do to it (archive,
+// restore, move, delete: they change where the thread is for everyone)
+// when the user reads it through a shared folder or a routed call. Read
+// state is each person's own, and not refused.
+func ownerOnly(userID int64, t db.Thread, verb string) error {
+	if t.UserID == userID {
+		return nil
+	}
+	return refusal.New(refusal.Forbidden, "", "Only the thread's owner can %s it.", verb)
 }
 
 // threadAction applies change to the thread of the path, after checking
 // that it is the user's (a 404 otherwise). With leave set the user goes back
 // to the list the form names in "return"; otherwise they stay on the thread,
 // whose header htmx swaps for its new state, with the sidebar's counts.
-func (h *Handler) threadAction(w http.ResponseWriter, r *http.Request, leave bool, change func(ctx context.Context, userID, id int64) error) error {
+func (h *Handler) threadAction(w http.ResponseWriter, r *http.Request, leave bool, change func(ctx context.Context, userID int64, t db.Thread) error) error {
 	ctx := r.Context()
 	user := userFrom(ctx)
 	id, err := pathID(r)
@@ -286,10 +314,11 @@ func (h *Handler) threadAction(w http.ResponseWriter, r *http.Request, leave boo
 	if err := parseForm(w, r); err != nil {
 		return err
 	}
-	if _, err := db.GetThread(ctx, h.pool, user.ID, id); err != nil {
+	t, err := db.GetThread(ctx, h.pool, user.ID, id)
+	if err != nil {
 		return err
 	}
-	if err := change(ctx, user.ID, id); err != nil {
+	if err := change(ctx, user.ID, t); err != nil {
 		return err
 	}
 	back := localURL(r.PostForm.Get("return"), "/inbox/all")
@@ -299,7 +328,7 @@ func (h *Handler) threadAction(w http.ResponseWriter, r *http.Request, leave boo
 	if !wantsFragment(r) {
 		return seeOther(w, r, "/threads/"+strconv.FormatInt(id, 10))
 	}
-	t, err := db.GetThread(ctx, h.pool, user.ID, id)
+	t, err = db.GetThread(ctx, h.pool, user.ID, id)
 	if err != nil {
 		return err
 	}
@@ -337,7 +366,9 @@ const maxBulk = 1000
 // bulkAction applies an action to the threads selected in a listing:
 // POST /threads/bulk with ids=1&ids=2&action=read|unread|archive|move|delete
 // (and folder=ID|none for move). Ids that are not the user's are skipped by
-// the scoped updates, without saying whether they exist. htmx gets the
+// the scoped updates, without saying whether they exist; the message says
+// how many an archive, move or delete left alone (threads shared with the
+// user are their owners' to change: ownerOnly). htmx gets the
 // listing named by "return" in its new state; a plain form is sent back to it.
 func (h *Handler) bulkAction(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
@@ -356,22 +387,26 @@ func (h *Handler) bulkAction(w http.ResponseWriter, r *http.Request) error {
 		_, err = db.MarkRead(ctx, h.pool, user.ID, ids, action == "read")
 		done = "Marked " + threadCount(len(ids)) + " " + action + "."
 	case "archive":
-		_, err = db.SetArchived(ctx, h.pool, user.ID, ids, true)
-		done = "Archived " + threadCount(len(ids)) + "."
+		var n int64
+		n, err = db.SetArchived(ctx, h.pool, user.ID, ids, true)
+		doneKind, done = leftToOwners(doneKind, "Archived "+threadCount(int(n))+".", len(ids)-int(n), "archive")
 	case "move":
 		var folderID *int64
+		var n int64
 		folderID, err = parseMoveTarget(r.PostForm.Get("folder"))
 		if err == nil {
-			_, err = db.MoveThreads(ctx, h.pool, user.ID, ids, folderID)
+			n, err = db.MoveThreads(ctx, h.pool, user.ID, ids, folderID)
 		}
-		done = "Moved " + threadCount(len(ids)) + "."
+		done = "Moved " + threadCount(int(n)) + "."
 		if folderID == nil {
-			done = "Took " + threadCount(len(ids)) + " out of their folder."
+			done = "Took " + threadCount(int(n)) + " out of their folder."
 		}
+		doneKind, done = leftToOwners(doneKind, done, len(ids)-int(n), "move")
 	case "delete": // see threads_delete.go
 		var d db.ThreadDeletion
 		d, err = h.deleteThreads(ctx, user.ID, ids)
 		doneKind, done = bulkDeleteMessage(d)
+		doneKind, done = leftToOwners(doneKind, done, len(ids)-len(d.Deleted)-len(d.Running), "delete")
 	default:
 		return httpError{http.StatusBadRequest, "Choose an action for the selected threads."}
 	}
@@ -418,7 +453,18 @@ func parseIDs(raw []string) ([]int64, error) {
 		}
 		ids = append(ids, id)
 	}
-	return ids, nil
+	slices.Sort(ids)
+	return slices.Compact(ids), nil
+}
+
+// leftToOwners adds to a bulk action's message the threads it left alone:
+// those shared with the user, whose owner alone may archive, move or
+// delete them (ownerOnly), or gone meanwhile.
+func leftToOwners(kind, msg string, left int, verb string) (string, string) {
+	if left <= 0 {
+		return kind, msg
+	}
+	return "error", fmt.Sprintf("%s Left %s alone: only a thread's owner can %s it.", msg, threadCount(left), verb)
 }
 
 func threadCount(n int) string {

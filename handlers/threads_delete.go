@@ -34,11 +34,15 @@ func (h *Handler) deleteThreads(ctx context.Context, userID int64, ids []int64) 
 	return d, err
 }
 
-// deleteOne deletes the thread of the path: a 404 when it is not the
-// user's, a 409 while its run goes or for a sub-agent's thread.
+// deleteOne deletes the thread of the path: a 404 when the user cannot
+// read it, a 403 when it is shared with them (ownerOnly), a 409 while its
+// run goes or for a sub-agent's thread.
 func (h *Handler) deleteOne(ctx context.Context, userID, id int64) error {
 	t, err := db.GetThread(ctx, h.pool, userID, id)
 	if err != nil {
+		return err
+	}
+	if err := ownerOnly(userID, t, "delete"); err != nil {
 		return err
 	}
 	if t.ParentThreadID != nil {
@@ -75,7 +79,8 @@ func (h *Handler) deleteThread(w http.ResponseWriter, r *http.Request) error {
 }
 
 // apiDeleteThread is DELETE /api/v1/threads/{id}: 204 when deleted, 404
-// when not the user's, 409 while the run goes or for a sub-agent.
+// when the user cannot read it, 403 when it is shared with them, 409 while
+// the run goes or for a sub-agent.
 func (h *Handler) apiDeleteThread(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	id, err := apiThreadID(r)
