@@ -360,6 +360,10 @@ func (x *cmdEnv) showPending(w io.Writer, d client.ThreadDetail) {
 		if p.Kind != "question" {
 			fmt.Fprintln(w, indent(prettyJSON(p.Arguments), "    "))
 		}
+		if p.Undecidable != "" {
+			fmt.Fprintf(w, "    %s %s. It keeps waiting: see the thread's page for the way out, or pizza-bot cancel %d.\n",
+				x.paint(yellow+";"+bold, "Nobody can decide it:"), p.Undecidable, d.ID)
+		}
 	}
 	call := ""
 	if len(d.Pending) > 1 {

@@ -163,6 +163,9 @@ type Pending struct {
 	Arguments        json.RawMessage `json:"arguments"`
 	AllowedDecisions []string        `json:"allowed_decisions"`
 	Description      string          `json:"description"`
+	// Undecidable says why nobody could decide the call right now; ""
+	// when someone could.
+	Undecidable string `json:"undecidable,omitempty"`
 }
 
 // Allows reports whether the call takes this decision.

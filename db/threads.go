@@ -70,6 +70,10 @@ type Thread struct {
 	// BudgetHold is, on a waiting thread, the budget hold its run or one
 	// of its sub-agents' waits on (budgets.go); nil otherwise.
 	BudgetHold *BudgetHoldNote `db:"budget_hold"`
+	// Undecidable reports, on a waiting thread, that nobody could decide a
+	// waiting call of it or of its sub-agents right now (deciders.go):
+	// the call waits, and its people are told so.
+	Undecidable bool `db:"undecidable"`
 	// Role is what the reader is to the thread (RoleOwner, RoleMember,
 	// RoleViewer, RoleApprover) as GetThread and ListThreads read it; ""
 	// from the runtime's reads, which act for the owner.
@@ -92,30 +96,14 @@ func (t Thread) Summary() string {
 	}
 	switch t.Status {
 	case StatusWaiting:
-		switch {
-		case tool == "" && t.BudgetHold != nil:
-			return firstLine(t.BudgetHold.Summary, 140)
-		case tool == "":
-			return "Waiting for you"
-		case kind == WaitQuestion:
-			q := firstLine(stringArgument(args, "question"), 140)
-			if q == "" {
-				q = firstLine(desc, 140)
+		if t.Undecidable && t.BudgetHold == nil {
+			// It waits for nobody: say so before what it waits at.
+			if tool == "" {
+				return "Nobody can decide its waiting call"
 			}
-			return "Question: " + q
-		case kind == WaitUnknown:
-			return "Outcome unknown: " + tool
+			return "Nobody can decide: " + t.waitingSummary(kind, tool, args, desc)
 		}
-		s := "Approve " + tool
-		if a := firstLine(stringArgument(args, ""), 100); a != "" {
-			s += " " + a
-		} else if d := firstLine(desc, 120); d != "" {
-			s += ": " + d
-		}
-		if who := t.waitingFor(); who != "" {
-			s += " (waiting for " + who + ")"
-		}
-		return s
+		return t.waitingSummary(kind, tool, args, desc)
 	case StatusRunning:
 		if tool != "" {
 			return "calling " + tool
@@ -133,6 +121,34 @@ func (t Thread) Summary() string {
 		return "Cancelled"
 	}
 	return firstLine(t.SummaryText, 140)
+}
+
+// waitingSummary is the Summary of a waiting thread: what it waits at.
+func (t Thread) waitingSummary(kind, tool, args, desc string) string {
+	switch {
+	case tool == "" && t.BudgetHold != nil:
+		return firstLine(t.BudgetHold.Summary, 140)
+	case tool == "":
+		return "Waiting for you"
+	case kind == WaitQuestion:
+		q := firstLine(stringArgument(args, "question"), 140)
+		if q == "" {
+			q = firstLine(desc, 140)
+		}
+		return "Question: " + q
+	case kind == WaitUnknown:
+		return "Outcome unknown: " + tool
+	}
+	s := "Approve " + tool
+	if a := firstLine(stringArgument(args, ""), 100); a != "" {
+		s += " " + a
+	} else if d := firstLine(desc, 120); d != "" {
+		s += ": " + d
+	}
+	if who := t.waitingFor(); who != "" {
+		s += " (waiting for " + who + ")"
+	}
+	return s
 }
 
 // waitingFor names whom the thread's first waiting call is routed to, ""
@@ -212,7 +228,9 @@ const threadColumns = `t.id, t.user_id, t.folder_id, coalesce(f.name, '') AS fol
 // threads a query returns only (a page of 50 costs 50 lookups by index:
 // tool_calls_open_idx, messages_thread_idx; for a waiting thread, its
 // budget hold's and its sub-agents', budget_holds' primary key and
-// threads_parent_idx), never over a whole queue.
+// threads_parent_idx, and whether someone may decide its waiting calls,
+// a few lookups by key or principal per call: decidersSQL), never over a
+// whole queue.
 const summaryColumns = `
 	CASE WHEN t.status IN ('waiting', 'running') THEN (
 		SELECT json_build_array(c.wait_kind, coalesce(c.inner_call->>'tool', c.name),
@@ -231,7 +249,13 @@ const summaryColumns = `
 		FROM budget_holds h
 		WHERE h.thread_id = t.id OR h.thread_id IN (
 			SELECT c.id FROM threads c WHERE c.parent_thread_id = t.id AND c.status = 'waiting')
-		ORDER BY h.thread_id LIMIT 1) END AS budget_hold`
+		ORDER BY h.thread_id LIMIT 1) END AS budget_hold,
+	CASE WHEN t.status = 'waiting' THEN EXISTS (
+		SELECT 1 FROM tool_calls c JOIN threads k ON k.id = c.thread_id
+		JOIN threads r ON r.id = coalesce(k.parent_thread_id, k.id)
+		WHERE c.thread_id IN (SELECT t.id UNION ALL SELECT s.id FROM threads s WHERE s.parent_thread_id = t.id)
+		  AND c.state IN ('pending', 'unknown')
+		  AND NOT EXISTS (` + decidersSQL + `)) ELSE false END AS undecidable`
 
 const threadFrom = ` FROM threads t LEFT JOIN folders f ON f.id = t.folder_id `
 

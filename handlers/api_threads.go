@@ -50,6 +50,10 @@ type apiThread struct {
 	// WaitingFor names whom a waiting call routed to named approvers waits
 	// for ("deploy-oncall"); absent otherwise.
 	WaitingFor string `json:"waiting_for,omitempty"`
+	// Undecidable reports that nobody could decide a waiting call of the
+	// thread (or of its sub-agents) right now: the thread's pending calls
+	// say why. Absent otherwise.
+	Undecidable bool `json:"undecidable,omitempty"`
 }
 
 type apiFolder struct {
@@ -153,6 +157,15 @@ type apiPending struct {
 	// they started (a decision is refused with the reason).
 	WaitingFor string `json:"waiting_for,omitempty"`
 	Yours      bool   `json:"yours"`
+	// Undecidable says why nobody could decide the call right now
+	// (docs/team.md: a group nobody in it has signed in to, a disabled
+	// approver, four eyes on a thread shared with nobody else); absent
+	// when someone could. The call keeps waiting.
+	Undecidable string `json:"undecidable,omitempty"`
+	// AdminOverride reports that the reader, an admin, may decide this
+	// call nobody else can, in its approvers' place: a decision with
+	// "override_reason".
+	AdminOverride bool `json:"admin_override,omitempty"`
 }
 
 // apiInnerCall is the script's call a run_js approval applies to: its place
@@ -212,7 +225,7 @@ func toAPIThread(t db.Thread) apiThread {
 		Trigger:   apiTrigger{Kind: t.TriggerKind, At: t.TriggerAt.UTC(), Ref: optional(t.TriggerRef)},
 		URL:       "/threads/" + strconv.FormatInt(t.ID, 10),
 		CreatedAt: t.CreatedAt.UTC(), UpdatedAt: t.UpdatedAt.UTC(),
-		Role: t.Role, WaitingFor: t.WaitingFor(),
+		Role: t.Role, WaitingFor: t.WaitingFor(), Undecidable: t.Status == db.StatusWaiting && t.Undecidable,
 	}
 	if t.FolderID != nil {
 		out.Folder = &apiFolder{ID: *t.FolderID, Name: t.FolderName}
@@ -525,14 +538,14 @@ func (h *Handler) apiShowThread(w http.ResponseWriter, r *http.Request) error {
 	}
 	for _, c := range v.Calls {
 		if c.AwaitsDecision() {
-			out.Pending = append(out.Pending, toAPIPending(c, v.Deciders))
+			out.Pending = append(out.Pending, toAPIPending(c, v, user.IsAdmin))
 		}
 		if c.Decision != "" && c.DecidedAt != nil {
 			out.Decisions = append(out.Decisions, toAPIDecision(c))
 		}
 	}
 	for _, c := range waitingSubagentCalls(v.Subagents) {
-		out.Pending = append(out.Pending, toAPIPending(c, v.Deciders))
+		out.Pending = append(out.Pending, toAPIPending(c, v, user.IsAdmin))
 	}
 	return writeJSON(w, http.StatusOK, out)
 }
@@ -572,9 +585,11 @@ func waitingSubagentCalls(subs []db.SubagentView) []db.ToolCallRow {
 	return out
 }
 
-// toAPIPending shows a waiting call; deciders says which the reader may
-// decide (db.ThreadView.Deciders), nil: all of them.
-func toAPIPending(c db.ToolCallRow, deciders map[int64]string) apiPending {
+// toAPIPending shows a waiting call of v as its reader reads it: whether
+// they may decide it (v.Deciders, nil: all of them), whether nobody could
+// (v.Undecidable) and whether they may then decide it as an admin.
+func toAPIPending(c db.ToolCallRow, v db.ThreadView, admin bool) apiPending {
+	deciders := v.Deciders
 	kind := c.WaitKind
 	if kind == "" {
 		kind = db.WaitApproval
@@ -596,6 +611,9 @@ func toAPIPending(c db.ToolCallRow, deciders map[int64]string) apiPending {
 		Reason:           c.GateReason,
 		WaitingFor:       db.WaitingFor(c.Approvers),
 		Yours:            deciders == nil || deciders[c.ID] == db.DecideOK,
+	}
+	if u, ok := v.Undecidable[c.ID]; ok {
+		p.Undecidable, p.AdminOverride = u.Reason, admin && !u.ReaderStarted
 	}
 	if in := c.InnerCall; in != nil && c.State == db.CallPending {
 		p.InnerCall = &apiInnerCall{Seq: in.Seq, Tool: in.Tool, Arguments: apiArguments(in.Arguments)}
@@ -631,6 +649,9 @@ type apiDecisionInput struct {
 	// InnerSeq is required on a run_js call waiting at a call of its
 	// script: the inner_call.seq the client read.
 	InnerSeq *int `json:"inner_seq"`
+	// OverrideReason is, from an admin deciding a call nobody else can
+	// (pending[].admin_override), why: it goes to the audit log.
+	OverrideReason *string `json:"override_reason"`
 }
 
 // apiDecide applies decisions to the calls waiting in a thread:
@@ -727,6 +748,11 @@ func decisionInputs(ds []apiDecisionInput) ([]jobs.DecisionInput, error) {
 			return nil, bad(i, `"type" %q is not one of %s`, d.Type, strings.Join(db.Decisions, ", "))
 		}
 		in := jobs.DecisionInput{CallID: d.ID, Type: d.Type, Message: d.Message, InnerSeq: d.InnerSeq}
+		if d.OverrideReason != nil {
+			if in.Override = strings.TrimSpace(*d.OverrideReason); in.Override == "" {
+				return nil, bad(i, `"override_reason" is empty: say why you decide in the approvers' place`)
+			}
+		}
 		hasArgs := len(d.Arguments) > 0 && string(d.Arguments) != "null"
 		switch {
 		case d.Type == db.DecisionEdit && !hasArgs:
