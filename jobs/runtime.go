@@ -561,7 +561,9 @@ const MaxOverrideReason = 1000
 // Decide applies a person's decisions to the waiting calls of a thread. Calls
 // may be decided together or one by one; the run resumes (Outcome.Resumed)
 // when none waits any more. A refused decision changes nothing, not even the
-// others of the same request (one transaction).
+// others of the same request (one transaction). Each decision is the
+// person's own (mayDecide), or with DecisionInput.Override an admin's in the
+// approvers' place on a call nobody could decide (mayOverride).
 func (rt *Runtime) Decide(ctx context.Context, user db.User, threadID int64, decisions []DecisionInput) (Outcome, error) {
 	if len(decisions) == 0 {
 		return Outcome{}, refusal.New(refusal.Invalid, "", "no decisions given")
