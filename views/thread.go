@@ -653,7 +653,7 @@ func waitingOn(v ThreadView, c db.ToolCallRow) string {
 // waitingText says, on a waiting run, whom it waits for.
 func waitingText(v ThreadView) string {
 	if len(stuckCalls(v)) > 0 {
-		return "Nobody can decide what this run waits for (see why above): it waits until someone can, or until it is cancelled."
+		return "Nobody can decide what this run waits for (see why above)."
 	}
 	if len(waitingCalls(v)) > 0 && len(myCalls(v)) == 0 && !subagentWaitsForReader(v) {
 		var names []string
@@ -783,7 +783,13 @@ func canAct(v ThreadView) bool { return v.Thread.Role == "" || db.CanAct(v.Threa
 // readOnlyNote says why a reader has no run controls.
 func readOnlyNote(v ThreadView) string {
 	if v.Thread.Role == db.RoleViewer {
-		return "This thread's folder is shared with you as a viewer: you can read it and follow it live, but not reply or decide."
+		s := "This thread's folder is shared with you as a viewer: you can read it and follow it live, but not reply or decide."
+		for _, c := range stuckCalls(v) {
+			if mayOverride(v, v.Undecidable[c.ID]) {
+				return s + " As an admin, you may decide a call nobody else can (above)."
+			}
+		}
+		return s
 	}
 	return "A call of this thread is routed to you: you can decide it, but not reply to or change the run."
 }
