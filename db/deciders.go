@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // When nobody can decide a waiting call (docs/team.md). A call routed to a
@@ -55,7 +58,7 @@ type Undecidable struct {
 // top-level thread r (SQL aliases) right now: what pizza_decide_check
 // says 'ok' to, as a set. Each branch is an index lookup (the users'
 // principals, their key, a folder's shares), so that a listing may ask it
-// of the few waiting calls on its page (summaryColumns).
+// of the few waiting calls on its page (markUndecidable).
 const decidersSQL = `SELECT u.id FROM users u
 		WHERE c.approvers <> '[]' AND u.principals && pizza_approver_keys(c.approvers) AND NOT u.disabled
 		  AND pizza_routed_ok(c.approvers, c.distinct_approver, coalesce(r.started_by, r.user_id), u.id, u.principals)
@@ -68,13 +71,12 @@ const decidersSQL = `SELECT u.id FROM users u
 		WHERE c.approvers = '[]' AND s.folder_id = r.folder_id AND s.role = 'member' AND NOT u.disabled
 		  AND NOT (c.distinct_approver AND u.id = coalesce(r.started_by, r.user_id))`
 
-// undecidableSQL is, for each waiting call that matches where (over c,
-// the call, k its thread and r the top-level thread) and that nobody may
-// decide, what explains it: who started the run, the thread's owner and
-// folder, and for each set of approvers how many enabled users other than
-// the starter are in it, whether the starter is, and how many disabled
-// users are.
-func undecidableSQL(where string) string {
+// undecidableSQL is, for each waiting call c of calls (a FROM clause
+// naming the calls c, joined by key) that nobody may decide, what explains
+// it: who started the run, the thread's owner and folder, and for each set
+// of approvers how many enabled users other than the starter are in it,
+// whether the starter is, and how many disabled users are.
+func undecidableSQL(calls string) string {
 	const starter = `coalesce(r.started_by, r.user_id)`
 	return `
 	SELECT c.id, c.approvers, c.distinct_approver, ` + starter + ` AS starter, r.user_id AS owner,
@@ -92,14 +94,23 @@ func undecidableSQL(where string) string {
 				'disabled', (SELECT count(*) FROM users u WHERE u.principals && x.keys AND u.disabled)) ORDER BY x.n)
 			FROM (SELECT p.n, ARRAY(SELECT jsonb_array_elements_text(p.s)) AS keys
 			      FROM jsonb_array_elements(c.approvers) WITH ORDINALITY p(s, n)) x), '[]') AS sets
-	FROM tool_calls c
+	FROM ` + calls + `
 	JOIN threads k ON k.id = c.thread_id
 	JOIN threads r ON r.id = coalesce(k.parent_thread_id, k.id)
 	LEFT JOIN users su ON su.id = ` + starter + `
 	LEFT JOIN users ou ON ou.id = r.user_id
 	LEFT JOIN folders f ON f.id = r.folder_id
-	WHERE ` + where + ` AND c.state IN ('pending', 'unknown')
-	  AND NOT EXISTS (` + decidersSQL + `)`
+	WHERE c.state IN ('pending', 'unknown') AND NOT EXISTS (` + decidersSQL + `)`
+}
+
+// threadCallsSQL is a FROM clause of the calls c of thread id (an SQL
+// expression) and of its sub-agents: lookups by thread
+// (tool_calls_thread_idx, threads_parent_idx), never a scan of the waiting
+// calls.
+func threadCallsSQL(id string) string {
+	return `(SELECT c.* FROM tool_calls c WHERE c.thread_id = ` + id + `
+		UNION ALL
+		SELECT c.* FROM threads s JOIN tool_calls c ON c.thread_id = s.id WHERE s.parent_thread_id = ` + id + `) c`
 }
 
 // approverSet is what undecidableSQL says of one set of approvers.
@@ -131,8 +142,7 @@ type undecidableRow struct {
 // it with the rest of the thread). The caller has checked that the reader
 // may read the thread.
 func UndecidableCalls(ctx context.Context, q Querier, userID, threadID int64) (map[int64]Undecidable, error) {
-	rows, err := all[undecidableRow](q.Query(ctx, undecidableSQL(
-		`c.thread_id IN (SELECT $1::bigint UNION ALL SELECT s.id FROM threads s WHERE s.parent_thread_id = $1)`), threadID))
+	rows, err := all[undecidableRow](q.Query(ctx, undecidableSQL(threadCallsSQL("$1::bigint")), threadID))
 	if err != nil {
 		return nil, fmt.Errorf("undecidable calls of thread %d: %w", threadID, err)
 	}
@@ -147,7 +157,7 @@ func UndecidableCalls(ctx context.Context, q Querier, userID, threadID int64) (m
 // now, and why (worded for userID); false when someone could, or when it
 // does not wait.
 func CallUndecidable(ctx context.Context, q Querier, userID, callID int64) (Undecidable, bool, error) {
-	r, err := one[undecidableRow](q.Query(ctx, undecidableSQL(`c.id = $1`), callID))
+	r, err := one[undecidableRow](q.Query(ctx, undecidableSQL(`tool_calls c`)+` AND c.id = $1`, callID))
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return Undecidable{}, false, nil
@@ -229,4 +239,40 @@ func (r undecidableRow) routedReason(who string) string {
 		return "nobody who has signed in, apart from " + who + " (four eyes: whoever started the run may not decide), is in " + strings.Join(names, " and also in ")
 	}
 	return "nobody who has signed in is in " + strings.Join(names, " and also in ")
+}
+
+// markUndecidable sets Undecidable on the waiting threads of ts, read by
+// a person, that are not in their Action queue and have a waiting call (of
+// their own or of a sub-agent) nobody could decide right now. A thread in
+// their Action has a call they can decide: its row and notification are
+// theirs already, and the Action queue, all such threads, costs nothing
+// more. One query, and none when no thread of ts is left; a query of its
+// own, not a column of threadColumns, so that the listings and the steps do
+// not plan it.
+func markUndecidable(ctx context.Context, q Querier, ts []Thread) error {
+	var waiting []int64
+	for _, t := range ts {
+		if t.Status == StatusWaiting && !t.InAction {
+			waiting = append(waiting, t.ID)
+		}
+	}
+	if len(waiting) == 0 {
+		return nil
+	}
+	rows, err := q.Query(ctx, `SELECT DISTINCT x.id FROM unnest($1::bigint[]) x(id)
+		CROSS JOIN LATERAL (SELECT c.* FROM `+threadCallsSQL("x.id")+`) c
+		JOIN threads k ON k.id = c.thread_id
+		JOIN threads r ON r.id = coalesce(k.parent_thread_id, k.id)
+		WHERE c.state IN ('pending', 'unknown') AND NOT EXISTS (`+decidersSQL+`)`, waiting)
+	if err != nil {
+		return fmt.Errorf("undecidable threads: %w", err)
+	}
+	stuck, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return fmt.Errorf("undecidable threads: %w", err)
+	}
+	for i := range ts {
+		ts[i].Undecidable = slices.Contains(stuck, ts[i].ID)
+	}
+	return nil
 }

@@ -70,10 +70,12 @@ type Thread struct {
 	// BudgetHold is, on a waiting thread, the budget hold its run or one
 	// of its sub-agents' waits on (budgets.go); nil otherwise.
 	BudgetHold *BudgetHoldNote `db:"budget_hold"`
-	// Undecidable reports, on a waiting thread, that nobody could decide a
-	// waiting call of it or of its sub-agents right now (deciders.go):
-	// the call waits, and its people are told so.
-	Undecidable bool `db:"undecidable"`
+	// Undecidable reports, on a waiting thread as GetThread and
+	// ListThreads read it, that it is not in the reader's Action queue and
+	// that nobody could decide a waiting call of it or of its sub-agents
+	// right now (deciders.go, markUndecidable): the call waits, and its
+	// people are told so.
+	Undecidable bool `db:"-"`
 	// Role is what the reader is to the thread (RoleOwner, RoleMember,
 	// RoleViewer, RoleApprover) as GetThread and ListThreads read it; ""
 	// from the runtime's reads, which act for the owner.
@@ -228,9 +230,7 @@ const threadColumns = `t.id, t.user_id, t.folder_id, coalesce(f.name, '') AS fol
 // threads a query returns only (a page of 50 costs 50 lookups by index:
 // tool_calls_open_idx, messages_thread_idx; for a waiting thread, its
 // budget hold's and its sub-agents', budget_holds' primary key and
-// threads_parent_idx, and whether someone may decide its waiting calls,
-// a few lookups by key or principal per call: decidersSQL), never over a
-// whole queue.
+// threads_parent_idx), never over a whole queue.
 const summaryColumns = `
 	CASE WHEN t.status IN ('waiting', 'running') THEN (
 		SELECT json_build_array(c.wait_kind, coalesce(c.inner_call->>'tool', c.name),
@@ -249,13 +249,7 @@ const summaryColumns = `
 		FROM budget_holds h
 		WHERE h.thread_id = t.id OR h.thread_id IN (
 			SELECT c.id FROM threads c WHERE c.parent_thread_id = t.id AND c.status = 'waiting')
-		ORDER BY h.thread_id LIMIT 1) END AS budget_hold,
-	CASE WHEN t.status = 'waiting' THEN EXISTS (
-		SELECT 1 FROM tool_calls c JOIN threads k ON k.id = c.thread_id
-		JOIN threads r ON r.id = coalesce(k.parent_thread_id, k.id)
-		WHERE c.thread_id IN (SELECT t.id UNION ALL SELECT s.id FROM threads s WHERE s.parent_thread_id = t.id)
-		  AND c.state IN ('pending', 'unknown')
-		  AND NOT EXISTS (` + decidersSQL + `)) ELSE false END AS undecidable`
+		ORDER BY h.thread_id LIMIT 1) END AS budget_hold`
 
 const threadFrom = ` FROM threads t LEFT JOIN folders f ON f.id = t.folder_id `
 
@@ -469,6 +463,9 @@ func ListThreads(ctx context.Context, q Querier, a Access, f ThreadFilter, after
 			JOIN threads t ON t.id = p.id LEFT JOIN folders f ON f.id = t.folder_id
 			ORDER BY t.updated_at DESC, t.id DESC`, args)
 	}
+	if err == nil {
+		err = markUndecidable(ctx, q, ts)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("list threads: %w", err)
 	}
@@ -586,7 +583,15 @@ func CountThreads(ctx context.Context, q Querier, a Access) (Counts, error) {
 // own, one of a folder shared with them, or one with a call routed to them,
 // with their Role and their read state. Another is ErrNotFound.
 func GetThread(ctx context.Context, q Querier, userID, id int64) (Thread, error) {
-	return getThread(ctx, q, userID, id, "")
+	t, err := getThread(ctx, q, userID, id, "")
+	if err != nil {
+		return Thread{}, err
+	}
+	ts := []Thread{t}
+	if err := markUndecidable(ctx, q, ts); err != nil {
+		return Thread{}, fmt.Errorf("get thread %d: %w", id, err)
+	}
+	return ts[0], nil
 }
 
 // getThread is GetThread with a locking clause.
