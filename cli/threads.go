@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"pizzabot/apiv1"
 	"pizzabot/client"
 )
 
@@ -226,9 +227,9 @@ func waitSettled(ctx context.Context, c *client.Client, id int64) (client.Thread
 	}
 	err := c.Watch(ctx, client.WatchOptions{Thread: id}, func(ev client.Event) error {
 		switch ev.Type {
-		case client.EventReady, client.EventResync:
+		case apiv1.EventReady, apiv1.EventResync:
 			return check()
-		case client.EventThread:
+		case apiv1.EventThread:
 			if ev.Thread.ID == id && (ev.Thread.Thread == nil || ev.Thread.Thread.Status != client.StatusRunning) {
 				return check()
 			}
