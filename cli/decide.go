@@ -194,6 +194,12 @@ func (x *cmdEnv) decide(ctx context.Context, pos []string, decision string, buil
 		return err
 	}
 	in.ID = p.ID
+	if p.InnerCall != nil {
+		// A script's call: say which one was read, so that a decision
+		// never lands on a call the script reached since.
+		seq := p.InnerCall.Seq
+		in.InnerSeq = &seq
+	}
 	t, resumed, err := c.Decide(ctx, id, in)
 	if err != nil {
 		return err
@@ -217,7 +223,7 @@ func (x *cmdEnv) decide(ctx context.Context, pos []string, decision string, buil
 func pickCall(d client.ThreadDetail, name, decision string) (apiv1.Pending, error) {
 	if len(d.Pending) == 0 {
 		if d.Status == client.StatusWaiting {
-			return apiv1.Pending{}, fmt.Errorf("#%d waits on a sub-agent's call, which the API does not list yet: decide on the thread's page", d.ID)
+			return apiv1.Pending{}, fmt.Errorf("#%d waits, but not for a decision on a call (%s): see the thread's page", d.ID, d.Summary)
 		}
 		return apiv1.Pending{}, fmt.Errorf("nothing waits for a decision in #%d (it is %s)", d.ID, d.Status)
 	}

@@ -347,9 +347,9 @@ func runShow(ctx context.Context, x *cmdEnv, args []string) error {
 // and the commands that decide it.
 func (x *cmdEnv) showPending(w io.Writer, d client.ThreadDetail) {
 	if len(d.Pending) == 0 {
-		// A sub-agent's waiting call: the API does not list those yet.
-		fmt.Fprintf(w, "%s a sub-agent of #%d waits for a decision; its calls are not in the API yet: decide on the thread's page.\n",
-			x.paint(yellow, "Waiting:"), d.ID)
+		// Waiting on no call listed here (its own or its sub-agents'):
+		// the summary says on what, e.g. a budget that stopped the run.
+		fmt.Fprintf(w, "%s %s (see the thread's page)\n", x.paint(yellow, "Waiting:"), d.Summary)
 		return
 	}
 	fmt.Fprintf(w, "%s\n", x.paint(yellow+";"+bold, "Waiting for you"))
@@ -360,6 +360,10 @@ func (x *cmdEnv) showPending(w io.Writer, d client.ThreadDetail) {
 		}
 		if p.Kind != "question" {
 			fmt.Fprintln(w, indent(prettyJSON(p.Arguments), "    "))
+		}
+		if in := p.InnerCall; in != nil {
+			fmt.Fprintf(w, "    an approval lets the script's call %d run: %s\n", in.Seq+1, x.paint(cyan, in.Tool))
+			fmt.Fprintln(w, indent(prettyJSON(in.Arguments), "      "))
 		}
 	}
 	call := ""

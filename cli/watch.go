@@ -166,7 +166,7 @@ func (w *watcher) thread(ctx context.Context, e *apiv1.ThreadEvent) {
 			case d.Status == client.StatusFailed && d.Error != nil:
 				line += ": " + *d.Error
 			case d.Status == client.StatusWaiting && len(d.Pending) == 0:
-				line += ": a sub-agent's call"
+				line += ": " + d.Summary
 			case d.Status == client.StatusWaiting:
 				var calls []string
 				for _, p := range d.Pending {
