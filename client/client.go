@@ -237,6 +237,37 @@ func (c *Client) Reply(ctx context.Context, id int64, text string) (Thread, erro
 	return t, err
 }
 
+// UsageOptions choose a usage report; zero values are the API's defaults
+// (by day, the last 30 days).
+type UsageOptions struct {
+	Group string // day, user, skill or model
+	From  string // the first UTC day, YYYY-MM-DD
+	To    string // the last UTC day, YYYY-MM-DD
+}
+
+// UsageReport is what the model calls cost in a range of days.
+type UsageReport struct {
+	apiv1.UsageReport
+	// Raw is the answer's JSON as the server sent it.
+	Raw json.RawMessage `json:"-"`
+}
+
+// Usage reports what the model calls cost, grouped as asked. Only an admin
+// (a token with the admin scope of one) may read it: anyone else is
+// refused with a 403.
+func (c *Client) Usage(ctx context.Context, o UsageOptions) (UsageReport, error) {
+	q := url.Values{}
+	for k, v := range map[string]string{"group": o.Group, "from": o.From, "to": o.To} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	var out UsageReport
+	raw, err := c.do(ctx, http.MethodGet, "/api/v1/usage?"+q.Encode(), nil, "", &out)
+	out.Raw = raw
+	return out, err
+}
+
 // Thread actions without parameters: POST /api/v1/threads/{id}/{action}.
 const (
 	ActionCancel    = "cancel"
