@@ -50,7 +50,7 @@ type watcher struct {
 	c      *client.Client
 	ready  int
 	known  map[int64]apiv1.Thread // as last printed
-	open   int64                   // the thread whose streamed text the last line holds
+	open   int64                  // the thread whose streamed text the last line holds
 	opened bool
 }
 
