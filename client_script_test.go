@@ -3,8 +3,6 @@ package main
 import (
 	"encoding/json"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -41,14 +39,8 @@ func TestClientApprovesScriptCall(t *testing.T) {
 	}})
 	modelSrv := httptest.NewServer(model.Handler())
 	t.Cleanup(modelSrv.Close)
-	root := clerkRoot(t)
-	dir := filepath.Join(root, "skills", "scriptclerk")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "SKILL.md"), []byte(scriptClerkSkill), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	root := dataRoot(t)
+	addSkill(t, root, "scriptclerk", scriptClerkSkill)
 	addr := freeAddr(t)
 	srv := startServe(t, bin, "DATABASE_URL="+dbtest.NewURL(t), "PIZZA_MODEL=compatible:scripted",
 		"COMPATIBLE_BASE_URL="+modelSrv.URL+"/v1", "PIZZA_DATA_ROOT="+root, "PIZZA_ADDR="+addr)

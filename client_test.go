@@ -68,14 +68,20 @@ func clerkModel(t *testing.T) string {
 func clerkRoot(t *testing.T) string {
 	t.Helper()
 	root := dataRoot(t)
-	dir := filepath.Join(root, "skills", "clerk")
+	addSkill(t, root, "clerk", clerkSkill)
+	return root
+}
+
+// addSkill puts a custom skill's SKILL.md into a data root.
+func addSkill(t *testing.T, root, name, skillMD string) {
+	t.Helper()
+	dir := filepath.Join(root, "skills", name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "SKILL.md"), []byte(clerkSkill), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "SKILL.md"), []byte(skillMD), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return root
 }
 
 // safeBuffer is a buffer a process writes while the test reads it.
