@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -53,31 +55,71 @@ var pdfPool struct {
 	err  error
 }
 
-// pdfiumPool compiles the PDFium module once per process (a few seconds),
-// on first use.
+// pdfiumPool starts PDFium once per process, on first use (openPDFium,
+// with the compile cache of pdfCacheDir).
 func pdfiumPool() (pdfium.Pool, error) {
 	pdfPool.once.Do(func() {
-		pdfPool.pool, pdfPool.err = webassembly.Init(webassembly.Config{
-			MinIdle:  0,
-			MaxIdle:  pdfWorkers,
-			MaxTotal: pdfWorkers,
-			// No mounts: PDFium reads the document from memory and has no
-			// business with the host's files.
-			FSConfig: wazero.NewFSConfig(),
-			Stdout:   io.Discard,
-			Stderr:   io.Discard,
-			// The features the bundled module needs (see webassembly.Init),
-			// a memory ceiling, and interruption when a worker is killed.
-			RuntimeConfig: wazero.NewRuntimeConfig().
-				WithCoreFeatures(api.CoreFeaturesV2 | experimental.CoreFeaturesExceptionHandling).
-				WithMemoryLimitPages(pdfMemoryPages).
-				WithCloseOnContextDone(true),
-		})
-		if pdfPool.err != nil {
-			pdfPool.err = fmt.Errorf("start PDFium: %w", pdfPool.err)
-		}
+		pdfPool.pool, pdfPool.err = openPDFium(pdfCacheDir())
 	})
 	return pdfPool.pool, pdfPool.err
+}
+
+// openPDFium starts PDFium. Compiling the module to machine code takes
+// seconds (half a minute under the race detector), so the compiled code is
+// kept between processes in cacheDir ("": none); should the cache be
+// unusable (a directory that cannot be made, a full disk, a damaged file),
+// PDFium is compiled afresh without it.
+func openPDFium(cacheDir string) (pdfium.Pool, error) {
+	if cacheDir != "" {
+		if cache, err := wazero.NewCompilationCacheWithDir(cacheDir); err == nil {
+			if pool, err := startPDFium(cache); err == nil {
+				return pool, nil
+			}
+		}
+	}
+	pool, err := startPDFium(nil)
+	if err != nil {
+		return nil, fmt.Errorf("start PDFium: %w", err)
+	}
+	return pool, nil
+}
+
+// pdfCacheDir is where wazero keeps PDFium compiled for this machine, as
+// Go keeps its build cache: pizza-bot/wazero under the user's cache
+// directory ($XDG_CACHE_HOME or ~/.cache; /data/.cache in the container),
+// made private to the user (0700), since it holds code the process runs.
+// "" when the user has no cache directory.
+func pdfCacheDir() string {
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "pizza-bot", "wazero")
+}
+
+// startPDFium starts the pool of PDFium workers, compiling the module or
+// reading it from cache (nil: none).
+func startPDFium(cache wazero.CompilationCache) (pdfium.Pool, error) {
+	rc := wazero.NewRuntimeConfig().
+		WithCoreFeatures(api.CoreFeaturesV2 | experimental.CoreFeaturesExceptionHandling).
+		WithMemoryLimitPages(pdfMemoryPages).
+		WithCloseOnContextDone(true)
+	if cache != nil {
+		rc = rc.WithCompilationCache(cache)
+	}
+	return webassembly.Init(webassembly.Config{
+		MinIdle:  0,
+		MaxIdle:  pdfWorkers,
+		MaxTotal: pdfWorkers,
+		// No mounts: PDFium reads the document from memory and has no
+		// business with the host's files.
+		FSConfig: wazero.NewFSConfig(),
+		Stdout:   io.Discard,
+		Stderr:   io.Discard,
+		// The features the bundled module needs (see webassembly.Init), a
+		// memory ceiling, and interruption when a worker is killed.
+		RuntimeConfig: rc,
+	})
 }
 
 // PDFText is the text of some pages of a PDF.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -107,5 +108,53 @@ func TestReadPDFHandmadeBrokenEncrypted(t *testing.T) {
 	}
 	if _, err := readPDF(ctx, pdftest.Handmade([]string{"Secret"}, true), 1, 10, 1<<20); !errors.Is(err, ErrPDFEncrypted) {
 		t.Errorf("encrypted: err = %v, want ErrPDFEncrypted", err)
+	}
+}
+
+// A damaged compile cache (a file cut short by a full disk, say) does not
+// stop PDFs from being read: PDFium is compiled afresh without it.
+func TestPDFiumDamagedCompileCache(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pdf := pdftest.Handmade([]string{"Cached or not"}, false)
+	if _, err := readPDF(ctx, pdf, 1, 1, 1<<20); err != nil { // fills the user's cache
+		t.Fatal(err)
+	}
+	src := pdfCacheDir()
+	if src == "" {
+		t.Skip("no user cache directory")
+	}
+	dst := t.TempDir()
+	cut := 0
+	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || path == src {
+			return err
+		}
+		rel, _ := filepath.Rel(src, path)
+		if d.IsDir() {
+			return os.Mkdir(filepath.Join(dst, rel), 0o700)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		cut++
+		return os.WriteFile(filepath.Join(dst, rel), b[:len(b)/2], 0o600)
+	})
+	if err != nil || cut == 0 {
+		t.Fatalf("copy the compile cache %s: %v (%d files)", src, err, cut)
+	}
+	pool, err := openPDFium(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	inst, err := pool.GetInstanceWithContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Close()
+	if got, err := extractPDF(inst, pdf, 1, 1, 1<<20); err != nil || len(got.Text) != 1 || !strings.Contains(got.Text[0], "Cached or not") {
+		t.Fatalf("read with a damaged cache = %+v, %v", got, err)
 	}
 }
