@@ -68,14 +68,20 @@ func clerkModel(t *testing.T) string {
 func clerkRoot(t *testing.T) string {
 	t.Helper()
 	root := dataRoot(t)
-	dir := filepath.Join(root, "skills", "clerk")
+	addSkill(t, root, "clerk", clerkSkill)
+	return root
+}
+
+// addSkill puts a custom skill's SKILL.md into a data root.
+func addSkill(t *testing.T, root, name, skillMD string) {
+	t.Helper()
+	dir := filepath.Join(root, "skills", name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "SKILL.md"), []byte(clerkSkill), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "SKILL.md"), []byte(skillMD), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return root
 }
 
 // safeBuffer is a buffer a process writes while the test reads it.
@@ -510,14 +516,21 @@ func makeToken(t *testing.T, public string) string {
 	if resp.StatusCode != http.StatusOK || resp.Request.URL.Path != "/tokens" {
 		t.Fatalf("sign-in ended at %s with %s:\n%s", resp.Request.URL, resp.Status, body)
 	}
-	req, _ := http.NewRequest(http.MethodPost, public+"/tokens", strings.NewReader(url.Values{"name": {"terminal"}, "expiry": {"30"}}.Encode()))
+	return createToken(t, browser, public, url.Values{"name": {"terminal"}, "expiry": {"30"}})
+}
+
+// createToken makes a personal access token on the Tokens page as the
+// browser's user (on a laptop server, the local user) and returns it.
+func createToken(t *testing.T, browser *http.Client, public string, form url.Values) string {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, public+"/tokens", strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Origin", public)
-	resp, err = browser.Do(req)
+	resp, err := browser.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	body, _ = io.ReadAll(resp.Body)
+	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	m := regexp.MustCompile(`<input[^>]*value="([^"]+)"[^>]*data-testid="token-value"`).FindSubmatch(body)
 	if resp.StatusCode != http.StatusCreated || m == nil {

@@ -65,6 +65,7 @@ var commands = []Command{
 	{"unread", "ID", "mark a thread unread", action(client.ActionUnread, "marked unread")},
 	{"archive", "ID", "archive a thread", action(client.ActionArchive, "archived")},
 	{"watch", "[ID]", "print each change live (started, waiting, done, streamed text), resuming after a dropped connection", runWatch},
+	{"usage", "[--group day|user|skill|model] [--from DAY] [--to DAY]", "what the model calls cost, by day, user, skill or model (admins)", runUsage},
 }
 
 // Lookup finds a client command by name.

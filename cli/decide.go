@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"pizzabot/apiv1"
 	"pizzabot/client"
 )
 
@@ -32,8 +33,8 @@ func runApprove(ctx context.Context, x *cmdEnv, args []string) error {
 	if len(pos) < 1 || len(pos) > 2 {
 		return usagef("want a thread id and, when several calls wait, the call")
 	}
-	return x.decide(ctx, pos, decApprove, func(client.Pending) (client.DecisionInput, error) {
-		return client.DecisionInput{Type: decApprove}, nil
+	return x.decide(ctx, pos, decApprove, func(apiv1.Pending) (apiv1.DecisionInput, error) {
+		return apiv1.DecisionInput{Type: decApprove}, nil
 	})
 }
 
@@ -48,8 +49,8 @@ func runReject(ctx context.Context, x *cmdEnv, args []string) error {
 	if len(pos) < 1 || len(pos) > 2 {
 		return usagef("want a thread id and, when several calls wait, the call")
 	}
-	return x.decide(ctx, pos, decReject, func(client.Pending) (client.DecisionInput, error) {
-		return client.DecisionInput{Type: decReject, Message: msg}, nil
+	return x.decide(ctx, pos, decReject, func(apiv1.Pending) (apiv1.DecisionInput, error) {
+		return apiv1.DecisionInput{Type: decReject, Message: msg}, nil
 	})
 }
 
@@ -73,8 +74,8 @@ func runAnswer(ctx context.Context, x *cmdEnv, args []string) error {
 	if strings.TrimSpace(text) == "" {
 		return usagef("the answer is empty")
 	}
-	return x.decide(ctx, pos, decRespond, func(client.Pending) (client.DecisionInput, error) {
-		return client.DecisionInput{Type: decRespond, Message: text}, nil
+	return x.decide(ctx, pos, decRespond, func(apiv1.Pending) (apiv1.DecisionInput, error) {
+		return apiv1.DecisionInput{Type: decRespond, Message: text}, nil
 	})
 }
 
@@ -94,15 +95,15 @@ func runEdit(ctx context.Context, x *cmdEnv, args []string) error {
 			return usagef("--args: %v", err)
 		}
 	}
-	return x.decide(ctx, pos, decEdit, func(p client.Pending) (client.DecisionInput, error) {
+	return x.decide(ctx, pos, decEdit, func(p apiv1.Pending) (apiv1.DecisionInput, error) {
 		edited := []byte(argsJSON)
 		if argsJSON == "" {
 			var err error
 			if edited, err = x.editInEditor(p); err != nil {
-				return client.DecisionInput{}, err
+				return apiv1.DecisionInput{}, err
 			}
 		}
-		return client.DecisionInput{Type: decEdit, Arguments: edited}, nil
+		return apiv1.DecisionInput{Type: decEdit, Arguments: edited}, nil
 	})
 }
 
@@ -118,7 +119,7 @@ func checkObject(b []byte) error {
 // editInEditor opens the call's arguments in $VISUAL or $EDITOR (vi when
 // neither is set) and returns them as saved. Unchanged arguments are a
 // refusal: nothing is decided.
-func (x *cmdEnv) editInEditor(p client.Pending) ([]byte, error) {
+func (x *cmdEnv) editInEditor(p apiv1.Pending) ([]byte, error) {
 	editor := strings.TrimSpace(x.Getenv("VISUAL"))
 	if editor == "" {
 		editor = strings.TrimSpace(x.Getenv("EDITOR"))
@@ -167,7 +168,7 @@ func (x *cmdEnv) editInEditor(p client.Pending) ([]byte, error) {
 
 // decide takes one decision on the call pos names (pos[0] the thread,
 // pos[1] the call, if any), built by build from the call.
-func (x *cmdEnv) decide(ctx context.Context, pos []string, decision string, build func(client.Pending) (client.DecisionInput, error)) error {
+func (x *cmdEnv) decide(ctx context.Context, pos []string, decision string, build func(apiv1.Pending) (apiv1.DecisionInput, error)) error {
 	id, err := threadID(pos[0])
 	if err != nil {
 		return err
@@ -193,6 +194,12 @@ func (x *cmdEnv) decide(ctx context.Context, pos []string, decision string, buil
 		return err
 	}
 	in.ID = p.ID
+	if p.InnerCall != nil {
+		// A script's call: say which one was read, so that a decision
+		// never lands on a call the script reached since.
+		seq := p.InnerCall.Seq
+		in.InnerSeq = &seq
+	}
 	t, resumed, err := c.Decide(ctx, id, in)
 	if err != nil {
 		return err
@@ -213,14 +220,14 @@ func (x *cmdEnv) decide(ctx context.Context, pos []string, decision string, buil
 // pickCall finds the waiting call a decision is for: the one named (by its
 // id, its call id or its tool's name), or else the only one that takes
 // the decision. It refuses, listing the calls, when that is not one call.
-func pickCall(d client.ThreadDetail, name, decision string) (client.Pending, error) {
+func pickCall(d client.ThreadDetail, name, decision string) (apiv1.Pending, error) {
 	if len(d.Pending) == 0 {
 		if d.Status == client.StatusWaiting {
-			return client.Pending{}, fmt.Errorf("#%d waits on a sub-agent's call, which the API does not list yet: decide on the thread's page", d.ID)
+			return apiv1.Pending{}, fmt.Errorf("#%d waits, but not for a decision on a call (%s): see the thread's page", d.ID, d.Summary)
 		}
-		return client.Pending{}, fmt.Errorf("nothing waits for a decision in #%d (it is %s)", d.ID, d.Status)
+		return apiv1.Pending{}, fmt.Errorf("nothing waits for a decision in #%d (it is %s)", d.ID, d.Status)
 	}
-	var found []client.Pending
+	var found []apiv1.Pending
 	for _, p := range d.Pending {
 		switch {
 		case name == "":
@@ -233,18 +240,18 @@ func pickCall(d client.ThreadDetail, name, decision string) (client.Pending, err
 	}
 	switch {
 	case len(found) == 1 && !found[0].Allows(decision):
-		return client.Pending{}, fmt.Errorf("call %d (%s) does not take %s: it allows %s", found[0].ID, found[0].Tool, decision, strings.Join(found[0].AllowedDecisions, ", "))
+		return apiv1.Pending{}, fmt.Errorf("call %d (%s) does not take %s: it allows %s", found[0].ID, found[0].Tool, decision, strings.Join(found[0].AllowedDecisions, ", "))
 	case len(found) == 1:
 		return found[0], nil
 	case len(found) == 0 && name != "":
-		return client.Pending{}, fmt.Errorf("no waiting call %q in #%d; waiting:\n%s", name, d.ID, listCalls(d.Pending))
+		return apiv1.Pending{}, fmt.Errorf("no waiting call %q in #%d; waiting:\n%s", name, d.ID, listCalls(d.Pending))
 	case len(found) == 0:
-		return client.Pending{}, fmt.Errorf("no waiting call in #%d takes %s; waiting:\n%s", d.ID, decision, listCalls(d.Pending))
+		return apiv1.Pending{}, fmt.Errorf("no waiting call in #%d takes %s; waiting:\n%s", d.ID, decision, listCalls(d.Pending))
 	}
-	return client.Pending{}, fmt.Errorf("%d calls wait in #%d: name one (its number):\n%s", len(found), d.ID, listCalls(found))
+	return apiv1.Pending{}, fmt.Errorf("%d calls wait in #%d: name one (its number):\n%s", len(found), d.ID, listCalls(found))
 }
 
-func listCalls(ps []client.Pending) string {
+func listCalls(ps []apiv1.Pending) string {
 	var b strings.Builder
 	for i, p := range ps {
 		if i > 0 {

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"pizzabot/apiv1"
 	"pizzabot/client"
 )
 
@@ -226,9 +227,9 @@ func waitSettled(ctx context.Context, c *client.Client, id int64) (client.Thread
 	}
 	err := c.Watch(ctx, client.WatchOptions{Thread: id}, func(ev client.Event) error {
 		switch ev.Type {
-		case client.EventReady, client.EventResync:
+		case apiv1.EventReady, apiv1.EventResync:
 			return check()
-		case client.EventThread:
+		case apiv1.EventThread:
 			if ev.Thread.ID == id && (ev.Thread.Thread == nil || ev.Thread.Thread.Status != client.StatusRunning) {
 				return check()
 			}
@@ -346,9 +347,9 @@ func runShow(ctx context.Context, x *cmdEnv, args []string) error {
 // and the commands that decide it.
 func (x *cmdEnv) showPending(w io.Writer, d client.ThreadDetail) {
 	if len(d.Pending) == 0 {
-		// A sub-agent's waiting call: the API does not list those yet.
-		fmt.Fprintf(w, "%s a sub-agent of #%d waits for a decision; its calls are not in the API yet: decide on the thread's page.\n",
-			x.paint(yellow, "Waiting:"), d.ID)
+		// Waiting on no call listed here (its own or its sub-agents'):
+		// the summary says on what, e.g. a budget that stopped the run.
+		fmt.Fprintf(w, "%s %s (see the thread's page)\n", x.paint(yellow, "Waiting:"), d.Summary)
 		return
 	}
 	fmt.Fprintf(w, "%s\n", x.paint(yellow+";"+bold, "Waiting for you"))
@@ -359,6 +360,10 @@ func (x *cmdEnv) showPending(w io.Writer, d client.ThreadDetail) {
 		}
 		if p.Kind != "question" {
 			fmt.Fprintln(w, indent(prettyJSON(p.Arguments), "    "))
+		}
+		if in := p.InnerCall; in != nil {
+			fmt.Fprintf(w, "    an approval lets the script's call %d run: %s\n", in.Seq+1, x.paint(cyan, in.Tool))
+			fmt.Fprintln(w, indent(prettyJSON(in.Arguments), "      "))
 		}
 		if p.Undecidable != "" {
 			fmt.Fprintf(w, "    %s %s. It keeps waiting: see the thread's page for the way out, or pizza-bot cancel %d.\n",

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"pizzabot/apiv1"
 	"pizzabot/client"
 )
 
@@ -30,7 +31,7 @@ func runWatch(ctx context.Context, x *cmdEnv, args []string) error {
 	if err != nil {
 		return err
 	}
-	w := &watcher{x: x, c: c, known: map[int64]client.Thread{}}
+	w := &watcher{x: x, c: c, known: map[int64]apiv1.Thread{}}
 	err = c.Watch(ctx, client.WatchOptions{
 		Thread: only,
 		OnDisconnect: func(err error, wait time.Duration) {
@@ -48,8 +49,8 @@ type watcher struct {
 	x      *cmdEnv
 	c      *client.Client
 	ready  int
-	known  map[int64]client.Thread // as last printed
-	open   int64                   // the thread whose streamed text the last line holds
+	known  map[int64]apiv1.Thread // as last printed
+	open   int64                  // the thread whose streamed text the last line holds
 	opened bool
 }
 
@@ -65,19 +66,19 @@ func (w *watcher) event(ctx context.Context, ev client.Event) error {
 		return nil
 	}
 	switch ev.Type {
-	case client.EventReady:
+	case apiv1.EventReady:
 		w.ready++
 		if w.ready == 1 {
 			fmt.Fprintf(x.Stderr, "Watching %s (Ctrl-C to stop).\n", w.c.URL())
 		} else {
 			fmt.Fprintln(x.Stderr, "Reconnected; caught up.")
 		}
-	case client.EventResync:
+	case apiv1.EventResync:
 		w.endLine()
 		fmt.Fprintln(x.Stderr, "Some changes were missed while disconnected: run pizza-bot inbox for the current state.")
-	case client.EventDelta:
+	case apiv1.EventDelta:
 		w.delta(ev.Delta)
-	case client.EventThread:
+	case apiv1.EventThread:
 		w.thread(ctx, ev.Thread)
 	}
 	return nil
@@ -95,7 +96,7 @@ func (w *watcher) prefix(id int64) string {
 	return w.x.paint(dim, time.Now().Format("15:04:05")) + " " + w.x.paint(bold, fmt.Sprintf("#%d", id))
 }
 
-func (w *watcher) delta(d *client.DeltaEvent) {
+func (w *watcher) delta(d *apiv1.DeltaEvent) {
 	if d.Text == "" {
 		return
 	}
@@ -108,7 +109,7 @@ func (w *watcher) delta(d *client.DeltaEvent) {
 }
 
 // thread prints what changed about a thread since it was last printed.
-func (w *watcher) thread(ctx context.Context, e *client.ThreadEvent) {
+func (w *watcher) thread(ctx context.Context, e *apiv1.ThreadEvent) {
 	x := w.x
 	w.endLine()
 	name := w.prefix(e.ID)
@@ -165,7 +166,7 @@ func (w *watcher) thread(ctx context.Context, e *client.ThreadEvent) {
 			case d.Status == client.StatusFailed && d.Error != nil:
 				line += ": " + *d.Error
 			case d.Status == client.StatusWaiting && len(d.Pending) == 0:
-				line += ": a sub-agent's call"
+				line += ": " + d.Summary
 			case d.Status == client.StatusWaiting:
 				var calls []string
 				for _, p := range d.Pending {
@@ -178,7 +179,7 @@ func (w *watcher) thread(ctx context.Context, e *client.ThreadEvent) {
 	fmt.Fprintln(x.Stdout, line)
 }
 
-func folderName(f *client.Folder) string {
+func folderName(f *apiv1.Folder) string {
 	if f == nil {
 		return "no folder"
 	}

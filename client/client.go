@@ -22,14 +22,16 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
+
+	"pizzabot/apiv1"
 )
 
 // Client is a connection to one server, as one user.
 type Client struct {
-	base  *url.URL
-	token string
-	http  *http.Client
+	base   *url.URL
+	token  string
+	http   *http.Client
+	strict bool
 }
 
 // Config builds a Client.
@@ -42,6 +44,10 @@ type Config struct {
 	// HTTPClient defaults to one without an overall timeout (event
 	// streams stay open), whose requests the context bounds.
 	HTTPClient *http.Client
+	// Strict refuses an answer that holds a field this client's types
+	// lack, so that a test catches a server and client drifting apart.
+	// Off, a newer server's additions are ignored, as a client must.
+	Strict bool
 }
 
 // New returns a client for the server at cfg.URL.
@@ -54,7 +60,7 @@ func New(cfg Config) (*Client, error) {
 	if hc == nil {
 		hc = &http.Client{}
 	}
-	return &Client{base: u, token: cfg.Token, http: hc}, nil
+	return &Client{base: u, token: cfg.Token, http: hc, strict: cfg.Strict}, nil
 }
 
 // URL is the server's address.
@@ -79,34 +85,37 @@ func IsStatus(err error, status int) bool {
 	return errors.As(err, &ae) && ae.Status == status
 }
 
+// The answers are decoded into the API's own types (package apiv1), which
+// the server encodes: a field cannot be renamed on one side only. An
+// answer a command may print as the server sent it embeds its apiv1 type
+// beside Raw.
+
 // Thread is a thread as listed, and the answer to a change.
 type Thread struct {
-	ID        int64     `json:"id"`
-	Title     string    `json:"title"`
-	Status    string    `json:"status"`
-	Unread    bool      `json:"unread"`
-	Archived  bool      `json:"archived"`
-	Folder    *Folder   `json:"folder"`
-	Skill     *string   `json:"skill"`
-	Trigger   Trigger   `json:"trigger"`
-	URL       string    `json:"url"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
+	apiv1.Thread
 	// Raw is the answer's JSON as the server sent it.
 	Raw json.RawMessage `json:"-"`
 }
 
-// Folder is a thread's folder.
-type Folder struct {
-	ID   int64  `json:"id"`
-	Name string `json:"name"`
+// CreatedThread is a started thread, with the files attached to it.
+type CreatedThread struct {
+	apiv1.CreatedThread
+	// Raw is the answer's JSON as the server sent it.
+	Raw json.RawMessage `json:"-"`
 }
 
-// Trigger is what started a run.
-type Trigger struct {
-	Kind string    `json:"kind"`
-	At   time.Time `json:"at"`
-	Ref  *string   `json:"ref"`
+// ThreadDetail is a thread with its conversation.
+type ThreadDetail struct {
+	apiv1.ThreadDetail
+	// Raw is the answer's JSON as the server sent it.
+	Raw json.RawMessage `json:"-"`
+}
+
+// ThreadList is a page of a listing.
+type ThreadList struct {
+	apiv1.ThreadList
+	// Raw is the answer's JSON as the server sent it.
+	Raw json.RawMessage `json:"-"`
 }
 
 // Run statuses, as the API names them.
@@ -121,112 +130,6 @@ const (
 // Ended reports whether a status is the end of a run.
 func Ended(status string) bool {
 	return status == StatusDone || status == StatusFailed || status == StatusCancelled
-}
-
-// ThreadDetail is a thread with its conversation.
-type ThreadDetail struct {
-	Thread
-	Model       string       `json:"model"`
-	Error       *string      `json:"error"`
-	Messages    []Message    `json:"messages"`
-	Pending     []Pending    `json:"pending"`
-	Decisions   []Decision   `json:"decisions"`
-	Usage       Usage        `json:"usage"`
-	Attachments []Attachment `json:"attachments"`
-}
-
-// Message is one message of a conversation.
-type Message struct {
-	ID         int64      `json:"id"`
-	Role       string     `json:"role"`
-	Content    string     `json:"content"`
-	ToolCalls  []ToolCall `json:"tool_calls"`
-	ToolCallID string     `json:"tool_call_id"`
-	Name       string     `json:"name"`
-	IsError    *bool      `json:"is_error"`
-	CreatedAt  time.Time  `json:"created_at"`
-}
-
-// ToolCall is a call an assistant message asks for.
-type ToolCall struct {
-	ID        string          `json:"id"`
-	Name      string          `json:"name"`
-	Arguments json.RawMessage `json:"arguments"`
-}
-
-// Pending is a call waiting for a decision.
-type Pending struct {
-	ID               int64           `json:"id"`
-	CallID           string          `json:"call_id"`
-	Tool             string          `json:"tool"`
-	Kind             string          `json:"kind"`
-	Arguments        json.RawMessage `json:"arguments"`
-	AllowedDecisions []string        `json:"allowed_decisions"`
-	Description      string          `json:"description"`
-	// Undecidable says why nobody could decide the call right now; ""
-	// when someone could.
-	Undecidable string `json:"undecidable,omitempty"`
-}
-
-// Allows reports whether the call takes this decision.
-func (p Pending) Allows(decision string) bool {
-	for _, d := range p.AllowedDecisions {
-		if d == decision {
-			return true
-		}
-	}
-	return false
-}
-
-// Decision is a decision taken on a call.
-type Decision struct {
-	ID              int64           `json:"id"`
-	CallID          string          `json:"call_id"`
-	Tool            string          `json:"tool"`
-	Type            string          `json:"type"`
-	DecidedBy       *User           `json:"decided_by"`
-	DecidedAt       time.Time       `json:"decided_at"`
-	Message         string          `json:"message"`
-	Arguments       json.RawMessage `json:"arguments"`
-	EditedArguments json.RawMessage `json:"edited_arguments"`
-}
-
-// User is who decided.
-type User struct {
-	ID   int64  `json:"id"`
-	Name string `json:"name"`
-}
-
-// Usage is a thread's model usage.
-type Usage struct {
-	Steps            int64 `json:"steps"`
-	PromptTokens     int64 `json:"prompt_tokens"`
-	CompletionTokens int64 `json:"completion_tokens"`
-}
-
-// Attachment is a file attached to a thread.
-type Attachment struct {
-	ID          int64  `json:"id"`
-	Name        string `json:"name"`
-	Size        int64  `json:"size"`
-	ContentType string `json:"content_type"`
-	URL         string `json:"url"`
-}
-
-// ThreadList is a page of a listing.
-type ThreadList struct {
-	Threads    []Thread `json:"threads"`
-	NextCursor *string  `json:"next_cursor"`
-	Counts     Counts   `json:"counts"`
-	// Raw is the answer's JSON as the server sent it.
-	Raw json.RawMessage `json:"-"`
-}
-
-// Counts are the sizes of the three queues.
-type Counts struct {
-	All    int64 `json:"all"`
-	Unread int64 `json:"unread"`
-	Action int64 `json:"action"`
 }
 
 // ListOptions narrow a listing; zero values are the API's defaults.
@@ -277,25 +180,26 @@ type StartRequest struct {
 }
 
 // StartThread starts a thread and returns it, its run queued.
-func (c *Client) StartThread(ctx context.Context, r StartRequest) (Thread, error) {
-	var out Thread
+func (c *Client) StartThread(ctx context.Context, r StartRequest) (CreatedThread, error) {
+	var out CreatedThread
+	req := apiv1.CreateThreadRequest{Prompt: r.Prompt, Skill: r.Skill, Folder: r.Folder}
 	if len(r.Files) == 0 {
-		body, _ := json.Marshal(map[string]string{"prompt": r.Prompt, "skill": r.Skill, "folder": r.Folder})
+		body, _ := json.Marshal(req)
 		raw, err := c.do(ctx, http.MethodPost, "/api/v1/threads", body, "application/json", &out)
 		out.Raw = raw
 		return out, err
 	}
 	var buf bytes.Buffer
 	mw := multipart.NewWriter(&buf)
-	for k, v := range map[string]string{"prompt": r.Prompt, "skill": r.Skill, "folder": r.Folder} {
-		if v != "" {
-			_ = mw.WriteField(k, v)
+	for _, f := range []struct{ k, v string }{{"prompt", req.Prompt}, {"skill", req.Skill}, {"folder", req.Folder}} {
+		if f.v != "" {
+			_ = mw.WriteField(f.k, f.v)
 		}
 	}
 	for _, path := range r.Files {
 		f, err := os.Open(path)
 		if err != nil {
-			return Thread{}, fmt.Errorf("attach: %w", err)
+			return CreatedThread{}, fmt.Errorf("attach: %w", err)
 		}
 		part, err := mw.CreateFormFile("files", filepath.Base(path))
 		if err == nil {
@@ -303,29 +207,21 @@ func (c *Client) StartThread(ctx context.Context, r StartRequest) (Thread, error
 		}
 		f.Close()
 		if err != nil {
-			return Thread{}, fmt.Errorf("attach %s: %w", path, err)
+			return CreatedThread{}, fmt.Errorf("attach %s: %w", path, err)
 		}
 	}
 	if err := mw.Close(); err != nil {
-		return Thread{}, err
+		return CreatedThread{}, err
 	}
 	raw, err := c.do(ctx, http.MethodPost, "/api/v1/threads", buf.Bytes(), mw.FormDataContentType(), &out)
 	out.Raw = raw
 	return out, err
 }
 
-// DecisionInput is one decision on a waiting call.
-type DecisionInput struct {
-	ID        int64           `json:"id"`
-	Type      string          `json:"type"`
-	Arguments json.RawMessage `json:"arguments,omitempty"`
-	Message   string          `json:"message,omitempty"`
-}
-
 // Decide takes decisions on a thread's waiting calls. resumed reports
 // whether the run went on (no call waits any more).
-func (c *Client) Decide(ctx context.Context, id int64, ds ...DecisionInput) (t Thread, resumed bool, err error) {
-	body, _ := json.Marshal(map[string]any{"decisions": ds})
+func (c *Client) Decide(ctx context.Context, id int64, ds ...apiv1.DecisionInput) (t Thread, resumed bool, err error) {
+	body, _ := json.Marshal(apiv1.DecisionsRequest{Decisions: ds})
 	status := 0
 	raw, err := c.doStatus(ctx, http.MethodPost, threadPath(id, "/decisions"), body, "application/json", &t, &status)
 	t.Raw = raw
@@ -334,11 +230,42 @@ func (c *Client) Decide(ctx context.Context, id int64, ds ...DecisionInput) (t T
 
 // Reply continues a thread whose run has ended.
 func (c *Client) Reply(ctx context.Context, id int64, text string) (Thread, error) {
-	body, _ := json.Marshal(map[string]string{"content": text})
+	body, _ := json.Marshal(apiv1.ReplyRequest{Content: text})
 	var t Thread
 	raw, err := c.do(ctx, http.MethodPost, threadPath(id, "/messages"), body, "application/json", &t)
 	t.Raw = raw
 	return t, err
+}
+
+// UsageOptions choose a usage report; zero values are the API's defaults
+// (by day, the last 30 days).
+type UsageOptions struct {
+	Group string // day, user, skill or model
+	From  string // the first UTC day, YYYY-MM-DD
+	To    string // the last UTC day, YYYY-MM-DD
+}
+
+// UsageReport is what the model calls cost in a range of days.
+type UsageReport struct {
+	apiv1.UsageReport
+	// Raw is the answer's JSON as the server sent it.
+	Raw json.RawMessage `json:"-"`
+}
+
+// Usage reports what the model calls cost, grouped as asked. Only an admin
+// (a token with the admin scope of one) may read it: anyone else is
+// refused with a 403.
+func (c *Client) Usage(ctx context.Context, o UsageOptions) (UsageReport, error) {
+	q := url.Values{}
+	for k, v := range map[string]string{"group": o.Group, "from": o.From, "to": o.To} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	var out UsageReport
+	raw, err := c.do(ctx, http.MethodGet, "/api/v1/usage?"+q.Encode(), nil, "", &out)
+	out.Raw = raw
+	return out, err
 }
 
 // Thread actions without parameters: POST /api/v1/threads/{id}/{action}.
@@ -397,10 +324,20 @@ func (c *Client) doStatus(ctx context.Context, method, path string, body []byte,
 	if resp.StatusCode/100 != 2 {
 		return data, apiError(resp, data)
 	}
-	if err := json.Unmarshal(data, out); err != nil {
+	if err := c.decode(data, out); err != nil {
 		return data, fmt.Errorf("the server's answer to %s %s is not the JSON expected: %w", method, path, err)
 	}
 	return data, nil
+}
+
+// decode reads one JSON value into out; a strict client refuses fields out
+// does not have.
+func (c *Client) decode(data []byte, out any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if c.strict {
+		dec.DisallowUnknownFields()
+	}
+	return dec.Decode(out)
 }
 
 func (c *Client) newRequest(ctx context.Context, method, path string, body io.Reader) (*http.Request, error) {
@@ -437,10 +374,7 @@ func (c *Client) connError(err error) error {
 // apiError makes an *Error of a refusal: the API's message, or the status
 // when the answer is not the API's JSON (a proxy's error page).
 func apiError(resp *http.Response, data []byte) error {
-	var body struct {
-		Error     string `json:"error"`
-		RequestID string `json:"request_id"`
-	}
+	var body apiv1.Error
 	msg := ""
 	if json.Unmarshal(data, &body) == nil && body.Error != "" {
 		msg = body.Error

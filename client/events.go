@@ -13,11 +13,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"pizzabot/apiv1"
 )
 
 // Event is one message of the API's event stream (GET /api/v1/events).
 type Event struct {
-	// Type is "thread", "delta", "ready" or "resync".
+	// Type is apiv1.EventThread, EventDelta, EventReady or EventResync.
 	Type string
 	// ID is the stream position this message ends at, "" when it carries
 	// none (deltas, the messages of a batch but its last).
@@ -25,45 +27,8 @@ type Event struct {
 	// Data is the message's JSON as sent.
 	Data json.RawMessage
 	// Thread is set for a "thread" message, Delta for a "delta".
-	Thread *ThreadEvent
-	Delta  *DeltaEvent
-}
-
-// Event types.
-const (
-	EventThread = "thread"
-	EventDelta  = "delta"
-	EventReady  = "ready"
-	EventResync = "resync"
-)
-
-// ThreadEvent says a thread started or changed.
-type ThreadEvent struct {
-	ID int64 `json:"id"`
-	// Changes are what the change did: started, status, thread (read,
-	// archived, moved), message, tool_call, deleted.
-	Changes  []string `json:"changes"`
-	ParentID *int64   `json:"parent_id"`
-	// Thread is the thread as it is now; nil once deleted.
-	Thread *Thread `json:"thread"`
-}
-
-// Has reports whether the change includes kind.
-func (e ThreadEvent) Has(kind string) bool {
-	for _, c := range e.Changes {
-		if c == kind {
-			return true
-		}
-	}
-	return false
-}
-
-// DeltaEvent is model text a run streams before it commits it.
-type DeltaEvent struct {
-	Thread int64  `json:"thread"`
-	Text   string `json:"text"`
-	// Reset: drop the text so far, this is the whole of a new stream.
-	Reset bool `json:"reset"`
+	Thread *apiv1.ThreadEvent
+	Delta  *apiv1.DeltaEvent
 }
 
 // WatchOptions direct Watch.
@@ -185,7 +150,7 @@ func (c *Client) watchOnce(ctx context.Context, thread int64, last *string, retr
 				if ev.Type == "" {
 					ev.Type = "message"
 				}
-				if err := decodeEvent(&ev); err != nil {
+				if err := c.decodeEvent(&ev); err != nil {
 					return true, err
 				}
 				if err := fn(ev); err != nil {
@@ -209,28 +174,22 @@ func (c *Client) watchOnce(ctx context.Context, thread int64, last *string, retr
 }
 
 // decodeEvent fills the typed part of a message.
-func decodeEvent(ev *Event) error {
+func (c *Client) decodeEvent(ev *Event) error {
 	switch ev.Type {
-	case EventThread:
-		ev.Thread = &ThreadEvent{}
-		if err := json.Unmarshal(ev.Data, ev.Thread); err != nil {
+	case apiv1.EventThread:
+		ev.Thread = &apiv1.ThreadEvent{}
+		if err := c.decode(ev.Data, ev.Thread); err != nil {
 			return fmt.Errorf("a thread event is not the JSON expected: %w", err)
 		}
-		if ev.Thread.Thread != nil {
-			ev.Thread.Thread.Raw = rawField(ev.Data, "thread")
-		}
-	case EventDelta:
-		ev.Delta = &DeltaEvent{}
-		if err := json.Unmarshal(ev.Data, ev.Delta); err != nil {
+	case apiv1.EventDelta:
+		ev.Delta = &apiv1.DeltaEvent{}
+		if err := c.decode(ev.Data, ev.Delta); err != nil {
 			return fmt.Errorf("a delta event is not the JSON expected: %w", err)
+		}
+	case apiv1.EventReady, apiv1.EventResync:
+		if err := c.decode(ev.Data, &apiv1.PositionEvent{}); err != nil {
+			return fmt.Errorf("a %s event is not the JSON expected: %w", ev.Type, err)
 		}
 	}
 	return nil
-}
-
-// rawField returns one field of a JSON object as it was sent.
-func rawField(obj json.RawMessage, name string) json.RawMessage {
-	var m map[string]json.RawMessage
-	_ = json.Unmarshal(obj, &m)
-	return m[name]
 }

@@ -12,6 +12,8 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+
+	"pizzabot/apiv1"
 )
 
 // The JSON API under /api/v1 shares the web's handlers' shape: a handler
@@ -54,12 +56,6 @@ func (h *Handler) api(fn handlerFunc) http.Handler {
 	})
 }
 
-// apiError is the body of every API error.
-type apiError struct {
-	Error     string `json:"error"`
-	RequestID string `json:"request_id,omitempty"`
-}
-
 // apiWords word the API's refusals.
 var apiWords = errorWords{
 	notFound: "not found",
@@ -77,7 +73,7 @@ func (h *Handler) renderAPIError(w http.ResponseWriter, r *http.Request, err err
 		return
 	}
 	he, showID := h.classify(w, r, err, apiWords)
-	body := apiError{Error: he.msg}
+	body := apiv1.Error{Error: he.msg}
 	if showID {
 		body.RequestID = requestID(ctx)
 	}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"pizzabot/apiv1"
 	"pizzabot/db"
 	"pizzabot/live"
 )
@@ -31,23 +32,6 @@ import (
 // ?thread=ID narrows the stream to one thread and its sub-agents; such a
 // stream ends, after a "deleted" change, when its thread is no longer the
 // user's to read (deleted, or no longer shared with them).
-
-// apiEventChange names, in a thread event's "changes", what a batch did to
-// a thread. They are the log's kinds (db.Event*), plus "started".
-const apiChangeStarted = "started"
-
-// apiThreadEvent is the data of a "thread" message.
-type apiThreadEvent struct {
-	ID       int64      `json:"id"`
-	Changes  []string   `json:"changes"`
-	ParentID *int64     `json:"parent_id"`
-	Thread   *apiThread `json:"thread"`
-}
-
-// apiPositionEvent is the data of "ready" and "resync".
-type apiPositionEvent struct {
-	Position string `json:"position"`
-}
 
 // apiEvents serves GET /api/v1/events.
 func (h *Handler) apiEvents(w http.ResponseWriter, r *http.Request) error {
@@ -93,14 +77,14 @@ func (a *apiStream) begin(context.Context, *stream) error { return nil }
 
 // resync says the client's position is gone, and where the stream is now.
 func (a *apiStream) resync(_ context.Context, s *stream) error {
-	s.message("resync", apiPositionEvent{s.last.String()}, s.last.String())
+	s.message(apiv1.EventResync, apiv1.PositionEvent{Position: s.last.String()}, s.last.String())
 	return nil
 }
 
 // ready says the client is caught up, with the text its one thread has
 // streamed so far.
 func (a *apiStream) ready(s *stream, pos db.Position) {
-	s.message("ready", apiPositionEvent{pos.String()}, pos.String())
+	s.message(apiv1.EventReady, apiv1.PositionEvent{Position: pos.String()}, pos.String())
 	s.textSoFar(a.only)
 }
 
@@ -144,9 +128,9 @@ func (a *apiStream) encode(ctx context.Context, s *stream, evs []db.Event) error
 			c.at = append(c.at, e.At)
 		}
 	}
-	var out []apiThreadEvent
+	var out []apiv1.ThreadEvent
 	for _, c := range order {
-		ev := apiThreadEvent{ID: c.id, Changes: c.kinds}
+		ev := apiv1.ThreadEvent{ID: c.id, Changes: c.kinds}
 		t, err := db.GetThread(ctx, s.h.pool, s.user.ID, c.id)
 		switch {
 		case errors.Is(err, db.ErrNotFound):
@@ -167,7 +151,7 @@ func (a *apiStream) encode(ctx context.Context, s *stream, evs []db.Event) error
 			// later changes too (a replay, a log held back by a long
 			// transaction).
 			if slices.ContainsFunc(c.at, t.CreatedAt.Equal) {
-				ev.Changes = append([]string{apiChangeStarted}, ev.Changes...)
+				ev.Changes = append([]string{apiv1.ChangeStarted}, ev.Changes...)
 			}
 			at := toAPIThread(t)
 			ev.Thread, ev.ParentID = &at, t.ParentThreadID
@@ -185,7 +169,7 @@ func (a *apiStream) encode(ctx context.Context, s *stream, evs []db.Event) error
 		if i == len(out)-1 {
 			id = last.String()
 		}
-		s.message("thread", ev, id)
+		s.message(apiv1.EventThread, ev, id)
 	}
 	return nil
 }
@@ -201,7 +185,7 @@ func (a *apiStream) accessChanged(ctx context.Context, s *stream, evs []db.Event
 		_, err := db.GetThread(ctx, s.h.pool, s.user.ID, a.only)
 		if errors.Is(err, db.ErrNotFound) {
 			s.gone = true
-			s.message("thread", apiThreadEvent{ID: a.only, Changes: []string{db.EventDeleted}}, last.String())
+			s.message(apiv1.EventThread, apiv1.ThreadEvent{ID: a.only, Changes: []string{db.EventDeleted}}, last.String())
 			return nil
 		}
 		if err != nil {
@@ -214,7 +198,7 @@ func (a *apiStream) accessChanged(ctx context.Context, s *stream, evs []db.Event
 		}
 	}
 	if a.only == 0 {
-		s.message("resync", apiPositionEvent{last.String()}, last.String())
+		s.message(apiv1.EventResync, apiv1.PositionEvent{Position: last.String()}, last.String())
 	} else {
 		writeSSE(&s.buf, nil, last.String())
 	}

@@ -44,6 +44,13 @@ type apiRun struct {
 // (approve or reject only).
 func apiSetup(t *testing.T, script scriptmodel.Script, extra ...tools.Tool) (*bundle, *apiRun) {
 	t.Helper()
+	return apiSetupWith(t, script, extra)
+}
+
+// apiSetupWith is apiSetup with more options for the server's dependencies,
+// applied before the runtime is made.
+func apiSetupWith(t *testing.T, script scriptmodel.Script, extra []tools.Tool, opts ...func(*handlers.Deps)) (*bundle, *apiRun) {
+	t.Helper()
 	run := &apiRun{published: &jobstest.Recorder{}}
 	skills := agent.LoadSkills(fstest.MapFS{
 		"researcher/SKILL.md": {Data: []byte(jobstest.ResearcherSkill)},
@@ -52,7 +59,7 @@ func apiSetup(t *testing.T, script scriptmodel.Script, extra ...tools.Tool) (*bu
 	if len(skills.Errors) > 0 {
 		t.Fatalf("skills: %v", skills.Errors)
 	}
-	b := setup(t, func(d *handlers.Deps) {
+	b := setup(t, append(opts, func(d *handlers.Deps) {
 		run.h = jobstest.Start(t, jobstest.Options{
 			Config: jobs.Config{
 				Pool:       d.Pool,
@@ -65,7 +72,7 @@ func apiSetup(t *testing.T, script scriptmodel.Script, extra ...tools.Tool) (*bu
 		})
 		run.rt, run.model = run.h.Runtime, run.h.Model
 		d.Runs = run.rt
-	})
+	})...)
 	return b, run
 }
 

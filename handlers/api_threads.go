@@ -11,8 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
+	"pizzabot/apiv1"
 	"pizzabot/db"
 	"pizzabot/jobs"
 )
@@ -21,89 +21,10 @@ import (
 // jobs.Runtime, so a thread started here shows in the inbox and the other way
 // round. docs/api.md documents every route.
 
-// apiThread is a thread as the API shows it in a listing, and the answer of
-// every change to a thread.
-type apiThread struct {
-	ID       int64      `json:"id"`
-	Title    string     `json:"title"`
-	Status   string     `json:"status"`
-	Unread   bool       `json:"unread"`
-	Archived bool       `json:"archived"`
-	Folder   *apiFolder `json:"folder"`
-	Skill    *string    `json:"skill"`
-	Trigger  apiTrigger `json:"trigger"`
-	// URL is the thread's page in the web interface, a path on this server.
-	URL       string    `json:"url"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
-	// Summary is one line on what the run came to or asks: the start of
-	// its answer, what it waits for, why it failed, its latest step.
-	Summary string `json:"summary"`
-	// Snippet is where a search (?q=) found the thread: escaped HTML with
-	// the matching words in <mark>. Absent outside search results; "" when
-	// only the title matched.
-	Snippet *string `json:"snippet,omitempty"`
-	// Role is what the reader is to the thread (docs/team.md): owner,
-	// member or viewer (of a shared folder), approver (a call of it is
-	// routed to them).
-	Role string `json:"role,omitempty"`
-	// WaitingFor names whom a waiting call routed to named approvers waits
-	// for ("deploy-oncall"); absent otherwise.
-	WaitingFor string `json:"waiting_for,omitempty"`
-	// Undecidable reports that nobody could decide a waiting call of the
-	// thread (or of its sub-agents) right now: the thread's pending calls
-	// say why. Absent otherwise.
-	Undecidable bool `json:"undecidable,omitempty"`
-}
-
-type apiFolder struct {
-	ID   int64  `json:"id"`
-	Name string `json:"name"`
-}
-
-// apiTrigger is what started the run: kind, when it was due, and a reference
-// (the schedule or webhook) when there is one.
-type apiTrigger struct {
-	Kind string    `json:"kind"`
-	At   time.Time `json:"at"`
-	Ref  *string   `json:"ref"`
-}
-
-// apiThreadDetail is a thread with its conversation, the calls waiting for
-// a decision and the decisions taken.
-type apiThreadDetail struct {
-	apiThread
-	Model     string        `json:"model"`
-	Error     *string       `json:"error"`
-	Messages  []apiMessage  `json:"messages"`
-	Pending   []apiPending  `json:"pending"`
-	Decisions []apiDecision `json:"decisions"`
-	Usage     apiUsage      `json:"usage"`
-	// Attachments are the files attached to the thread.
-	Attachments []apiAttachment `json:"attachments"`
-}
-
-// apiAttachment is a file attached to a thread. URL downloads it, for its
-// owner only.
-type apiAttachment struct {
-	ID          int64  `json:"id"`
-	Name        string `json:"name"`
-	Size        int64  `json:"size"`
-	ContentType string `json:"content_type"`
-	URL         string `json:"url"`
-}
-
-// apiCreatedThread is the answer of POST /api/v1/threads: the thread and
-// the files attached with its prompt.
-type apiCreatedThread struct {
-	apiThread
-	Attachments []apiAttachment `json:"attachments"`
-}
-
-func toAPIAttachments(as []db.Attachment) []apiAttachment {
-	out := make([]apiAttachment, 0, len(as))
+func toAPIAttachments(as []db.Attachment) []apiv1.Attachment {
+	out := make([]apiv1.Attachment, 0, len(as))
 	for _, a := range as {
-		out = append(out, apiAttachment{
+		out = append(out, apiv1.Attachment{
 			ID: a.ID, Name: a.Name, Size: a.Size, ContentType: a.ContentType,
 			URL: "/attachments/" + strconv.FormatInt(a.ID, 10),
 		})
@@ -111,124 +32,18 @@ func toAPIAttachments(as []db.Attachment) []apiAttachment {
 	return out
 }
 
-// apiMessage is one message of a conversation. An assistant message carries
-// the tool calls it asked for; a tool message is the result of one of them.
-type apiMessage struct {
-	ID         int64         `json:"id"`
-	Role       string        `json:"role"`
-	Content    string        `json:"content"`
-	ToolCalls  []apiToolCall `json:"tool_calls,omitempty"`
-	ToolCallID string        `json:"tool_call_id,omitempty"`
-	Name       string        `json:"name,omitempty"`
-	IsError    *bool         `json:"is_error,omitempty"`
-	CreatedAt  time.Time     `json:"created_at"`
-}
-
-type apiToolCall struct {
-	ID        string `json:"id"`
-	Name      string `json:"name"`
-	Arguments any    `json:"arguments"`
-}
-
-// apiPending is a tool call waiting for a person: an approval (the skill's
-// interruptOn), a question (ask_user) or a call whose outcome is unknown
-// (the server stopped while it ran).
-type apiPending struct {
-	ID int64 `json:"id"`
-	// ThreadID is the thread whose run made the call: the thread itself,
-	// or one of its sub-agents (a parent lists its sub-agents' waiting
-	// calls, and takes decisions for them).
-	ThreadID         int64    `json:"thread_id"`
-	CallID           string   `json:"call_id"`
-	Tool             string   `json:"tool"`
-	Kind             string   `json:"kind"`
-	Arguments        any      `json:"arguments"`
-	AllowedDecisions []string `json:"allowed_decisions"`
-	Description      string   `json:"description"`
-	// Reason says which rules made an approval wait, e.g. "server policy:
-	// ask mcp__github__*; skill researcher: interruptOn" (jobs/gate.go).
-	Reason string `json:"reason,omitempty"`
-	// InnerCall is, on a run_js call waiting for approval, the script's
-	// call that an approval lets run, with its arguments whole.
-	InnerCall *apiInnerCall `json:"inner_call,omitempty"`
-	// WaitingFor names whom a call routed to named approvers waits for
-	// (docs/team.md), and Yours whether the reader may decide it: false
-	// for a viewer, a call routed to others, or a four-eyes call of a run
-	// they started (a decision is refused with the reason).
-	WaitingFor string `json:"waiting_for,omitempty"`
-	Yours      bool   `json:"yours"`
-	// Undecidable says why nobody could decide the call right now
-	// (docs/team.md: a group nobody in it has signed in to, a disabled
-	// approver, four eyes on a thread shared with nobody else); absent
-	// when someone could. The call keeps waiting.
-	Undecidable string `json:"undecidable,omitempty"`
-	// AdminOverride reports that the reader, an admin, may decide this
-	// call nobody else can, in its approvers' place: a decision with
-	// "override_reason".
-	AdminOverride bool `json:"admin_override,omitempty"`
-}
-
-// apiInnerCall is the script's call a run_js approval applies to: its place
-// among the script's tool calls (from 0), the tool and the arguments.
-type apiInnerCall struct {
-	Seq       int    `json:"seq"`
-	Tool      string `json:"tool"`
-	Arguments any    `json:"arguments"`
-}
-
-// apiDecision is a decision taken on a tool call: who, what, when, and the
-// arguments before and after an edit.
-type apiDecision struct {
-	ID              int64     `json:"id"`
-	CallID          string    `json:"call_id"`
-	Tool            string    `json:"tool"`
-	Type            string    `json:"type"`
-	DecidedBy       *apiUser  `json:"decided_by"`
-	DecidedAt       time.Time `json:"decided_at"`
-	Message         string    `json:"message"`
-	Arguments       any       `json:"arguments"`
-	EditedArguments any       `json:"edited_arguments"`
-}
-
-type apiUser struct {
-	ID   int64  `json:"id"`
-	Name string `json:"name"`
-}
-
-type apiUsage struct {
-	Steps            int64 `json:"steps"`
-	PromptTokens     int64 `json:"prompt_tokens"`
-	CompletionTokens int64 `json:"completion_tokens"`
-	// CostUSD is what the thread's model calls cost (docs/team.md);
-	// UnpricedCalls counts those of models without a price, at 0.
-	CostUSD       float64 `json:"cost_usd"`
-	UnpricedCalls int64   `json:"unpriced_calls"`
-}
-
-type apiCounts struct {
-	All    int64 `json:"all"`
-	Unread int64 `json:"unread"`
-	Action int64 `json:"action"`
-}
-
-type apiThreadList struct {
-	Threads    []apiThread `json:"threads"`
-	NextCursor *string     `json:"next_cursor"`
-	Counts     apiCounts   `json:"counts"`
-}
-
-func toAPIThread(t db.Thread) apiThread {
-	out := apiThread{
+func toAPIThread(t db.Thread) apiv1.Thread {
+	out := apiv1.Thread{
 		ID: t.ID, Title: t.Title, Status: t.Status, Unread: t.Unread, Archived: t.Archived,
 		Summary:   t.Summary(),
 		Skill:     optional(t.Skill),
-		Trigger:   apiTrigger{Kind: t.TriggerKind, At: t.TriggerAt.UTC(), Ref: optional(t.TriggerRef)},
+		Trigger:   apiv1.Trigger{Kind: t.TriggerKind, At: t.TriggerAt.UTC(), Ref: optional(t.TriggerRef)},
 		URL:       "/threads/" + strconv.FormatInt(t.ID, 10),
 		CreatedAt: t.CreatedAt.UTC(), UpdatedAt: t.UpdatedAt.UTC(),
 		Role: t.Role, WaitingFor: t.WaitingFor(), Undecidable: t.Status == db.StatusWaiting && t.Undecidable,
 	}
 	if t.FolderID != nil {
-		out.Folder = &apiFolder{ID: *t.FolderID, Name: t.FolderName}
+		out.Folder = &apiv1.Folder{ID: *t.FolderID, Name: t.FolderName}
 	}
 	return out
 }
@@ -242,12 +57,18 @@ func optional(s string) *string {
 }
 
 // apiArguments shows a tool call's arguments as the JSON the model sent, or
-// as the raw text when it is not valid JSON (a model can send anything).
-func apiArguments(raw string) any {
+// as the raw text in a JSON string when it is not valid JSON (a model can
+// send anything). The string is encoded as writeJSON encodes, without
+// escaping HTML.
+func apiArguments(raw string) json.RawMessage {
 	if json.Valid([]byte(raw)) {
 		return json.RawMessage(raw)
 	}
-	return raw
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(raw) // a string always encodes
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 }
 
 // errThreadNotFound answers for a thread that does not exist or is another
@@ -272,13 +93,6 @@ func threadErr(err error) error {
 	return err
 }
 
-// apiCreateThreadRequest is the body of POST /api/v1/threads.
-type apiCreateThreadRequest struct {
-	Prompt string `json:"prompt"`
-	Skill  string `json:"skill"`
-	Folder string `json:"folder"`
-}
-
 // apiCreateThread starts a thread: POST /api/v1/threads
 // {"prompt": "...", "skill": "name", "folder": "name"} answers 201 with the
 // thread, its run queued. The same fields as multipart/form-data, with
@@ -290,7 +104,7 @@ func (h *Handler) apiCreateThread(w http.ResponseWriter, r *http.Request) error 
 	if err := h.checkRunRate(ctx); err != nil {
 		return err
 	}
-	var req apiCreateThreadRequest
+	var req apiv1.CreateThreadRequest
 	var uploads []jobs.Upload
 	if isMultipart(r) {
 		var closeUploads func()
@@ -328,45 +142,45 @@ func (h *Handler) apiCreateThread(w http.ResponseWriter, r *http.Request) error 
 		}
 	}
 	w.Header().Set("Location", "/api/v1/threads/"+strconv.FormatInt(t.ID, 10))
-	return writeJSON(w, http.StatusCreated, apiCreatedThread{apiThread: toAPIThread(t), Attachments: toAPIAttachments(as)})
+	return writeJSON(w, http.StatusCreated, apiv1.CreatedThread{Thread: toAPIThread(t), Attachments: toAPIAttachments(as)})
 }
 
 // apiUploadRequest reads a multipart POST /api/v1/threads: the fields of
-// apiCreateThreadRequest and the files of "files", checked against the
+// apiv1.CreateThreadRequest and the files of "files", checked against the
 // attachment limits. Unknown fields are refused, as in the JSON body. The
 // returned function closes the files.
-func apiUploadRequest(w http.ResponseWriter, r *http.Request) (apiCreateThreadRequest, []jobs.Upload, func(), error) {
+func apiUploadRequest(w http.ResponseWriter, r *http.Request) (apiv1.CreateThreadRequest, []jobs.Upload, func(), error) {
 	none := func() {}
 	if err := parseUploadForm(w, r); err != nil {
 		var he httpError
 		if errors.As(err, &he) && he.status == http.StatusRequestEntityTooLarge {
 			he.msg = fmt.Sprintf("the body is larger than %d MB", maxUploadBody>>20)
-			return apiCreateThreadRequest{}, nil, none, he
+			return apiv1.CreateThreadRequest{}, nil, none, he
 		}
-		return apiCreateThreadRequest{}, nil, none, httpError{http.StatusBadRequest, "the multipart/form-data body could not be read"}
+		return apiv1.CreateThreadRequest{}, nil, none, httpError{http.StatusBadRequest, "the multipart/form-data body could not be read"}
 	}
 	known := []string{"prompt", "skill", "folder"}
 	for k, v := range r.MultipartForm.Value {
 		if !slices.Contains(known, k) {
-			return apiCreateThreadRequest{}, nil, none, httpError{http.StatusBadRequest, fmt.Sprintf("unknown field %q (known: prompt, skill, folder, and files for the files)", k)}
+			return apiv1.CreateThreadRequest{}, nil, none, httpError{http.StatusBadRequest, fmt.Sprintf("unknown field %q (known: prompt, skill, folder, and files for the files)", k)}
 		}
 		if len(v) > 1 {
-			return apiCreateThreadRequest{}, nil, none, httpError{http.StatusBadRequest, fmt.Sprintf("field %q is given %d times", k, len(v))}
+			return apiv1.CreateThreadRequest{}, nil, none, httpError{http.StatusBadRequest, fmt.Sprintf("field %q is given %d times", k, len(v))}
 		}
 	}
 	for k := range r.MultipartForm.File {
 		if k != uploadField {
-			return apiCreateThreadRequest{}, nil, none, httpError{http.StatusBadRequest, fmt.Sprintf("files go in the field %q, not %q", uploadField, k)}
+			return apiv1.CreateThreadRequest{}, nil, none, httpError{http.StatusBadRequest, fmt.Sprintf("files go in the field %q, not %q", uploadField, k)}
 		}
 	}
-	req := apiCreateThreadRequest{Prompt: r.PostForm.Get("prompt"), Skill: r.PostForm.Get("skill"), Folder: r.PostForm.Get("folder")}
+	req := apiv1.CreateThreadRequest{Prompt: r.PostForm.Get("prompt"), Skill: r.PostForm.Get("skill"), Folder: r.PostForm.Get("folder")}
 	files := uploadedFiles(r)
 	if status, msg := checkUploads(files); status != 0 {
-		return apiCreateThreadRequest{}, nil, none, httpError{status, msg}
+		return apiv1.CreateThreadRequest{}, nil, none, httpError{status, msg}
 	}
 	uploads, closeUploads, err := openUploads(files)
 	if err != nil {
-		return apiCreateThreadRequest{}, nil, none, err
+		return apiv1.CreateThreadRequest{}, nil, none, err
 	}
 	return req, uploads, closeUploads, nil
 }
@@ -445,9 +259,9 @@ func (h *Handler) apiListThreads(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := apiThreadList{
-		Threads: make([]apiThread, 0, len(threads)),
-		Counts:  apiCounts{All: counts.All, Unread: counts.Unread, Action: counts.Action},
+	out := apiv1.ThreadList{
+		Threads: make([]apiv1.Thread, 0, len(threads)),
+		Counts:  apiv1.Counts{All: counts.All, Unread: counts.Unread, Action: counts.Action},
 	}
 	for _, t := range threads {
 		at := toAPIThread(t)
@@ -513,22 +327,22 @@ func (h *Handler) apiShowThread(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return threadErr(err)
 	}
-	out := apiThreadDetail{
-		apiThread: toAPIThread(v.Thread),
+	out := apiv1.ThreadDetail{
+		Thread:    toAPIThread(v.Thread),
 		Model:     v.Thread.Model,
 		Error:     optional(v.Thread.Error),
-		Messages:  make([]apiMessage, 0, len(v.Messages)),
-		Pending:   []apiPending{},
-		Decisions: []apiDecision{},
-		Usage: apiUsage{Steps: v.Usage.Steps, PromptTokens: v.Usage.PromptTokens, CompletionTokens: v.Usage.CompletionTokens,
+		Messages:  make([]apiv1.Message, 0, len(v.Messages)),
+		Pending:   []apiv1.Pending{},
+		Decisions: []apiv1.Decision{},
+		Usage: apiv1.Usage{Steps: v.Usage.Steps, PromptTokens: v.Usage.PromptTokens, CompletionTokens: v.Usage.CompletionTokens,
 			CostUSD: math.Round(v.Usage.Cost.Dollars()*1e6) / 1e6, UnpricedCalls: v.Usage.Unpriced},
 
 		Attachments: toAPIAttachments(v.Attachments),
 	}
 	for _, m := range v.Messages {
-		am := apiMessage{ID: m.ID, Role: m.Role, Content: m.Content, CreatedAt: m.CreatedAt.UTC()}
+		am := apiv1.Message{ID: m.ID, Role: m.Role, Content: m.Content, CreatedAt: m.CreatedAt.UTC()}
 		for _, c := range m.ToolCalls {
-			am.ToolCalls = append(am.ToolCalls, apiToolCall{ID: c.ID, Name: c.Name, Arguments: apiArguments(c.Arguments)})
+			am.ToolCalls = append(am.ToolCalls, apiv1.ToolCall{ID: c.ID, Name: c.Name, Arguments: apiArguments(c.Arguments)})
 		}
 		if m.Role == db.RoleTool {
 			isError := m.IsError
@@ -588,7 +402,7 @@ func waitingSubagentCalls(subs []db.SubagentView) []db.ToolCallRow {
 // toAPIPending shows a waiting call of v as its reader reads it: whether
 // they may decide it (v.Deciders, nil: all of them), whether nobody could
 // (v.Undecidable) and whether they may then decide it as an admin.
-func toAPIPending(c db.ToolCallRow, v db.ThreadView, admin bool) apiPending {
+func toAPIPending(c db.ToolCallRow, v db.ThreadView, admin bool) apiv1.Pending {
 	deciders := v.Deciders
 	kind := c.WaitKind
 	if kind == "" {
@@ -601,7 +415,7 @@ func toAPIPending(c db.ToolCallRow, v db.ThreadView, admin bool) apiPending {
 	if allowed == nil {
 		allowed = []string{}
 	}
-	p := apiPending{
+	p := apiv1.Pending{
 		ID: c.ID, ThreadID: c.ThreadID, CallID: c.CallID, Tool: c.Name, Kind: kind,
 		// An unknown-outcome call may have been edited before it ran: show
 		// what a retry would run.
@@ -616,42 +430,24 @@ func toAPIPending(c db.ToolCallRow, v db.ThreadView, admin bool) apiPending {
 		p.Undecidable, p.AdminOverride = u.Reason, admin && !u.ReaderStarted
 	}
 	if in := c.InnerCall; in != nil && c.State == db.CallPending {
-		p.InnerCall = &apiInnerCall{Seq: in.Seq, Tool: in.Tool, Arguments: apiArguments(in.Arguments)}
+		p.InnerCall = &apiv1.InnerCall{Seq: in.Seq, Tool: in.Tool, Arguments: apiArguments(in.Arguments)}
 	}
 	return p
 }
 
-func toAPIDecision(c db.ToolCallRow) apiDecision {
-	d := apiDecision{
+func toAPIDecision(c db.ToolCallRow) apiv1.Decision {
+	d := apiv1.Decision{
 		ID: c.ID, CallID: c.CallID, Tool: c.Name, Type: c.Decision,
 		DecidedAt: c.DecidedAt.UTC(), Message: c.DecisionMessage,
 		Arguments: apiArguments(c.Arguments),
 	}
 	if c.DecidedBy != nil {
-		d.DecidedBy = &apiUser{ID: *c.DecidedBy, Name: c.DecidedByName}
+		d.DecidedBy = &apiv1.User{ID: *c.DecidedBy, Name: c.DecidedByName}
 	}
 	if c.EditedArguments != nil {
 		d.EditedArguments = apiArguments(*c.EditedArguments)
 	}
 	return d
-}
-
-// apiDecisionsRequest is the body of POST /api/v1/threads/{id}/decisions.
-type apiDecisionsRequest struct {
-	Decisions []apiDecisionInput `json:"decisions"`
-}
-
-type apiDecisionInput struct {
-	ID        int64           `json:"id"`
-	Type      string          `json:"type"`
-	Arguments json.RawMessage `json:"arguments"`
-	Message   string          `json:"message"`
-	// InnerSeq is required on a run_js call waiting at a call of its
-	// script: the inner_call.seq the client read.
-	InnerSeq *int `json:"inner_seq"`
-	// OverrideReason is, from an admin deciding a call nobody else can
-	// (pending[].admin_override), why: it goes to the audit log.
-	OverrideReason *string `json:"override_reason"`
 }
 
 // apiDecide applies decisions to the calls waiting in a thread:
@@ -666,7 +462,7 @@ func (h *Handler) apiDecide(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req apiDecisionsRequest
+	var req apiv1.DecisionsRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		return err
 	}
@@ -732,7 +528,7 @@ func resumedStatus(out jobs.Outcome) int {
 
 // decisionInputs checks the decisions of a request and turns them into the
 // runtime's. Whether a call allows a decision is the runtime's to check.
-func decisionInputs(ds []apiDecisionInput) ([]jobs.DecisionInput, error) {
+func decisionInputs(ds []apiv1.DecisionInput) ([]jobs.DecisionInput, error) {
 	bad := func(i int, format string, args ...any) error {
 		return httpError{http.StatusBadRequest, fmt.Sprintf("decisions[%d]: ", i) + fmt.Sprintf(format, args...)}
 	}
@@ -777,11 +573,6 @@ func decisionInputs(ds []apiDecisionInput) ([]jobs.DecisionInput, error) {
 	return out, nil
 }
 
-// apiReplyRequest is the body of POST /api/v1/threads/{id}/messages.
-type apiReplyRequest struct {
-	Content string `json:"content"`
-}
-
 // apiReply continues a thread whose run has ended with the user's message:
 // POST /api/v1/threads/{id}/messages {"content": "..."}. The run is queued (202).
 func (h *Handler) apiReply(w http.ResponseWriter, r *http.Request) error {
@@ -790,7 +581,7 @@ func (h *Handler) apiReply(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req apiReplyRequest
+	var req apiv1.ReplyRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		return err
 	}

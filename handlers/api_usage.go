@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"pizzabot/apiv1"
 	"pizzabot/db"
 )
 
@@ -25,33 +26,8 @@ func (h *Handler) adminAPI(fn handlerFunc) http.Handler {
 	})
 }
 
-// apiUsageRow is one group of a usage report, or its total.
-type apiUsageRow struct {
-	Key              string  `json:"key,omitempty"`
-	Label            string  `json:"label,omitempty"`
-	Calls            int64   `json:"calls"`
-	PromptTokens     int64   `json:"prompt_tokens"`
-	CompletionTokens int64   `json:"completion_tokens"`
-	CostUSD          float64 `json:"cost_usd"`
-	// CostNanoUSD is the exact cost, in billionths of a dollar.
-	CostNanoUSD   int64 `json:"cost_nano_usd"`
-	UnpricedCalls int64 `json:"unpriced_calls"`
-}
-
-type apiUsageReport struct {
-	From     string        `json:"from"`
-	To       string        `json:"to"`
-	Group    string        `json:"group"`
-	Currency string        `json:"currency"`
-	Rows     []apiUsageRow `json:"rows"`
-	Total    apiUsageRow   `json:"total"`
-	// UnpricedModels were called in the range without a price: their
-	// calls count as 0.
-	UnpricedModels []string `json:"unpriced_models"`
-}
-
-func toAPIUsageRow(r db.UsageRow) apiUsageRow {
-	return apiUsageRow{
+func toAPIUsageRow(r db.UsageRow) apiv1.UsageRow {
+	return apiv1.UsageRow{
 		Key: r.Key, Label: r.Label, Calls: r.Calls, PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens,
 		CostUSD: math.Round(r.Cost.Dollars()*1e6) / 1e6, CostNanoUSD: int64(r.Cost), UnpricedCalls: r.Unpriced,
 	}
@@ -87,9 +63,9 @@ func (h *Handler) apiShowUsage(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := apiUsageReport{
+	out := apiv1.UsageReport{
 		From: fromF.Value, To: to.AddDate(0, 0, -1).Format(time.DateOnly), Group: string(group), Currency: "USD",
-		Rows: make([]apiUsageRow, 0, len(rows)), Total: toAPIUsageRow(total), UnpricedModels: unpriced,
+		Rows: make([]apiv1.UsageRow, 0, len(rows)), Total: toAPIUsageRow(total), UnpricedModels: unpriced,
 	}
 	if out.UnpricedModels == nil {
 		out.UnpricedModels = []string{}

@@ -73,7 +73,8 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	mux.Handle("POST /settings/grants/{id}/writable", h.admin(h.setGrantWritable))
 	mux.Handle("POST /settings/grants/{id}/delete", h.admin(h.deleteGrant))
 
-	// The JSON API (api.go, api_threads.go; docs/api.md). Errors are
+	// The JSON API (api.go, api_threads.go; docs/api.md), whose requests
+	// and answers are the types of package apiv1. Errors are
 	// {"error": "..."}; reading a thread here does not mark it read.
 	mux.Handle("POST /api/v1/threads", h.admitStart(h.api(h.apiCreateThread)))
 	mux.Handle("GET /api/v1/threads", h.api(h.apiListThreads))

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"pizzabot/agent"
+	"pizzabot/apiv1"
 	"pizzabot/db"
 	"pizzabot/triggers"
 	"pizzabot/views"
@@ -333,50 +334,14 @@ func (h *Handler) deleteSchedule(w http.ResponseWriter, r *http.Request) error {
 
 // The JSON API.
 
-// apiSchedule is a schedule as the API shows it.
-type apiSchedule struct {
-	ID            int64      `json:"id"`
-	Name          string     `json:"name"`
-	Skill         *string    `json:"skill"`
-	Prompt        string     `json:"prompt"`
-	Cron          string     `json:"cron"`
-	Timezone      string     `json:"timezone"`
-	Folder        *apiFolder `json:"folder"`
-	Paused        bool       `json:"paused"`
-	SkipIfRunning bool       `json:"skip_if_running"`
-	// NextFires are the next five fires; empty when paused.
-	NextFires   []time.Time `json:"next_fires"`
-	LastFiredAt *time.Time  `json:"last_fired_at"`
-	// URL is the schedule's page in the web interface.
-	URL       string    `json:"url"`
-	CreatedAt time.Time `json:"created_at"`
-	UpdatedAt time.Time `json:"updated_at"`
-}
-
-// apiFire is one fire of a schedule.
-type apiFire struct {
-	DueAt      time.Time `json:"due_at"`
-	FirstDueAt time.Time `json:"first_due_at"`
-	Covers     int       `json:"covers"`
-	RanAt      time.Time `json:"ran_at"`
-	Outcome    string    `json:"outcome"`
-	Detail     *string   `json:"detail"`
-	ThreadID   *int64    `json:"thread_id"`
-}
-
-type apiScheduleDetail struct {
-	apiSchedule
-	Fires []apiFire `json:"fires"`
-}
-
-func toAPISchedule(s db.Schedule) apiSchedule {
-	out := apiSchedule{
+func toAPISchedule(s db.Schedule) apiv1.Schedule {
+	out := apiv1.Schedule{
 		ID: s.ID, Name: s.Name, Skill: optional(s.Skill), Prompt: s.Prompt, Cron: s.Cron, Timezone: s.Timezone,
 		Paused: s.Paused, SkipIfRunning: s.SkipIfRunning, NextFires: []time.Time{},
 		URL: "/schedules/" + strconv.FormatInt(s.ID, 10), CreatedAt: s.CreatedAt.UTC(), UpdatedAt: s.UpdatedAt.UTC(),
 	}
 	if s.FolderID != nil {
-		out.Folder = &apiFolder{ID: *s.FolderID, Name: s.FolderName}
+		out.Folder = &apiv1.Folder{ID: *s.FolderID, Name: s.FolderName}
 	}
 	if s.LastFiredAt != nil {
 		t := s.LastFiredAt.UTC()
@@ -413,9 +378,7 @@ func (h *Handler) apiListSchedules(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
-	out := struct {
-		Schedules []apiSchedule `json:"schedules"`
-	}{Schedules: []apiSchedule{}}
+	out := apiv1.ScheduleList{Schedules: []apiv1.Schedule{}}
 	for _, s := range ss {
 		out.Schedules = append(out.Schedules, toAPISchedule(s))
 	}
@@ -439,9 +402,9 @@ func (h *Handler) apiShowSchedule(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	out := apiScheduleDetail{apiSchedule: toAPISchedule(s), Fires: []apiFire{}}
+	out := apiv1.ScheduleDetail{Schedule: toAPISchedule(s), Fires: []apiv1.Fire{}}
 	for _, f := range fires {
-		out.Fires = append(out.Fires, apiFire{
+		out.Fires = append(out.Fires, apiv1.Fire{
 			DueAt: f.DueAt.UTC(), FirstDueAt: f.FirstDueAt.UTC(), Covers: f.Covers, RanAt: f.RanAt.UTC(),
 			Outcome: f.Outcome, Detail: optional(f.Detail), ThreadID: f.ThreadID,
 		})
@@ -449,22 +412,8 @@ func (h *Handler) apiShowSchedule(w http.ResponseWriter, r *http.Request) error 
 	return writeJSON(w, http.StatusOK, out)
 }
 
-// apiScheduleRequest is the body of POST and PATCH /api/v1/schedules. In a
-// PATCH an absent field keeps its value; "folder": "" (or null) takes the
-// runs out of any folder.
-type apiScheduleRequest struct {
-	Name          *string         `json:"name"`
-	Skill         *string         `json:"skill"`
-	Prompt        *string         `json:"prompt"`
-	Cron          *string         `json:"cron"`
-	Timezone      *string         `json:"timezone"`
-	Folder        json.RawMessage `json:"folder"`
-	Paused        *bool           `json:"paused"`
-	SkipIfRunning *bool           `json:"skip_if_running"`
-}
-
 // applyScheduleRequest sets the request's fields on in.
-func (h *Handler) applyScheduleRequest(ctx context.Context, userID int64, req apiScheduleRequest, in *db.ScheduleFields) error {
+func (h *Handler) applyScheduleRequest(ctx context.Context, userID int64, req apiv1.ScheduleRequest, in *db.ScheduleFields) error {
 	set := func(dst *string, src *string) {
 		if src != nil {
 			*dst = *src
@@ -515,7 +464,7 @@ func (h *Handler) applyScheduleRequest(ctx context.Context, userID int64, req ap
 func (h *Handler) apiCreateSchedule(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	user := userFrom(ctx)
-	var req apiScheduleRequest
+	var req apiv1.ScheduleRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		return err
 	}
@@ -547,7 +496,7 @@ func (h *Handler) apiUpdateSchedule(w http.ResponseWriter, r *http.Request) erro
 	if err != nil {
 		return err
 	}
-	var req apiScheduleRequest
+	var req apiv1.ScheduleRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		return err
 	}

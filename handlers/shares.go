@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"pizzabot/agent"
+	"pizzabot/apiv1"
 	"pizzabot/db"
 )
 
@@ -36,27 +37,12 @@ func (h *Handler) access(ctx context.Context) (db.Access, error) {
 	return a, nil
 }
 
-// shareRequest is what the form and the API send: whom ("ana@example.com",
-// "user:ana@example.com" or "group:deal-desk") and the role.
-type shareRequest struct {
-	With string `json:"with"`
-	Role string `json:"role"`
-}
-
-// apiShare is a share as the API shows it.
-type apiShare struct {
-	ID    int64  `json:"id"`
-	With  string `json:"with"`
-	Role  string `json:"role"`
-	Since string `json:"created_at"`
-}
-
-func toAPIShare(s db.Share) apiShare {
-	return apiShare{ID: s.ID, With: s.Principal, Role: s.Role, Since: s.CreatedAt.UTC().Format("2006-01-02T15:04:05Z")}
+func toAPIShare(s db.Share) apiv1.Share {
+	return apiv1.Share{ID: s.ID, With: s.Principal, Role: s.Role, CreatedAt: s.CreatedAt.UTC().Format("2006-01-02T15:04:05Z")}
 }
 
 // share shares one of the user's folders as asked, audited.
-func (h *Handler) share(ctx context.Context, folderID int64, req shareRequest) (db.Share, error) {
+func (h *Handler) share(ctx context.Context, folderID int64, req apiv1.ShareRequest) (db.Share, error) {
 	user := userFrom(ctx)
 	principal, err := agent.ParsePrincipal(req.With)
 	if err != nil {
@@ -107,7 +93,7 @@ func (h *Handler) shareFolder(w http.ResponseWriter, r *http.Request) error {
 	if err := parseForm(w, r); err != nil {
 		return err
 	}
-	if _, err := h.share(r.Context(), id, shareRequest{With: r.PostForm.Get("with"), Role: r.PostForm.Get("role")}); err != nil {
+	if _, err := h.share(r.Context(), id, apiv1.ShareRequest{With: r.PostForm.Get("with"), Role: r.PostForm.Get("role")}); err != nil {
 		return err
 	}
 	return seeOther(w, r, "/folders#folder-"+strconv.FormatInt(id, 10))
@@ -148,11 +134,11 @@ func (h *Handler) apiListShares(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := []apiShare{}
+	out := apiv1.ShareList{Shares: []apiv1.Share{}}
 	for _, s := range ss {
-		out = append(out, toAPIShare(s))
+		out.Shares = append(out.Shares, toAPIShare(s))
 	}
-	return writeJSON(w, http.StatusOK, map[string]any{"shares": out})
+	return writeJSON(w, http.StatusOK, out)
 }
 
 // apiShareFolder: POST /api/v1/folders/{id}/shares {"with": "group:x",
@@ -163,7 +149,7 @@ func (h *Handler) apiShareFolder(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	var req shareRequest
+	var req apiv1.ShareRequest
 	if err := decodeJSON(w, r, &req); err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"pizzabot/apiv1"
 	"pizzabot/db"
 	"pizzabot/live"
 )
@@ -357,13 +358,6 @@ func (s *stream) textSoFar(threadID int64) {
 	}
 }
 
-// deltaEvent is the data of a "delta" message.
-type deltaEvent struct {
-	Thread int64  `json:"thread"`
-	Text   string `json:"text"`
-	Reset  bool   `json:"reset"`
-}
-
 // delta writes streamed text, skipping what the client already has; a
 // client that joined a stream midway, or missed a piece, gets its whole
 // text so far with reset.
@@ -402,7 +396,7 @@ func (s *stream) delta(d *live.Delta) {
 	if text == "" && !reset {
 		return
 	}
-	s.message("delta", deltaEvent{Thread: d.ThreadID, Text: text, Reset: reset}, "")
+	s.message(apiv1.EventDelta, apiv1.DeltaEvent{Thread: d.ThreadID, Text: text, Reset: reset}, "")
 }
 
 // heartbeat keeps the connection alive. When the client is up to date it

@@ -41,17 +41,22 @@ type liveBundle struct {
 func setupLive(t *testing.T) *liveBundle {
 	t.Helper()
 	var broker *live.Broker
-	b := setup(t, func(d *handlers.Deps) {
-		broker = live.New(d.Pool, live.Options{FlushEvery: 20 * time.Millisecond})
-		if err := broker.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(broker.Close)
-		d.Live = broker
-	})
+	b := setup(t, withLive(t, &broker))
 	srv := httptest.NewServer(b.srv)
 	t.Cleanup(srv.Close)
 	return &liveBundle{bundle: b, broker: broker, url: srv.URL}
+}
+
+// withLive gives the server a started live broker, stored in *broker.
+func withLive(t *testing.T, broker **live.Broker) func(*handlers.Deps) {
+	return func(d *handlers.Deps) {
+		*broker = live.New(d.Pool, live.Options{FlushEvery: 20 * time.Millisecond})
+		if err := (*broker).Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup((*broker).Close)
+		d.Live = *broker
+	}
 }
 
 // connect opens user's event stream at path (with its query) with

@@ -1,0 +1,32 @@
+package apiv1
+
+// UsageReport is the answer of GET /api/v1/usage (admins): what the model
+// calls cost in a range of UTC days, both ends included, by Group (day,
+// user, skill or model).
+type UsageReport struct {
+	From     string     `json:"from"`
+	To       string     `json:"to"`
+	Group    string     `json:"group"`
+	Currency string     `json:"currency"`
+	Rows     []UsageRow `json:"rows"`
+	Total    UsageRow   `json:"total"`
+	// UnpricedModels were called in the range without a price: their
+	// calls count as 0.
+	UnpricedModels []string `json:"unpriced_models"`
+}
+
+// UsageRow is one group of a usage report, or its total (without Key and
+// Label). Key is the day, the user's id, the skill ("" for runs without
+// one) or the model spec; Label is the user's email.
+type UsageRow struct {
+	Key              string `json:"key,omitempty"`
+	Label            string `json:"label,omitempty"`
+	Calls            int64  `json:"calls"`
+	PromptTokens     int64  `json:"prompt_tokens"`
+	CompletionTokens int64  `json:"completion_tokens"`
+	// CostUSD is the cost rounded to a millionth of a dollar.
+	CostUSD float64 `json:"cost_usd"`
+	// CostNanoUSD is the exact cost, in billionths of a dollar.
+	CostNanoUSD   int64 `json:"cost_nano_usd"`
+	UnpricedCalls int64 `json:"unpriced_calls"`
+}
