@@ -35,6 +35,10 @@ type Thread struct {
 	// WaitingFor names whom a waiting call routed to named approvers waits
 	// for ("deploy-oncall"); absent otherwise.
 	WaitingFor string `json:"waiting_for,omitempty"`
+	// Undecidable reports, on a waiting thread outside the reader's Action
+	// queue, that nobody could decide a waiting call of it (or of its
+	// sub-agents) right now: its pending calls say why. Absent otherwise.
+	Undecidable bool `json:"undecidable,omitempty"`
 }
 
 // Folder is the folder of a thread or of a schedule's runs.
@@ -132,6 +136,15 @@ type Pending struct {
 	// they started (a decision is refused with the reason).
 	WaitingFor string `json:"waiting_for,omitempty"`
 	Yours      bool   `json:"yours"`
+	// Undecidable says why nobody could decide the call right now
+	// (docs/team.md: a group nobody in it has signed in to, a disabled
+	// approver, four eyes on a thread shared with nobody else); absent
+	// when someone could. The call keeps waiting.
+	Undecidable string `json:"undecidable,omitempty"`
+	// AdminOverride reports that the reader, an admin, may decide this
+	// call nobody else can in its approvers' place: a decision with
+	// DecisionInput.OverrideReason.
+	AdminOverride bool `json:"admin_override,omitempty"`
 }
 
 // Allows reports whether the call takes this decision.
@@ -218,6 +231,9 @@ type DecisionInput struct {
 	// InnerSeq is required on a run_js call waiting at a call of its
 	// script: the inner_call.seq the client read.
 	InnerSeq *int `json:"inner_seq,omitempty"`
+	// OverrideReason is, from an admin deciding a call nobody else can
+	// (Pending.AdminOverride), why: it goes to the audit log.
+	OverrideReason *string `json:"override_reason,omitempty"`
 }
 
 // ReplyRequest is the body of POST /api/v1/threads/{id}/messages.

@@ -365,6 +365,10 @@ func (x *cmdEnv) showPending(w io.Writer, d client.ThreadDetail) {
 			fmt.Fprintf(w, "    an approval lets the script's call %d run: %s\n", in.Seq+1, x.paint(cyan, in.Tool))
 			fmt.Fprintln(w, indent(prettyJSON(in.Arguments), "      "))
 		}
+		if p.Undecidable != "" {
+			fmt.Fprintf(w, "    %s %s. It keeps waiting: see the thread's page for the way out, or pizza-bot cancel %d.\n",
+				x.paint(yellow+";"+bold, "Nobody can decide it:"), p.Undecidable, d.ID)
+		}
 	}
 	call := ""
 	if len(d.Pending) > 1 {

@@ -70,6 +70,12 @@ type Thread struct {
 	// BudgetHold is, on a waiting thread, the budget hold its run or one
 	// of its sub-agents' waits on (budgets.go); nil otherwise.
 	BudgetHold *BudgetHoldNote `db:"budget_hold"`
+	// Undecidable reports, on a waiting thread as GetThread and
+	// ListThreads read it, that it is not in the reader's Action queue and
+	// that nobody could decide a waiting call of it or of its sub-agents
+	// right now (deciders.go, markUndecidable): the call waits, and its
+	// people are told so.
+	Undecidable bool `db:"-"`
 	// Role is what the reader is to the thread (RoleOwner, RoleMember,
 	// RoleViewer, RoleApprover) as GetThread and ListThreads read it; ""
 	// from the runtime's reads, which act for the owner.
@@ -92,30 +98,14 @@ func (t Thread) Summary() string {
 	}
 	switch t.Status {
 	case StatusWaiting:
-		switch {
-		case tool == "" && t.BudgetHold != nil:
-			return firstLine(t.BudgetHold.Summary, 140)
-		case tool == "":
-			return "Waiting for you"
-		case kind == WaitQuestion:
-			q := firstLine(stringArgument(args, "question"), 140)
-			if q == "" {
-				q = firstLine(desc, 140)
+		if t.Undecidable && t.BudgetHold == nil {
+			// It waits for nobody: say so before what it waits at.
+			if tool == "" {
+				return "Nobody can decide its waiting call"
 			}
-			return "Question: " + q
-		case kind == WaitUnknown:
-			return "Outcome unknown: " + tool
+			return "Nobody can decide: " + t.waitingSummary(kind, tool, args, desc)
 		}
-		s := "Approve " + tool
-		if a := firstLine(stringArgument(args, ""), 100); a != "" {
-			s += " " + a
-		} else if d := firstLine(desc, 120); d != "" {
-			s += ": " + d
-		}
-		if who := t.waitingFor(); who != "" {
-			s += " (waiting for " + who + ")"
-		}
-		return s
+		return t.waitingSummary(kind, tool, args, desc)
 	case StatusRunning:
 		if tool != "" {
 			return "calling " + tool
@@ -133,6 +123,34 @@ func (t Thread) Summary() string {
 		return "Cancelled"
 	}
 	return firstLine(t.SummaryText, 140)
+}
+
+// waitingSummary is the Summary of a waiting thread: what it waits at.
+func (t Thread) waitingSummary(kind, tool, args, desc string) string {
+	switch {
+	case tool == "" && t.BudgetHold != nil:
+		return firstLine(t.BudgetHold.Summary, 140)
+	case tool == "":
+		return "Waiting for you"
+	case kind == WaitQuestion:
+		q := firstLine(stringArgument(args, "question"), 140)
+		if q == "" {
+			q = firstLine(desc, 140)
+		}
+		return "Question: " + q
+	case kind == WaitUnknown:
+		return "Outcome unknown: " + tool
+	}
+	s := "Approve " + tool
+	if a := firstLine(stringArgument(args, ""), 100); a != "" {
+		s += " " + a
+	} else if d := firstLine(desc, 120); d != "" {
+		s += ": " + d
+	}
+	if who := t.waitingFor(); who != "" {
+		s += " (waiting for " + who + ")"
+	}
+	return s
 }
 
 // waitingFor names whom the thread's first waiting call is routed to, ""
@@ -445,6 +463,9 @@ func ListThreads(ctx context.Context, q Querier, a Access, f ThreadFilter, after
 			JOIN threads t ON t.id = p.id LEFT JOIN folders f ON f.id = t.folder_id
 			ORDER BY t.updated_at DESC, t.id DESC`, args)
 	}
+	if err == nil {
+		err = markUndecidable(ctx, q, ts)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("list threads: %w", err)
 	}
@@ -562,7 +583,15 @@ func CountThreads(ctx context.Context, q Querier, a Access) (Counts, error) {
 // own, one of a folder shared with them, or one with a call routed to them,
 // with their Role and their read state. Another is ErrNotFound.
 func GetThread(ctx context.Context, q Querier, userID, id int64) (Thread, error) {
-	return getThread(ctx, q, userID, id, "")
+	t, err := getThread(ctx, q, userID, id, "")
+	if err != nil {
+		return Thread{}, err
+	}
+	ts := []Thread{t}
+	if err := markUndecidable(ctx, q, ts); err != nil {
+		return Thread{}, fmt.Errorf("get thread %d: %w", id, err)
+	}
+	return ts[0], nil
 }
 
 // getThread is GetThread with a locking clause.

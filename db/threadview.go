@@ -32,6 +32,10 @@ type ThreadView struct {
 	// sub-agents, whether the reader may decide it: DecideOK or why not
 	// (DecideChecks: Runtime.Decide's rule).
 	Deciders map[int64]string
+	// Undecidable says, for each waiting call of the thread and of its
+	// sub-agents that nobody could decide right now, why (UndecidableCalls,
+	// worded for the reader). Empty when someone could decide every one.
+	Undecidable map[int64]Undecidable
 	// Budget is the budget hold its run waits on (budgets.go); nil when
 	// it does not.
 	Budget *BudgetHold
@@ -88,7 +92,12 @@ func ReadThreadView(ctx context.Context, pool *pgxpool.Pool, userID, threadID in
 		for i := range v.Subagents {
 			v.Subagents[i].Thread.Role = v.Thread.Role // a sub-agent's readers are its parent's
 		}
-		v.Deciders, err = DecideChecks(ctx, tx, userID, threadID)
+		if v.Deciders, err = DecideChecks(ctx, tx, userID, threadID); err != nil {
+			return err
+		}
+		if v.Thread.Status == StatusWaiting {
+			v.Undecidable, err = UndecidableCalls(ctx, tx, userID, threadID)
+		}
 		return err
 	})
 	if err != nil {

@@ -25,6 +25,7 @@ func (h *Handler) subagentViews(parent views.ThreadView, subs []db.SubagentView)
 		s := views.ThreadView{
 			Thread: k.Thread, Messages: k.Messages, Calls: k.Calls, Usage: k.Usage,
 			Back: parent.Back, Parent: &parent.Thread, Embedded: true, Deciders: parent.Deciders,
+			Undecidable: parent.Undecidable, Admin: parent.Admin,
 		}
 		s.Forms = h.decisionForms(s)
 		out = append(out, s)

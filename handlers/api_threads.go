@@ -40,7 +40,7 @@ func toAPIThread(t db.Thread) apiv1.Thread {
 		Trigger:   apiv1.Trigger{Kind: t.TriggerKind, At: t.TriggerAt.UTC(), Ref: optional(t.TriggerRef)},
 		URL:       "/threads/" + strconv.FormatInt(t.ID, 10),
 		CreatedAt: t.CreatedAt.UTC(), UpdatedAt: t.UpdatedAt.UTC(),
-		Role: t.Role, WaitingFor: t.WaitingFor(),
+		Role: t.Role, WaitingFor: t.WaitingFor(), Undecidable: t.Status == db.StatusWaiting && t.Undecidable,
 	}
 	if t.FolderID != nil {
 		out.Folder = &apiv1.Folder{ID: *t.FolderID, Name: t.FolderName}
@@ -352,14 +352,14 @@ func (h *Handler) apiShowThread(w http.ResponseWriter, r *http.Request) error {
 	}
 	for _, c := range v.Calls {
 		if c.AwaitsDecision() {
-			out.Pending = append(out.Pending, toAPIPending(c, v.Deciders))
+			out.Pending = append(out.Pending, toAPIPending(c, v, user.IsAdmin))
 		}
 		if c.Decision != "" && c.DecidedAt != nil {
 			out.Decisions = append(out.Decisions, toAPIDecision(c))
 		}
 	}
 	for _, c := range waitingSubagentCalls(v.Subagents) {
-		out.Pending = append(out.Pending, toAPIPending(c, v.Deciders))
+		out.Pending = append(out.Pending, toAPIPending(c, v, user.IsAdmin))
 	}
 	return writeJSON(w, http.StatusOK, out)
 }
@@ -399,9 +399,11 @@ func waitingSubagentCalls(subs []db.SubagentView) []db.ToolCallRow {
 	return out
 }
 
-// toAPIPending shows a waiting call; deciders says which the reader may
-// decide (db.ThreadView.Deciders), nil: all of them.
-func toAPIPending(c db.ToolCallRow, deciders map[int64]string) apiv1.Pending {
+// toAPIPending shows a waiting call of v as its reader reads it: whether
+// they may decide it (v.Deciders, nil: all of them), whether nobody could
+// (v.Undecidable) and whether they may then decide it as an admin.
+func toAPIPending(c db.ToolCallRow, v db.ThreadView, admin bool) apiv1.Pending {
+	deciders := v.Deciders
 	kind := c.WaitKind
 	if kind == "" {
 		kind = db.WaitApproval
@@ -423,6 +425,9 @@ func toAPIPending(c db.ToolCallRow, deciders map[int64]string) apiv1.Pending {
 		Reason:           c.GateReason,
 		WaitingFor:       db.WaitingFor(c.Approvers),
 		Yours:            deciders == nil || deciders[c.ID] == db.DecideOK,
+	}
+	if u, ok := v.Undecidable[c.ID]; ok {
+		p.Undecidable, p.AdminOverride = u.Reason, admin && !u.ReaderStarted
 	}
 	if in := c.InnerCall; in != nil && c.State == db.CallPending {
 		p.InnerCall = &apiv1.InnerCall{Seq: in.Seq, Tool: in.Tool, Arguments: apiArguments(in.Arguments)}
@@ -539,6 +544,11 @@ func decisionInputs(ds []apiv1.DecisionInput) ([]jobs.DecisionInput, error) {
 			return nil, bad(i, `"type" %q is not one of %s`, d.Type, strings.Join(db.Decisions, ", "))
 		}
 		in := jobs.DecisionInput{CallID: d.ID, Type: d.Type, Message: d.Message, InnerSeq: d.InnerSeq}
+		if d.OverrideReason != nil {
+			if in.Override = strings.TrimSpace(*d.OverrideReason); in.Override == "" {
+				return nil, bad(i, `"override_reason" is empty: say why you decide in the approvers' place`)
+			}
+		}
 		hasArgs := len(d.Arguments) > 0 && string(d.Arguments) != "null"
 		switch {
 		case d.Type == db.DecisionEdit && !hasArgs:

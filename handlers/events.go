@@ -244,9 +244,11 @@ func (h *Handler) renderChanges(ctx context.Context, user db.User, v liveView, e
 			continue
 		}
 		// A run that waits notifies those whose Action it is in: a call
-		// routed to others is theirs to be told of.
-		if c.status && t.ParentThreadID == nil &&
-			(t.Status == db.StatusDone || t.Status == db.StatusFailed || t.Status == db.StatusWaiting && t.InAction) {
+		// routed to others is theirs to be told of. One that waits for a
+		// call nobody can decide tells those who can cancel it, at once
+		// (its summary says so).
+		if c.status && t.ParentThreadID == nil && (t.Status == db.StatusDone || t.Status == db.StatusFailed ||
+			t.Status == db.StatusWaiting && (t.InAction || t.Undecidable && db.CanAct(t.Role))) {
 			data, _ := json.Marshal(views.NewNotification(t, t.Summary()))
 			msgs = append(msgs, sseMsg{"notify", data})
 		}

@@ -32,9 +32,10 @@ import (
 // POST /threads/{id}/decisions with call=ID (repeated for "Approve all"),
 // decision=approve|edit|reject|respond|retry|skip, and for edit the
 // arguments (arg.NAME fields from the schema form, or arguments=JSON), for
-// reject an optional message, for respond the answer in message. A refused
-// decision comes back with the form as submitted and the error next to it
-// (422).
+// reject an optional message, for respond the answer in message; an
+// admin deciding a call nobody else can (the override form) sends why in
+// override. A refused decision comes back with the form as submitted and
+// the error next to it (422).
 func (h *Handler) decide(w http.ResponseWriter, r *http.Request) error {
 	ctx := r.Context()
 	user := userFrom(ctx)
@@ -205,7 +206,7 @@ func (h *Handler) decideOn(w http.ResponseWriter, r *http.Request, user db.User,
 			c := rows[0]
 			f := target.Forms[c.ID]
 			f.Decision, f.Error = decision, msg
-			f.Message = r.PostForm.Get("message")
+			f.Message, f.Override = r.PostForm.Get("message"), r.PostForm.Get("override")
 			if decision == db.DecisionEdit {
 				if fields != nil {
 					f.Fields = fields
@@ -224,13 +225,26 @@ func (h *Handler) decideOn(w http.ResponseWriter, r *http.Request, user db.User,
 		return nil, h.renderRunForm(w, r, user, *page, views.PendingCalls)
 	}
 
+	// An admin deciding a call nobody else can says why (the override
+	// form): the runtime refuses it while someone may decide the call.
+	_, override := r.PostForm["override"]
+	why := strings.TrimSpace(r.PostForm.Get("override"))
+	switch {
+	case override && len(rows) > 1:
+		return nil, httpError{http.StatusBadRequest, "An admin decides one call at a time in its approvers' place."}
+	case override && why == "":
+		return refuse("Say why you decide in their place: it goes to the audit log.", nil)
+	case override && utf8.RuneCountInString(why) > jobs.MaxOverrideReason:
+		return refuse("Say why in at most "+strconv.Itoa(jobs.MaxOverrideReason)+" characters.", nil)
+	}
+
 	inputs := make([]jobs.DecisionInput, 0, len(rows))
 	var editFields []argform.Field // the schema form as submitted
 	for _, c := range rows {
 		if !c.Allows(decision) {
 			return refuse(notAllowed(c, decision), nil)
 		}
-		in := jobs.DecisionInput{CallID: c.ID, Type: decision}
+		in := jobs.DecisionInput{CallID: c.ID, Type: decision, Override: why}
 		if v := r.PostForm.Get("inner_" + strconv.FormatInt(c.ID, 10)); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil {

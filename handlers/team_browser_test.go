@@ -151,3 +151,67 @@ func TestRoutedApprovalInBrowser(t *testing.T) {
 		tb.notReloaded()
 	}
 }
+
+// TestUndecidableCallInBrowser follows a call routed to an on-call group
+// nobody in it has signed in to: the owner's open inbox is notified at
+// once and its row says nobody can decide; the owner's open page says why
+// and the way out, without buttons; an admin the folder is shared with
+// decides it in the group's place from the override form, saying why, and
+// the owner's page shows the decision and the run going on. No page
+// reloads.
+func TestUndecidableCallInBrowser(t *testing.T) {
+	t.Parallel()
+	browser := newBrowser(t)
+	gate := newFinishGate()
+	gate.release()
+	ls := setupLiveBrowser(t, gate)
+	ctx := context.Background()
+	if err := db.SetServerSetting(ctx, ls.pool, db.SettingToolPolicy, `{"permissions": {},
+		"routes": [{"tools": ["publish_brief"], "approvers": ["group:deploy-oncall"], "distinctApprover": true}]}`); err != nil {
+		t.Fatal(err)
+	}
+	root, err := db.SignInUser(ctx, ls.pool, db.SignIn{Issuer: "https://idp.test", Subject: "root", Email: "root@example.com",
+		Name: "root", EmailVerified: true}, []string{"root@example.com"}, "")
+	if err != nil || !root.IsAdmin {
+		t.Fatalf("root = %+v %v, want an admin", root, err)
+	}
+	rootURL := ls.serveAs(root)
+	f, err := db.CreateFolder(ctx, ls.pool, ls.alice.ID, "Releases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ShareFolder(ctx, ls.pool, ls.alice.ID, f.ID, "user:root@example.com", db.RoleViewer); err != nil {
+		t.Fatal(err)
+	}
+
+	inbox := openTab(t, browser, "alice's inbox", ls.url("/inbox/all"))
+	inbox.wait(`!document.querySelector('[data-testid="notifications-button"]').hidden`)
+	inbox.eval(`document.querySelector('[data-testid="notifications-button"]').click()`)
+	th, err := ls.rt.Start(ctx, ls.alice, jobs.StartRequest{Prompt: "Write the brief", Skill: "researcher", FolderID: &f.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inbox.wait(`window.__notes.some(n => n.title === "Write the brief" && n.body.includes("Nobody can decide: Approve publish_brief"))`)
+	inbox.wait(row(th.ID) + `?.textContent.includes("Nobody can decide")`)
+
+	owner := openTab(t, browser, "alice's thread", ls.url("/threads/"+strconv.FormatInt(th.ID, 10)))
+	owner.wait(`document.querySelector('[data-testid="undecidable-reason"]')?.textContent.includes("deploy-oncall has no member who has signed in")`)
+	owner.wait(`document.querySelector('[data-testid="undecidable-way-out"]')?.textContent.includes("share the folder Releases with them")`)
+	owner.wait(`!document.querySelector('[data-testid="approve-button"]') && !document.querySelector('[data-testid="override-form"]') && document.querySelector('[data-testid="cancel-button"]')`)
+
+	admin := openTab(t, browser, "root's thread", rootURL("/threads/"+strconv.FormatInt(th.ID, 10)))
+	admin.wait(`document.querySelector('[data-testid="override-form"]')`)
+	err = chromedp.Do(admin.ctx,
+		chromedp.SetValue(chromedp.CSS(`[data-testid="override-form"] textarea`), "On-call rota moves to the new IdP today; CHG-118"),
+		chromedp.Click(chromedp.CSS(`[data-testid="override-approve"]`)),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	owner.wait(`document.querySelector('[data-testid="decision-record"]')?.textContent.includes("root")`)
+	owner.wait(`Array.from(document.querySelectorAll('[data-testid="message-assistant"]')).some(m => m.textContent.includes("Published the brief."))`)
+	owner.wait(`!document.querySelector('[data-testid="undecidable"]')`)
+	for _, tb := range []*tab{inbox, owner, admin} {
+		tb.notReloaded()
+	}
+}

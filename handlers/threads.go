@@ -62,11 +62,13 @@ func (h *Handler) loadThreadView(ctx context.Context, user db.User, id int64, ba
 	v := views.ThreadView{
 		Thread: tv.Thread, Messages: tv.Messages, Calls: tv.Calls, Usage: tv.Usage,
 		Attachments: tv.Attachments, Parent: tv.Parent, Back: back, Deciders: tv.Deciders,
+		Undecidable: tv.Undecidable,
 	}
 	if v.Folders, err = db.ListFolders(ctx, h.pool, user.ID); err != nil {
 		return views.ThreadView{}, err
 	}
-	// An admin sees "Approve once" on a run a budget stopped.
+	// An admin sees "Approve once" on a run a budget stopped, and may
+	// decide a call nobody else can (its override form).
 	v.Budget, v.Admin = tv.Budget, user.IsAdmin
 	v.Forms = h.decisionForms(v)
 	// The sub-agents it delegated to, each a complete view of its own with

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -476,6 +477,53 @@ func mayDecide(ctx context.Context, tx pgx.Tx, user db.User, c db.ToolCallRow) e
 	return refusal.New(refusal.NotFound, "", "call %d is not waiting for a decision", c.ID)
 }
 
+// mayOverride refuses an admin's decision in the approvers' place unless
+// nobody could decide the call right now (db.CallUndecidable, in the
+// deciding transaction): an override never stands in for a decider who
+// exists, nor for four eyes' second person when the admin started the run.
+// It returns why nobody could, for the audit log.
+func mayOverride(ctx context.Context, tx pgx.Tx, user db.User, c db.ToolCallRow, why string) (db.Undecidable, error) {
+	why = strings.TrimSpace(why)
+	switch {
+	case !user.IsAdmin:
+		return db.Undecidable{}, refusal.New(refusal.Forbidden, "override", "only an admin can decide a call in place of its approvers")
+	case why == "":
+		return db.Undecidable{}, refusal.New(refusal.Invalid, "override", "say why you decide in place of the approvers: it goes to the audit log")
+	case utf8.RuneCountInString(why) > MaxOverrideReason:
+		return db.Undecidable{}, refusal.New(refusal.TooLarge, "override", "the reason is longer than %d characters", MaxOverrideReason)
+	}
+	stuck, nobody, err := db.CallUndecidable(ctx, tx, user.ID, c.ID)
+	if err != nil {
+		return db.Undecidable{}, err
+	}
+	if !nobody {
+		check, err := db.DecideCheck(ctx, tx, user.ID, c.ID)
+		if err != nil {
+			return db.Undecidable{}, err
+		}
+		if check == db.DecideOK {
+			return db.Undecidable{}, refusal.New(refusal.Forbidden, "override", "%s is yours to decide: decide it without an override", c.Name)
+		}
+		return db.Undecidable{}, refusal.New(refusal.Forbidden, "override", "%s waits for %s, who can decide it: an admin decides in their place only when nobody can", c.Name, waitingWho(c))
+	}
+	if stuck.ReaderStarted {
+		return db.Undecidable{}, refusal.New(refusal.Forbidden, "override", "four eyes: you started this run, so someone else must decide on %s, an admin too; cancel the run, or share its folder with a member who can decide", c.Name)
+	}
+	return stuck, nil
+}
+
+// waitingWho names whom a call waits for: its approvers, or the thread's
+// deciders.
+func waitingWho(c db.ToolCallRow) string {
+	if who := db.WaitingFor(c.Approvers); who != "" {
+		return who
+	}
+	if c.DistinctApprover {
+		return "another member of the thread's folder"
+	}
+	return "the thread's owner and members"
+}
+
 func displayName(u db.User) string {
 	switch {
 	case u.Name != "":
@@ -497,12 +545,25 @@ type DecisionInput struct {
 	// It is required on such a call and must match: the script may have
 	// stopped at another call since the page or client read it.
 	InnerSeq *int
+	// Override is, from an admin deciding a call that nobody else could
+	// decide (db.CallUndecidable), why they decide in the approvers'
+	// place: it goes to the audit log. "" for an ordinary decision. It is
+	// refused while someone may decide the call, from anyone but an admin
+	// who can read the thread, and from whoever started the run when the
+	// call asks for four eyes.
+	Override string
 }
+
+// MaxOverrideReason is the longest reason an admin may give for deciding
+// in the approvers' place, in characters.
+const MaxOverrideReason = 1000
 
 // Decide applies a person's decisions to the waiting calls of a thread. Calls
 // may be decided together or one by one; the run resumes (Outcome.Resumed)
 // when none waits any more. A refused decision changes nothing, not even the
-// others of the same request (one transaction).
+// others of the same request (one transaction). Each decision is the
+// person's own (mayDecide), or with DecisionInput.Override an admin's in the
+// approvers' place on a call nobody could decide (mayOverride).
 func (rt *Runtime) Decide(ctx context.Context, user db.User, threadID int64, decisions []DecisionInput) (Outcome, error) {
 	if len(decisions) == 0 {
 		return Outcome{}, refusal.New(refusal.Invalid, "", "no decisions given")
@@ -533,15 +594,24 @@ func (rt *Runtime) Decide(ctx context.Context, user db.User, threadID int64, dec
 				return refusal.New(refusal.NotFound, "", "call %d is not waiting for a decision", d.CallID)
 			}
 			seen[d.CallID] = true
-			if err := mayDecide(ctx, tx, user, c); err != nil {
+			action, detail := "decision "+d.Type, fmt.Sprintf("thread %d (%s), call %d: %s", t.ID, t.Title, c.ID, c.Name)
+			if d.Override != "" {
+				stuck, err := mayOverride(ctx, tx, user, c, d.Override)
+				if err != nil {
+					return err
+				}
+				action = "decision override " + d.Type
+				detail += fmt.Sprintf("; an admin's override, in place of %s: nobody could decide it (%s); why: %s",
+					waitingWho(c), stuck.Reason, strings.TrimSpace(d.Override))
+			} else if err := mayDecide(ctx, tx, user, c); err != nil {
 				return err
 			}
 			if err := rt.decide(ctx, tx, user, c, d); err != nil {
 				return err
 			}
-			// Every decision is in the audit log, with who took it.
-			if err := db.AddAudit(ctx, tx, user, "decision "+d.Type,
-				fmt.Sprintf("thread %d (%s), call %d: %s", t.ID, t.Title, c.ID, c.Name)); err != nil {
+			// Every decision is in the audit log, with who took it (and an
+			// admin's override with why).
+			if err := db.AddAudit(ctx, tx, user, action, detail); err != nil {
 				return err
 			}
 		}

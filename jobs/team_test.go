@@ -142,3 +142,93 @@ func TestPolicyRouteDoesNotAsk(t *testing.T) {
 		t.Errorf("published %v, want once without asking", got)
 	}
 }
+
+// A four-eyes call routed to a group nobody but its starter may decide in
+// waits, and is never decided by itself; an admin who can read the thread
+// may decide it in the group's place only then: refused while a member of
+// the group may decide it, refused to a non-admin and to an admin who
+// started the run. The override resumes the run, which publishes once,
+// records the admin as the decider and puts who overrode and why in the
+// audit log.
+func TestAdminOverrideUndecidableCall(t *testing.T) {
+	t.Parallel()
+	b := setupWith(t, scriptmodel.Script{Rules: []scriptmodel.Rule{
+		{Match: scriptmodel.Match{LastRole: "user"}, Replies: publishCall("p1", "v2 notes")},
+		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: say("Published.")},
+	}}, teamSkills)
+	ctx := context.Background()
+	allowTools(t, b.pool, "publish_brief")
+	b.user = signIn(t, b.pool, "alice", "deploy-oncall")
+	ana := signIn(t, b.pool, "ana", "deploy-oncall")
+	root, err := db.SignInUser(ctx, b.pool, db.SignIn{Issuer: "test", Subject: "root", Email: "root@example.com",
+		Name: "root", EmailVerified: true}, []string{"root@example.com"}, "")
+	if err != nil || !root.IsAdmin {
+		t.Fatalf("root = %+v, %v; want an admin", root, err)
+	}
+	th := b.start(t, "Publish the notes.", "deployer")
+	b.wait(t, th.ID, db.StatusWaiting)
+	call := b.pending(t, th.ID)[0]
+	// The admin reads the thread through a share of its folder.
+	f, err := db.CreateFolder(ctx, b.pool, b.user.ID, "Releases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.MoveThreads(ctx, b.pool, b.user.ID, []int64{th.ID}, &f.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ShareFolder(ctx, b.pool, b.user.ID, f.ID, "user:root@example.com", db.RoleViewer); err != nil {
+		t.Fatal(err)
+	}
+	override := []jobs.DecisionInput{{CallID: call.ID, Type: db.DecisionApprove, Override: "on-call rota is being moved; CHG-118"}}
+
+	// Ana may decide: no override.
+	if _, err := b.rt.Decide(ctx, root, th.ID, override); !refusal.Is(err, refusal.Forbidden) || !strings.Contains(err.Error(), "only when nobody can") {
+		t.Fatalf("an override while ana may decide: %v, want a refusal", err)
+	}
+	if err := db.SetUserDisabled(ctx, b.pool, ana.ID, true); err != nil {
+		t.Fatal(err)
+	}
+	stuck, nobody, err := db.CallUndecidable(ctx, b.pool, root.ID, call.ID)
+	if err != nil || !nobody || stuck.Kind != db.StuckRouted ||
+		stuck.Reason != "deploy-oncall has no member other than alice who has signed in (four eyes: whoever started the run may not decide)" {
+		t.Fatalf("who may decide once ana is disabled: %+v %v %v", stuck, nobody, err)
+	}
+	if got := b.publish.Got(); len(got) != 0 {
+		t.Fatalf("published %v without a decision", got)
+	}
+	for _, c := range []struct {
+		who  db.User
+		want string
+	}{{b.user, "only an admin"}, {withAdmin(b.user), "four eyes: you started this run"}} {
+		if _, err := b.rt.Decide(ctx, c.who, th.ID, override); !refusal.Is(err, refusal.Forbidden) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s's override (admin %v): %v, want a refusal saying %q", c.who.Name, c.who.IsAdmin, err, c.want)
+		}
+	}
+	if _, err := b.rt.Decide(ctx, root, th.ID, []jobs.DecisionInput{{CallID: call.ID, Type: db.DecisionApprove}}); !refusal.Is(err, refusal.Forbidden) {
+		t.Fatalf("the admin's decision without an override: %v, want a refusal", err)
+	}
+
+	out, err := b.rt.Decide(ctx, root, th.ID, override)
+	if err != nil || !out.Resumed {
+		t.Fatalf("the admin's override: %+v %v", out, err)
+	}
+	b.wait(t, th.ID, db.StatusDone)
+	if got := b.publish.Got(); len(got) != 1 {
+		t.Errorf("published %v, want once", got)
+	}
+	calls, err := db.ListToolCalls(ctx, b.pool, b.user.ID, th.ID)
+	if err != nil || len(calls) != 1 || calls[0].DecidedBy == nil || *calls[0].DecidedBy != root.ID {
+		t.Errorf("decided by = %+v (%v), want root", calls, err)
+	}
+	audit, err := db.ListAudit(ctx, b.pool, 10)
+	if err != nil || len(audit) == 0 || audit[0].Action != "decision override approve" || audit[0].Actor != "root@example.com" ||
+		!strings.Contains(audit[0].Detail, "CHG-118") || !strings.Contains(audit[0].Detail, "in place of deploy-oncall") {
+		t.Errorf("audit = %+v (%v), want root's override with why", audit, err)
+	}
+}
+
+// withAdmin is u as an admin.
+func withAdmin(u db.User) db.User {
+	u.IsAdmin = true
+	return u
+}

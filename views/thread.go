@@ -64,6 +64,12 @@ type ThreadView struct {
 	// not (db.DecideChecks). A call they may not decide shows whom it
 	// waits for, without buttons. Nil: the reader decides every call.
 	Deciders map[int64]string
+	// Undecidable says, for each waiting call of the thread and of its
+	// sub-agents that nobody could decide right now, why
+	// (db.UndecidableCalls): such a call shows a warning with the way out,
+	// and to an admin who may decide in the approvers' place (Admin), the
+	// override form.
+	Undecidable map[int64]db.Undecidable
 	// Attachments are the files attached to the thread (db.ListAttachments),
 	// listed under its first user message.
 	Attachments []db.Attachment
@@ -161,6 +167,9 @@ type DecisionForm struct {
 	Decision string
 	// Error is why the last submission was refused.
 	Error string
+	// Override is an admin's reason for deciding in the approvers' place,
+	// as last submitted (the override form of a call nobody can decide).
+	Override string
 }
 
 // call is a tool call of an assistant message, with its recorded state
@@ -643,6 +652,9 @@ func waitingOn(v ThreadView, c db.ToolCallRow) string {
 
 // waitingText says, on a waiting run, whom it waits for.
 func waitingText(v ThreadView) string {
+	if len(stuckCalls(v)) > 0 {
+		return "Nobody can decide what this run waits for (see why above)."
+	}
 	if len(waitingCalls(v)) > 0 && len(myCalls(v)) == 0 && !subagentWaitsForReader(v) {
 		var names []string
 		for _, c := range othersCalls(v) {
@@ -656,6 +668,98 @@ func waitingText(v ThreadView) string {
 		return "This run is waiting for someone else's decision."
 	}
 	return "This run is waiting for you."
+}
+
+// stuckCalls are the waiting calls of the thread and of its sub-agents
+// that nobody could decide right now.
+func stuckCalls(v ThreadView) []db.ToolCallRow {
+	var out []db.ToolCallRow
+	for _, c := range waitingCalls(v) {
+		if _, ok := v.Undecidable[c.ID]; ok {
+			out = append(out, c)
+		}
+	}
+	for _, s := range v.Subagents {
+		out = append(out, stuckCalls(s)...)
+	}
+	return out
+}
+
+// stuckReason says why nobody can decide a call, as a sentence.
+func stuckReason(u db.Undecidable) string {
+	return "Nobody can decide this call: " + u.Reason + "."
+}
+
+// stuckWayOut says how a call nobody can decide gets out of its wait, for
+// the reader: what they can do, and what others can.
+func stuckWayOut(v ThreadView, u db.Undecidable) string {
+	s := "It keeps waiting and never runs by itself. "
+	owner, act := isOwner(v), canAct(v) // a sub-agent's readers are its parent's
+	switch u.Kind {
+	case db.StuckFourEyes:
+		switch {
+		case owner && u.Folder == "":
+			s += "Move the thread into a folder and share that folder with someone as a member (Folders): they can then decide it. Or cancel the run."
+		case owner:
+			s += "Share the folder " + u.Folder + " with someone as a member (Folders): they can then decide it. Or cancel the run."
+		case act:
+			s += "Ask the thread's owner to share its folder with another member, who can then decide it, or cancel the run."
+		default:
+			s += "Ask the thread's owner to share its folder with a member who can decide it."
+		}
+	case db.StuckOwner:
+		s += "An admin can enable the owner's account again."
+		if act {
+			s += " You can cancel the run."
+		}
+	default:
+		s += "It goes on once someone who may decide it signs in, or is enabled again by an admin; an admin who can read this thread can also decide it in their place."
+		switch {
+		case owner && u.Folder == "":
+			s += " To show it to an admin, move it into a folder and share that folder with them. Or cancel the run."
+		case owner:
+			s += " To show it to an admin, share the folder " + u.Folder + " with them. Or cancel the run."
+		case act:
+			s += " You can also cancel the run."
+		}
+	}
+	if v.Admin && !mayOverride(v, u) {
+		s += " As an admin you cannot decide it either: you started this run, and four eyes ask for someone else."
+	}
+	return s
+}
+
+// mayOverride reports whether the reader may decide a call nobody can
+// decide in the approvers' place: an admin, unless four eyes keep them
+// out (jobs.Runtime.Decide's rule for an override).
+func mayOverride(v ThreadView, u db.Undecidable) bool { return v.Admin && !u.ReaderStarted }
+
+// overrideDecisions are the decisions an admin's override form offers for
+// a call: those it allows, but editing (the API takes edited arguments)
+// and answering.
+func overrideDecisions(c db.ToolCallRow) []string {
+	var out []string
+	for _, d := range []string{db.DecisionApprove, db.DecisionReject, db.DecisionRetry, db.DecisionSkip} {
+		if c.Allows(d) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// overrideLabel is the button of a decision in the override form.
+func overrideLabel(d string) string {
+	switch d {
+	case db.DecisionApprove:
+		return "Approve as admin"
+	case db.DecisionReject:
+		return "Reject as admin"
+	case db.DecisionRetry:
+		return "Retry the call as admin"
+	case db.DecisionSkip:
+		return "Skip it as admin"
+	}
+	return d
 }
 
 // subagentWaitsForReader reports whether a sub-agent's waiting call is the
@@ -679,7 +783,13 @@ func canAct(v ThreadView) bool { return v.Thread.Role == "" || db.CanAct(v.Threa
 // readOnlyNote says why a reader has no run controls.
 func readOnlyNote(v ThreadView) string {
 	if v.Thread.Role == db.RoleViewer {
-		return "This thread's folder is shared with you as a viewer: you can read it and follow it live, but not reply or decide."
+		s := "This thread's folder is shared with you as a viewer: you can read it and follow it live, but not reply or decide."
+		for _, c := range stuckCalls(v) {
+			if mayOverride(v, v.Undecidable[c.ID]) {
+				return s + " As an admin, you may decide a call nobody else can (above)."
+			}
+		}
+		return s
 	}
 	return "A call of this thread is routed to you: you can decide it, but not reply to or change the run."
 }
