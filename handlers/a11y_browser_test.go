@@ -117,12 +117,22 @@ func runAxe(ctx context.Context, src string) ([]axeViolation, error) {
 type a11yPage struct {
 	name, user, path, ready string
 	act                     func(t *testing.T, ctx context.Context)
+	// desktop marks a page state only a desktop screen has (the keyboard
+	// shortcuts' list: its button is not shown on a narrow screen).
+	desktop bool
 }
 
+// narrowWidth is the width, in CSS pixels, at which every page must reflow
+// without scrolling sideways (WCAG 1.4.10: 320 px, a 1280 px screen at
+// 400% zoom; a small phone).
+const narrowWidth = 320
+
 // TestAccessibilityInBrowser runs axe-core (WCAG 2.1 A and AA) in a real
-// Chromium over every page a person can see, in light and in dark mode,
-// and fails on any serious or critical violation, listing each with the
-// elements that break it.
+// Chromium over every page a person can see, in light and in dark mode on
+// a desktop screen and in light mode 320 px wide, and fails on any serious
+// or critical violation, listing each with the elements that break it. At
+// 320 px a page must also fit the width (reflow): a wide table scrolls in
+// its own box, the page does not.
 func TestAccessibilityInBrowser(t *testing.T) {
 	t.Parallel()
 	requireChromium(t)
@@ -131,7 +141,12 @@ func TestAccessibilityInBrowser(t *testing.T) {
 	pages := seedA11y(t, ts)
 
 	browser := newBrowser(t)
-	for _, scheme := range []string{"light", "dark"} {
+	for _, mode := range []struct {
+		scheme string
+		width  int64 // 0: the headless browser's own window
+	}{{"light", 0}, {"dark", 0}, {"light", narrowWidth}} {
+		scheme := mode.scheme
+		name := scheme
 		ctx, cancel := chromedp.NewContext(browser)
 		err := chromedp.Do(ctx, chromedp.Action[chromedp.Void](func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
 			_, err := cdp.Call(ctx, tg, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
@@ -139,12 +154,19 @@ func TestAccessibilityInBrowser(t *testing.T) {
 			})
 			return chromedp.Void{}, err
 		}))
+		if err == nil && mode.width > 0 {
+			name = fmt.Sprintf("%dpx", mode.width)
+			err = chromedp.Do(ctx, chromedp.EmulateViewport(mode.width, 800))
+		}
 		if err != nil {
 			cancel()
-			t.Fatalf("emulate %s mode: %v", scheme, err)
+			t.Fatalf("emulate %s: %v", name, err)
 		}
 		for _, p := range pages {
-			t.Run(scheme+"/"+p.name, func(t *testing.T) {
+			if mode.width > 0 && p.desktop {
+				continue
+			}
+			t.Run(name+"/"+p.name, func(t *testing.T) {
 				pctx, pcancel := context.WithTimeout(ctx, 60*time.Second)
 				defer pcancel()
 				if err := chromedp.Do(pctx, chromedp.Navigate(ts.urls[p.user]+p.path)); err != nil {
@@ -172,7 +194,22 @@ func TestAccessibilityInBrowser(t *testing.T) {
 					t.Fatal(err)
 				}
 				for _, v := range vs {
-					t.Errorf("%s in %s mode: %s", p.path, scheme, v)
+					t.Errorf("%s in %s: %s", p.path, name, v)
+				}
+				if mode.width > 0 {
+					// What sticks out past the width, outside the boxes
+					// that scroll on their own.
+					wide, err := chromedp.Run(pctx, chromedp.Evaluate[string](fmt.Sprintf(`document.documentElement.scrollWidth <= %d ? "" :
+						document.documentElement.scrollWidth + " px: " + [...document.querySelectorAll("body *")]
+							.filter((e) => !e.parentElement?.closest(".table-scroll") && e.getBoundingClientRect().right > %d)
+							.slice(0, 5).map((e) => e.tagName.toLowerCase() + (e.id ? "#" + e.id : "") + (e.className ? "." + String(e.className).split(" ").join(".") : "")).join(", ")`,
+						mode.width, mode.width+1)))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if wide != "" {
+						t.Errorf("%s scrolls sideways at %d px: %s", p.path, mode.width, wide)
+					}
 				}
 			})
 		}
@@ -309,7 +346,7 @@ func seedA11y(t *testing.T, ts *triageServer) []a11yPage {
 		{name: "empty-all", user: "newcomer", path: "/inbox/all", ready: emptyShown},
 		{name: "empty-unread", user: "newcomer", path: "/inbox/unread", ready: emptyShown},
 		{name: "empty-action", user: "newcomer", path: "/inbox/action", ready: emptyShown},
-		{name: "shortcuts-help", user: "admin", path: "/inbox/all", ready: rowsShown,
+		{name: "shortcuts-help", user: "admin", path: "/inbox/all", ready: rowsShown, desktop: true,
 			act: then(click(`[data-action="shortcuts"]`), `document.getElementById("shortcuts").open`)},
 		{name: "thread-approval", user: "admin", path: thread(approval), ready: `document.querySelector('[data-testid="edit-form"]')`,
 			act: then(click(`.decide-edit > summary`), `document.querySelector(".decide-edit").open`)},
