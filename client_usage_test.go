@@ -13,7 +13,9 @@ import (
 )
 
 // TestClientUsage runs `usage` against a laptop server, whose local user is
-// an admin: a table by day and by user with the cost at the model's price,
+// an admin, in a time zone far from UTC (PIZZA_TIMEZONE Pacific/Kiritimati,
+// UTC+14), whose days the report counts and names: a table by day and by
+// user with the cost at the model's price,
 // the API's report with --json, a usage error (exit 2) for an unknown
 // group, the server's refusal of a bad range (exit 1), and a token
 // without the admin scope refused (exit 1, the API's message).
@@ -23,10 +25,15 @@ func TestClientUsage(t *testing.T) {
 	addr := freeAddr(t)
 	public := "http://" + addr
 	srv := startServe(t, bin, "DATABASE_URL="+dbtest.NewURL(t), "PIZZA_MODEL=compatible:scripted",
-		"COMPATIBLE_BASE_URL="+clerkModel(t), "PIZZA_DATA_ROOT="+clerkRoot(t), "PIZZA_ADDR="+addr)
+		"COMPATIBLE_BASE_URL="+clerkModel(t), "PIZZA_DATA_ROOT="+clerkRoot(t), "PIZZA_ADDR="+addr,
+		"PIZZA_TIMEZONE=Pacific/Kiritimati")
 	waitReady(t, addr, srv)
 	c := baseClient(t, bin).with("PIZZA_URL=" + public)
-	today := time.Now().UTC().Format(time.DateOnly)
+	zone, err := time.LoadLocation("Pacific/Kiritimati")
+	if err != nil {
+		t.Fatal(err)
+	}
+	today := time.Now().In(zone).Format(time.DateOnly)
 
 	if out, _ := c.must(0, "usage"); !strings.Contains(out, "Usage by day") || !strings.Contains(out, "No model calls") {
 		t.Errorf("usage before any run:\n%s", out)
@@ -48,7 +55,7 @@ func TestClientUsage(t *testing.T) {
 	startWaiting(t, c, "Write the cost brief")
 
 	out, _ := c.must(0, "usage")
-	for _, want := range []string{"Usage by day", "DAY", "CALLS", "COST", today + "  ", "Total", "$0.0"} {
+	for _, want := range []string{"Usage by day", "(days in Pacific/Kiritimati)", "DAY", "CALLS", "COST", today + "  ", "Total", "$0.0"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("usage lacks %q:\n%s", want, out)
 		}
@@ -62,7 +69,7 @@ func TestClientUsage(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("usage --json is not the API's report: %v\n%s", err, out)
 	}
-	if rep.Group != "model" || rep.From != today || len(rep.Rows) != 1 || rep.Rows[0].Key != "compatible:scripted" ||
+	if rep.Group != "model" || rep.From != today || rep.Timezone != "Pacific/Kiritimati" || len(rep.Rows) != 1 || rep.Rows[0].Key != "compatible:scripted" ||
 		rep.Rows[0].Calls < 1 || rep.Total.CostNanoUSD <= 0 || rep.Total.UnpricedCalls != 0 {
 		t.Errorf("usage --json = %+v", rep)
 	}

@@ -16,6 +16,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	// The zone database inside the binary: PIZZA_TIMEZONE must load on a
+	// host (or image) without /usr/share/zoneinfo. cron imports it for the
+	// schedules too; one copy is linked either way.
+	_ "time/tzdata"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -88,6 +92,10 @@ type config struct {
 	OIDCAllowedDomains []string      // lowercase
 	OIDCAllowedGroups  []string      // values of the groups claim
 	Retention          time.Duration // 0: archived threads are kept
+
+	// Zone is the time zone of usage reports' days and budgets' days and
+	// months (PIZZA_TIMEZONE): a day starts at midnight there.
+	Zone *time.Location
 }
 
 // oidcEnabled reports whether people sign in with SSO.
@@ -134,6 +142,7 @@ var envVars = []envVar{
 	{"PIZZA_OIDC_ALLOWED_DOMAINS", "(none: anyone the provider signs in)", "comma-separated email domains, e.g. example.com: only people whose ID token has a verified email there (or a group of PIZZA_OIDC_ALLOWED_GROUPS) may sign in"},
 	{"PIZZA_OIDC_ALLOWED_GROUPS", "(none)", "comma-separated values of the ID token's groups claim (Entra ID: group object ids) whose members may sign in"},
 	{"PIZZA_RETENTION", "(none: archived threads are kept)", "archived threads are deleted this long after they were archived, e.g. 90d or 2160h (checked hourly)"},
+	{"PIZZA_TIMEZONE", "UTC", "time zone of usage and budgets, an IANA name such as Europe/Berlin or America/Los_Angeles: a budget's day starts at midnight there, a month on the 1st; the usage report's days are its days"},
 }
 
 // loadConfig reads the configuration from getenv and reports every problem
@@ -237,6 +246,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	errs = append(errs, c.loadCapacity(getenv)...)
 	errs = append(errs, c.loadOperations(getenv)...)
 	errs = append(errs, c.loadAccessAndRetention(getenv)...)
+	errs = append(errs, c.loadZone(getenv)...)
 	return c, errors.Join(errs...)
 }
 
@@ -660,4 +670,22 @@ func parseRetention(s string) (time.Duration, error) {
 		return time.Duration(n) * 24 * time.Hour, nil
 	}
 	return time.ParseDuration(s)
+}
+
+// loadZone reads PIZZA_TIMEZONE, the time zone of usage and budgets: UTC
+// when unset. The name must be an IANA zone (the binary carries the zone
+// database, time/tzdata); "Local" is refused, as it would change with the
+// host the server runs on.
+func (c *config) loadZone(getenv func(string) string) []error {
+	c.Zone = time.UTC
+	name := strings.TrimSpace(getenv("PIZZA_TIMEZONE"))
+	if name == "" {
+		return nil
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil || name == "Local" {
+		return []error{fmt.Errorf("PIZZA_TIMEZONE %q is not a time zone: want an IANA name such as UTC, Europe/Berlin or America/Los_Angeles", name)}
+	}
+	c.Zone = loc
+	return nil
 }

@@ -53,6 +53,11 @@ func serve(ctx context.Context, cfg config) error {
 		return err
 	}
 	defer st.close()
+	// Budgets and usage reports count days in PIZZA_TIMEZONE in SQL: the
+	// database's own zone database must know it too.
+	if err := db.CheckZone(ctx, st.pool, cfg.Zone); err != nil {
+		return fmt.Errorf("PIZZA_TIMEZONE: %w", err)
+	}
 
 	// The folder grants of the environment replace those of the last start.
 	if err := db.SyncEnvGrants(ctx, st.pool, cfg.Grants); err != nil {
@@ -165,6 +170,7 @@ func serve(ctx context.Context, cfg config) error {
 		Ready:          func(ctx context.Context) error { return st.ready(ctx) },
 		DatabaseDown:   st.down,
 		DiskFloor:      handlers.DiskFloor{Path: cfg.DataRoot, Bytes: cfg.DiskFloorBytes, Percent: cfg.DiskFloorPercent},
+		Zone:           cfg.Zone, // the runtime's budget checks use the same (newRuntime)
 		Runs:           rt,
 		Live:           broker,
 		Extensions:     ext,
@@ -570,6 +576,7 @@ func newRuntime(cfg config, st *store, p runtimeParts) (*jobs.Runtime, error) {
 		OnDelta:    p.broker.PublishDelta,
 		Metrics:    p.metrics,
 		Retention:  cfg.Retention,
+		Zone:       cfg.Zone, // the handlers' too (serve)
 		ClientID:   p.clientID,
 		MaxWorkers: cfg.MaxSteps,
 	})

@@ -1,11 +1,15 @@
 package apiv1
 
 // UsageReport is the answer of GET /api/v1/usage (admins): what the model
-// calls cost in a range of UTC days, both ends included, by Group (day,
-// user, skill or model).
+// calls cost in a range of days of Timezone, both ends included, by Group
+// (day, user, skill or model).
 type UsageReport struct {
-	From     string     `json:"from"`
-	To       string     `json:"to"`
+	From string `json:"from"`
+	To   string `json:"to"`
+	// Timezone is the server's time zone (PIZZA_TIMEZONE), an IANA name
+	// such as "Europe/Berlin" or "UTC": the days of From, To and the
+	// day rows' keys start at midnight there.
+	Timezone string     `json:"timezone"`
 	Group    string     `json:"group"`
 	Currency string     `json:"currency"`
 	Rows     []UsageRow `json:"rows"`

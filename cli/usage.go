@@ -19,8 +19,8 @@ func runUsage(ctx context.Context, x *cmdEnv, args []string) error {
 	fs := x.flags()
 	var o client.UsageOptions
 	fs.StringVar(&o.Group, "group", "day", "day, user, skill or model")
-	fs.StringVar(&o.From, "from", "", "the first day, YYYY-MM-DD in UTC (default: 29 days before --to)")
-	fs.StringVar(&o.To, "to", "", "the last day, YYYY-MM-DD in UTC (default: today)")
+	fs.StringVar(&o.From, "from", "", "the first day, YYYY-MM-DD, a day in the server's time zone, PIZZA_TIMEZONE (default: 29 days before --to)")
+	fs.StringVar(&o.To, "to", "", "the last day, YYYY-MM-DD, a day in the server's time zone (default: today there)")
 	pos, err := x.parse(args)
 	if err != nil {
 		return err
@@ -43,7 +43,7 @@ func runUsage(ctx context.Context, x *cmdEnv, args []string) error {
 		x.printJSON(rep.Raw)
 		return nil
 	}
-	fmt.Fprintln(x.Stdout, x.paint(bold, fmt.Sprintf("Usage by %s, %s to %s (UTC days)", rep.Group, rep.From, rep.To)))
+	fmt.Fprintln(x.Stdout, x.paint(bold, fmt.Sprintf("Usage by %s, %s to %s (%s)", rep.Group, rep.From, rep.To, zoneDays(rep.Timezone))))
 	if len(rep.Rows) == 0 {
 		fmt.Fprintln(x.Stdout, x.paint(dim, "No model calls in these days."))
 	} else {
@@ -62,6 +62,16 @@ func runUsage(ctx context.Context, x *cmdEnv, args []string) error {
 			x.paint(yellow, "No price:"), strings.Join(rep.UnpricedModels, ", "))
 	}
 	return nil
+}
+
+// zoneDays says whose days a report counts: "UTC days", or "days in
+// Europe/Berlin". A server older than the report's timezone field counted
+// UTC days.
+func zoneDays(zone string) string {
+	if zone == "" || zone == "UTC" {
+		return "UTC days"
+	}
+	return "days in " + zone
 }
 
 // usageName names a group for people: a user's email (or name), a skill,

@@ -10,10 +10,12 @@ import (
 )
 
 // Budgets (migration 0027, docs/team.md#usage-and-budgets): spending
-// limits per day or per month (UTC days and months), for one user's runs,
-// for each user without a budget of their own, or for every run of a skill.
-// A run whose next model call would take what it applies to to its limit
-// waits with a budget hold (jobs/budget.go).
+// limits per day or per month, for one user's runs, for each user without a
+// budget of their own, or for every run of a skill. Days and months are
+// those of the server's time zone (PIZZA_TIMEZONE, a BudgetClock's Zone):
+// a day starts at midnight there, a month on its 1st at midnight. A run
+// whose next model call would take what it applies to to its limit waits
+// with a budget hold (jobs/budget.go).
 
 // Budget scopes and periods.
 const (
@@ -54,32 +56,74 @@ func (b Budget) Subject() string {
 	return b.UserLabel
 }
 
-// periodStart is the start of the current UTC day or month of a budget's
-// period column, for SQL.
-func periodStart(period string) string {
-	return `(date_trunc(` + period + `, now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC')`
+// BudgetClock is when and where budgets are counted: the current period
+// of a budget is the day or month of Now in Zone (PIZZA_TIMEZONE). A day
+// starts at midnight in Zone, so one on which summer time begins or ends
+// has 23 or 25 hours; a month starts on its 1st at midnight in Zone.
+type BudgetClock struct {
+	Now  time.Time      // zero: time.Now()
+	Zone *time.Location // nil: UTC
+}
+
+// now is the clock's time, now when unset (never the year 1, which would
+// count every call ever made).
+func (c BudgetClock) now() time.Time {
+	if c.Now.IsZero() {
+		return time.Now()
+	}
+	return c.Now
+}
+
+// ZoneName is the IANA name of a time zone as PostgreSQL reads it: "UTC"
+// for nil.
+func ZoneName(loc *time.Location) string {
+	if loc == nil {
+		return "UTC"
+	}
+	return loc.String()
+}
+
+// periodStart is, for SQL, the start of the current day or month of a
+// budget's period column: date_trunc in the zone, both the time and the
+// zone being query parameters (now and zone name them, e.g. "$2").
+// date_trunc's three-argument form (PostgreSQL 12) truncates in the zone
+// and returns the instant, so local midnight on a day summer time begins is
+// what it is in that zone.
+func periodStart(period, now, zone string) string {
+	return `date_trunc(` + period + `, ` + now + `::timestamptz, ` + zone + `::text)`
+}
+
+// CheckZone reports whether the database knows the time zone that
+// budgets and usage reports count days in; its time zone database is not
+// Go's.
+func CheckZone(ctx context.Context, q Querier, loc *time.Location) error {
+	var t time.Time
+	if err := q.QueryRow(ctx, `SELECT date_trunc('day', now(), $1::text)`, ZoneName(loc)).Scan(&t); err != nil {
+		return fmt.Errorf("the database does not know the time zone %q: %w", ZoneName(loc), err)
+	}
+	return nil
 }
 
 // ListBudgets returns every budget with what was spent in its current
-// period: users' first, then skills'.
-func ListBudgets(ctx context.Context, q Querier) ([]Budget, error) {
+// period (the clock's): users' first, then skills'.
+func ListBudgets(ctx context.Context, q Querier, clock BudgetClock) ([]Budget, error) {
 	bs, err := all[Budget](q.Query(ctx, `
 		SELECT b.id, b.scope, b.user_id, coalesce(nullif(us.email, ''), us.name, '') AS user_label, b.skill, b.period,
 		       b.limit_nanos, b.updated_at,
 		       CASE WHEN b.scope = 'skill' THEN
 		           (SELECT coalesce(sum(m.cost_nanos), 0) FROM model_usage m
-		            WHERE m.skill = b.skill AND m.skill <> '' AND m.at >= `+periodStart("b.period")+`)
+		            WHERE m.skill = b.skill AND m.skill <> '' AND m.at >= `+periodStart("b.period", "$1", "$2")+`)
 		       WHEN b.user_id IS NOT NULL THEN
 		           (SELECT coalesce(sum(m.cost_nanos), 0) FROM model_usage m
-		            WHERE m.user_id = b.user_id AND m.at >= `+periodStart("b.period")+`)
+		            WHERE m.user_id = b.user_id AND m.at >= `+periodStart("b.period", "$1", "$2")+`)
 		       ELSE
 		           (SELECT coalesce(max(x.spent), 0) FROM (SELECT sum(m.cost_nanos) AS spent FROM model_usage m
-		            WHERE m.at >= `+periodStart("b.period")+` AND m.user_id IS NOT NULL
+		            WHERE m.at >= `+periodStart("b.period", "$1", "$2")+` AND m.user_id IS NOT NULL
 		              AND NOT EXISTS (SELECT 1 FROM budgets o WHERE o.scope = 'user' AND o.user_id = m.user_id AND o.period = b.period)
 		            GROUP BY m.user_id) x)
 		       END::bigint AS spent
 		FROM budgets b LEFT JOIN users us ON us.id = b.user_id
-		ORDER BY b.scope DESC, b.user_id NULLS FIRST, user_label, b.skill, b.period`))
+		ORDER BY b.scope DESC, b.user_id NULLS FIRST, user_label, b.skill, b.period`, clock.now(), ZoneName(clock.Zone)))
 	if err != nil {
 		return nil, fmt.Errorf("list budgets: %w", err)
 	}
@@ -167,20 +211,20 @@ func (s BudgetState) Reached() *BudgetCheck {
 	return worst
 }
 
-// QueueBudgetState queues on b the reads of a thread's budget state; *s is
-// set when the batch runs. A user budget of the thread's owner replaces the
-// budget of each user for its period.
-func QueueBudgetState(b *pgx.Batch, threadID int64, s *BudgetState) {
+// QueueBudgetState queues on b the reads of a thread's budget state, in
+// the clock's current periods; *s is set when the batch runs. A user budget
+// of the thread's owner replaces the budget of each user for its period.
+func QueueBudgetState(b *pgx.Batch, threadID int64, clock BudgetClock, s *BudgetState) {
 	b.Queue(`
 		SELECT bu.id, bu.scope, bu.user_id, bu.skill, bu.period, bu.limit_nanos,
 		       CASE WHEN bu.scope = 'skill' THEN 'skill ' || bu.skill
 		            ELSE coalesce(nullif(us.email, ''), us.name, 'user ' || t.user_id) END,
 		       CASE WHEN bu.scope = 'skill' THEN
 		           (SELECT coalesce(sum(m.cost_nanos), 0) FROM model_usage m
-		            WHERE m.skill = bu.skill AND m.skill <> '' AND m.at >= `+periodStart("bu.period")+`)
+		            WHERE m.skill = bu.skill AND m.skill <> '' AND m.at >= `+periodStart("bu.period", "$2", "$3")+`)
 		       ELSE
 		           (SELECT coalesce(sum(m.cost_nanos), 0) FROM model_usage m
-		            WHERE m.user_id = t.user_id AND m.at >= `+periodStart("bu.period")+`)
+		            WHERE m.user_id = t.user_id AND m.at >= `+periodStart("bu.period", "$2", "$3")+`)
 		       END::bigint
 		FROM threads t
 		JOIN budgets bu ON bu.scope = 'skill' AND t.skill <> '' AND bu.skill = t.skill
@@ -188,7 +232,7 @@ func QueueBudgetState(b *pgx.Batch, threadID int64, s *BudgetState) {
 		        SELECT 1 FROM budgets o WHERE o.scope = 'user' AND o.user_id = t.user_id AND o.period = bu.period))
 		LEFT JOIN users us ON us.id = t.user_id
 		WHERE t.id = $1
-		ORDER BY bu.id`, threadID).Query(func(rows pgx.Rows) error {
+		ORDER BY bu.id`, threadID, clock.now(), ZoneName(clock.Zone)).Query(func(rows pgx.Rows) error {
 		s.Checks = nil
 		for rows.Next() {
 			var c BudgetCheck
@@ -214,12 +258,12 @@ func QueueBudgetState(b *pgx.Batch, threadID int64, s *BudgetState) {
 	})
 }
 
-// ReadBudgetState reads a thread's budget state, through q: the pool, or a
-// transaction (which is a Batcher too).
-func ReadBudgetState(ctx context.Context, q Batcher, threadID int64) (BudgetState, error) {
+// ReadBudgetState reads a thread's budget state in the clock's current
+// periods, through q: the pool, or a transaction (which is a Batcher too).
+func ReadBudgetState(ctx context.Context, q Batcher, threadID int64, clock BudgetClock) (BudgetState, error) {
 	var s BudgetState
 	b := &pgx.Batch{}
-	QueueBudgetState(b, threadID, &s)
+	QueueBudgetState(b, threadID, clock, &s)
 	if err := q.SendBatch(ctx, b).Close(); err != nil {
 		return BudgetState{}, err
 	}

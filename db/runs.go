@@ -269,8 +269,9 @@ type RunView struct {
 	Budget BudgetState
 }
 
-// ReadRun reads a step's view of its run in one round trip.
-func ReadRun(ctx context.Context, q Batcher, threadID int64, imageTypes []string, maxImageSize int64) (RunView, error) {
+// ReadRun reads a step's view of its run in one round trip, its budgets
+// counted by clock.
+func ReadRun(ctx context.Context, q Batcher, threadID int64, imageTypes []string, maxImageSize int64, clock BudgetClock) (RunView, error) {
 	var v RunView
 	b := &pgx.Batch{}
 	b.Queue(`SELECT `+threadColumns+threadFrom+`WHERE t.id = $1`, threadID).Query(func(rows pgx.Rows) (err error) {
@@ -293,7 +294,7 @@ func ReadRun(ctx context.Context, q Batcher, threadID int64, imageTypes []string
 		threadID, imageTypes, maxImageSize).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&v.Images)
 	})
-	QueueBudgetState(b, threadID, &v.Budget)
+	QueueBudgetState(b, threadID, clock, &v.Budget)
 	if err := q.SendBatch(ctx, b).Close(); err != nil {
 		return RunView{}, fmt.Errorf("read run of thread %d: %w", threadID, err)
 	}

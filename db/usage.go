@@ -169,7 +169,7 @@ type UsageGroup string
 
 // The groups of a usage report.
 const (
-	UsageByDay    UsageGroup = "day"    // the UTC day of each call
+	UsageByDay    UsageGroup = "day"    // the day of each call in the report's time zone
 	UsageByUser   UsageGroup = "user"   // the user whose run made the call
 	UsageBySkill  UsageGroup = "skill"  // the skill of the run ("" for none)
 	UsageByModel  UsageGroup = "model"  // the model spec called
@@ -187,8 +187,9 @@ func ParseUsageGroup(s string) (UsageGroup, bool) {
 
 // UsageRow is the usage of one group of a report, or its total.
 type UsageRow struct {
-	// Key names the group: a day ("2026-11-03"), a user or thread id, a
-	// skill ("" for runs without one), a model spec.
+	// Key names the group: a day ("2026-11-03", in the report's time
+	// zone), a user or thread id, a skill ("" for runs without one), a
+	// model spec.
 	Key string `db:"key"`
 	// Label is the group for people: the user's email or name, a
 	// thread's owner and skill; "" when Key says it all.
@@ -207,12 +208,17 @@ const usageSums = `count(*) AS calls, coalesce(sum(u.prompt_tokens), 0)::bigint 
 
 // UsageReport sums the model calls made in [from, to) by group, the
 // costliest group first (by day: in order of days), at most limit groups
-// (0: all).
-func UsageReport(ctx context.Context, q Querier, group UsageGroup, from, to time.Time, limit int) ([]UsageRow, error) {
+// (0: all). Days are those of zone (nil: UTC), PIZZA_TIMEZONE's: a call
+// at 23:30 in Los Angeles counts on that day there, whatever the date in
+// UTC; from and to are usually midnights in zone.
+func UsageReport(ctx context.Context, q Querier, zone *time.Location, group UsageGroup, from, to time.Time, limit int) ([]UsageRow, error) {
 	var key, label, join, order string
+	args := []any{from, to}
 	switch group {
 	case UsageByDay:
-		key, label, order = `to_char(u.at AT TIME ZONE 'UTC', 'YYYY-MM-DD')`, `''`, `1`
+		// The zone is a parameter, never SQL text.
+		key, label, order = `to_char(u.at AT TIME ZONE $3::text, 'YYYY-MM-DD')`, `''`, `1`
+		args = append(args, ZoneName(zone))
 	case UsageByUser:
 		key = `coalesce(u.user_id, 0)::text`
 		label = `coalesce(nullif(min(us.email), ''), min(us.name), 'deleted user')`
@@ -235,9 +241,8 @@ func UsageReport(ctx context.Context, q Querier, group UsageGroup, from, to time
 		FROM model_usage u ` + join + `
 		WHERE u.at >= $1 AND u.at < $2
 		GROUP BY 1 ORDER BY ` + order
-	args := []any{from, to}
 	if limit > 0 {
-		sql += ` LIMIT $3`
+		sql += ` LIMIT $` + strconv.Itoa(len(args)+1)
 		args = append(args, limit)
 	}
 	rows, err := all[UsageRow](q.Query(ctx, sql, args...))

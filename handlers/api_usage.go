@@ -12,8 +12,9 @@ import (
 // GET /api/v1/usage?from=YYYY-MM-DD&to=YYYY-MM-DD&group=day|user|skill|model:
 // what the model calls cost, as the usage page shows it, for admins (a
 // session of an admin, or a token with the admin scope of one); anyone
-// else gets a 403. Days are UTC days, both ends included; by default the
-// last 30.
+// else gets a 403. Days are those of the server's time zone
+// (PIZZA_TIMEZONE), named in the answer's timezone, both ends included; by
+// default the last 30.
 
 // adminAPI is api for routes only admins may call: a member, or a token
 // without the admin scope, gets a 403 saying so.
@@ -44,14 +45,14 @@ func (h *Handler) apiShowUsage(w http.ResponseWriter, r *http.Request) error {
 			return httpError{http.StatusBadRequest, "group: want day, user, skill or model"}
 		}
 	}
-	from, to, fromF, toF := usageRange(q, h.now())
+	from, to, fromF, toF := usageRange(q, h.now(), h.zone)
 	switch {
 	case fromF.Error != "":
 		return httpError{http.StatusBadRequest, "from: " + fromF.Error}
 	case toF.Error != "":
 		return httpError{http.StatusBadRequest, "to: " + toF.Error}
 	}
-	rows, err := db.UsageReport(ctx, h.pool, group, from, to, 0)
+	rows, err := db.UsageReport(ctx, h.pool, h.zone, group, from, to, 0)
 	if err != nil {
 		return err
 	}
@@ -64,7 +65,8 @@ func (h *Handler) apiShowUsage(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	out := apiv1.UsageReport{
-		From: fromF.Value, To: to.AddDate(0, 0, -1).Format(time.DateOnly), Group: string(group), Currency: "USD",
+		From: fromF.Value, To: to.AddDate(0, 0, -1).Format(time.DateOnly), Timezone: db.ZoneName(h.zone),
+		Group: string(group), Currency: "USD",
 		Rows: make([]apiv1.UsageRow, 0, len(rows)), Total: toAPIUsageRow(total), UnpricedModels: unpriced,
 	}
 	if out.UnpricedModels == nil {

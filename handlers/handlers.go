@@ -91,6 +91,12 @@ type Deps struct {
 	// DiskFloor refuses new runs and uploads when the data root's file
 	// system runs low (admission.go); the zero value never refuses.
 	DiskFloor DiskFloor
+	// Zone is the time zone of the usage report's days and of budgets'
+	// days and months (PIZZA_TIMEZONE; usage.go): the run service's
+	// (jobs.Config.Zone) must be the same. Nil: UTC.
+	Zone *time.Location
+	// Now is the clock (nil: time.Now); tests set it.
+	Now func() time.Time
 }
 
 // Runs is what the handlers need of the run service (*jobs.Runtime).
@@ -149,6 +155,7 @@ type Handler struct {
 	metrics      *metrics.Metrics
 	databaseDown func() *Unavailable
 	diskFloor    DiskFloor
+	zone         *time.Location
 }
 
 // New returns the web interface as one http.Handler: the routes of
@@ -172,6 +179,13 @@ func New(d Deps) http.Handler {
 		metrics:      d.Metrics,
 		databaseDown: d.DatabaseDown,
 		diskFloor:    d.DiskFloor,
+		zone:         d.Zone,
+	}
+	if d.Now != nil {
+		h.now = d.Now
+	}
+	if h.zone == nil {
+		h.zone = time.UTC
 	}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)

@@ -42,15 +42,19 @@ const (
 	topThreads   = 20
 )
 
-// usageRange reads the range of a usage report, ?from= and ?to= as UTC
-// days (YYYY-MM-DD), both included: by default the last 30 days. It
-// returns [from, to+1 day) and the fields as asked, with their errors.
-func usageRange(q url.Values, now time.Time) (from, to time.Time, fromF, toF views.Field) {
-	today := now.UTC().Truncate(24 * time.Hour)
+// usageRange reads the range of a usage report, ?from= and ?to= as days
+// (YYYY-MM-DD) in loc, the server's time zone (PIZZA_TIMEZONE), both
+// included: by default the last 30 days, today being today in loc. It
+// returns [from, to+1 day) as midnights in loc (a day on which summer time
+// begins or ends has 23 or 25 hours), and the fields as asked, with their
+// errors.
+func usageRange(q url.Values, now time.Time, loc *time.Location) (from, to time.Time, fromF, toF views.Field) {
+	y, m, d := now.In(loc).Date()
+	today := time.Date(y, m, d, 0, 0, 0, 0, loc)
 	fromF, toF = views.Field{Value: q.Get("from")}, views.Field{Value: q.Get("to")}
 	to = today
 	if toF.Value != "" {
-		t, err := time.Parse(time.DateOnly, toF.Value)
+		t, err := time.ParseInLocation(time.DateOnly, toF.Value, loc)
 		if err != nil {
 			toF.Error = "Enter the last day as YYYY-MM-DD, e.g. " + today.Format(time.DateOnly) + "."
 		}
@@ -58,7 +62,7 @@ func usageRange(q url.Values, now time.Time) (from, to time.Time, fromF, toF vie
 	}
 	from = to.AddDate(0, 0, -29)
 	if fromF.Value != "" {
-		t, err := time.Parse(time.DateOnly, fromF.Value)
+		t, err := time.ParseInLocation(time.DateOnly, fromF.Value, loc)
 		if err != nil {
 			fromF.Error = "Enter the first day as YYYY-MM-DD, e.g. " + from.Format(time.DateOnly) + "."
 		}
@@ -68,7 +72,8 @@ func usageRange(q url.Values, now time.Time) (from, to time.Time, fromF, toF vie
 		switch {
 		case from.After(to):
 			fromF.Error = "The first day is after the last."
-		case to.Sub(from) >= maxUsageDays*24*time.Hour:
+		case !to.Before(from.AddDate(0, 0, maxUsageDays)):
+			// Counted in days, not hours: summer time makes some 23 or 25.
 			fromF.Error = fmt.Sprintf("Choose at most %d days.", maxUsageDays)
 		}
 	}
@@ -114,13 +119,13 @@ func (h *Handler) usagePage(r *http.Request, q url.Values) (views.Usage, error) 
 		return views.Usage{}, err
 	}
 	now := h.now()
-	from, to, fromF, toF := usageRange(q, now)
-	p := views.Usage{Nav: nav, Now: now, From: fromF, To: toF, Me: user.ID}
+	from, to, fromF, toF := usageRange(q, now, h.zone)
+	p := views.Usage{Nav: nav, Now: now, Zone: db.ZoneName(h.zone), From: fromF, To: toF, Me: user.ID}
 	if fromF.Error == "" && toF.Error == "" {
 		if p.Total, err = db.UsageTotal(ctx, h.pool, from, to); err != nil {
 			return p, err
 		}
-		days, err := db.UsageReport(ctx, h.pool, db.UsageByDay, from, to, 0)
+		days, err := db.UsageReport(ctx, h.pool, h.zone, db.UsageByDay, from, to, 0)
 		if err != nil {
 			return p, err
 		}
@@ -133,7 +138,7 @@ func (h *Handler) usagePage(r *http.Request, q url.Values) (views.Usage, error) 
 			{db.UsageByUser, &p.Users, 0}, {db.UsageBySkill, &p.Skills, 0},
 			{db.UsageByModel, &p.Models, 0}, {db.UsageByThread, &p.Threads, topThreads},
 		} {
-			if *g.into, err = db.UsageReport(ctx, h.pool, g.group, from, to, g.limit); err != nil {
+			if *g.into, err = db.UsageReport(ctx, h.pool, h.zone, g.group, from, to, g.limit); err != nil {
 				return p, err
 			}
 		}
@@ -141,7 +146,7 @@ func (h *Handler) usagePage(r *http.Request, q url.Values) (views.Usage, error) 
 			return p, err
 		}
 	}
-	if p.Budgets, err = db.ListBudgets(ctx, h.pool); err != nil {
+	if p.Budgets, err = db.ListBudgets(ctx, h.pool, db.BudgetClock{Now: now, Zone: h.zone}); err != nil {
 		return p, err
 	}
 	if p.Prices, err = db.ListModelPrices(ctx, h.pool); err != nil {
@@ -158,7 +163,8 @@ func (h *Handler) usagePage(r *http.Request, q url.Values) (views.Usage, error) 
 }
 
 // everyDay returns a row for each day of [from, to), those without calls
-// at zero, for the chart and its table.
+// at zero, for the chart and its table. from and to are midnights in the
+// report's zone: adding a day keeps to midnight there across summer time.
 func everyDay(rows []db.UsageRow, from, to time.Time) []db.UsageRow {
 	byDay := map[string]db.UsageRow{}
 	for _, r := range rows {

@@ -90,10 +90,10 @@ func TestUsageAPI(t *testing.T) {
 		UnpricedCalls int64   `json:"unpriced_calls"`
 	}
 	type report struct {
-		From, To, Group, Currency string
-		Rows                      []row
-		Total                     row
-		UnpricedModels            []string `json:"unpriced_models"`
+		From, To, Group, Currency, Timezone string
+		Rows                                []row
+		Total                               row
+		UnpricedModels                      []string `json:"unpriced_models"`
 	}
 	get := func(query string) report {
 		t.Helper()
@@ -113,7 +113,7 @@ func TestUsageAPI(t *testing.T) {
 	}
 	today := time.Now().UTC().Format(time.DateOnly)
 	rep := get("")
-	if rep.Group != "day" || rep.To != today || rep.Currency != "USD" || len(rep.Rows) != 1 || rep.Rows[0].Key != today {
+	if rep.Group != "day" || rep.To != today || rep.Currency != "USD" || rep.Timezone != "UTC" || len(rep.Rows) != 1 || rep.Rows[0].Key != today {
 		t.Errorf("default report = %+v", rep)
 	}
 	if rep.Total.Calls != 5 || rep.Total.CostNanoUSD != 407_000_000 || rep.Total.UnpricedCalls != 1 {
@@ -195,7 +195,7 @@ func TestUsageForms(t *testing.T) {
 			t.Errorf("%s: errors %q, want %q", tt.name, got, tt.want)
 		}
 	}
-	if bs, _ := db.ListBudgets(b.ctx, b.pool); len(bs) != 0 {
+	if bs, _ := db.ListBudgets(b.ctx, b.pool, db.BudgetClock{}); len(bs) != 0 {
 		t.Errorf("budgets saved from bad forms: %+v", bs)
 	}
 

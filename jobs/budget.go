@@ -14,7 +14,7 @@ import (
 // Budgets (docs/team.md#usage-and-budgets; the tables are db/budgets.go's).
 // Before each model call the step checks the budgets that apply to the run:
 // the user's (or each user's), and its skill's. A call that would reach one
-// (what it applies to spent in its current UTC day or month, plus the cost
+// (what it applies to spent in its current day or month, plus the cost
 // of the run's previous model call as the estimate of the next, is at
 // least the limit) is not made: the run waits, in Action, with a budget
 // hold that says which budget and how much. The estimate is conservative
@@ -28,6 +28,11 @@ import (
 // (ResumeWithinBudget); an admin approves one more call (ApproveBudgetOnce),
 // which the step lets through past the check and deletes with its commit;
 // or the owner cancels the run.
+//
+// Days and months are those of Config.Zone (PIZZA_TIMEZONE; UTC by
+// default) at Config.Now: a team in Berlin has its daily budget back at
+// midnight in Berlin, not at 01:00 or 02:00. The usage page counts the
+// same days (handlers.Deps.Zone, set from the same variable).
 
 // budgetGate is what the check before a model call decided.
 type budgetGate int
@@ -52,7 +57,7 @@ func (rt *Runtime) checkBudget(ctx context.Context, jobID int64, a StepArgs, see
 	gate := budgetOK
 	err := rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
 		gate = budgetOK
-		s, err := db.ReadBudgetState(ctx, tx, a.ThreadID)
+		s, err := db.ReadBudgetState(ctx, tx, a.ThreadID, rt.budgetClock())
 		if err != nil {
 			return err
 		}
@@ -87,7 +92,7 @@ func (rt *Runtime) ResumeWithinBudget(ctx context.Context, tx pgx.Tx) ([]int64, 
 	}
 	var resumed []int64
 	for _, h := range held {
-		s, err := db.ReadBudgetState(ctx, tx, h.ThreadID)
+		s, err := db.ReadBudgetState(ctx, tx, h.ThreadID, rt.budgetClock())
 		if err != nil {
 			return nil, err
 		}

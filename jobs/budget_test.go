@@ -256,7 +256,7 @@ func TestUsageReport(t *testing.T) {
 	from, to := time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
 	report := func(g db.UsageGroup) map[string]db.UsageRow {
 		t.Helper()
-		rows, err := db.UsageReport(ctx, b.pool, g, from, to, 0)
+		rows, err := db.UsageReport(ctx, b.pool, nil, g, from, to, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -78,10 +78,14 @@ type Config struct {
 	// MaxWorkers bounds the steps one process runs at once (default 100).
 	MaxWorkers int
 	// ScheduleEvery is how often the leader looks for due schedules
-	// (default ScheduleEvery); Now is the schedules' clock (default
-	// time.Now). Tests shorten the one and drive the other.
+	// (default ScheduleEvery); Now is the clock of schedules and budgets
+	// (default time.Now). Tests shorten the one and drive the other.
 	ScheduleEvery time.Duration
 	Now           func() time.Time
+	// Zone is the time zone of budgets' days and months (PIZZA_TIMEZONE):
+	// a budget's day starts at midnight there (budget.go). Nil: UTC. The
+	// usage page and API count days in the same zone (handlers.Deps.Zone).
+	Zone *time.Location
 	// ClientID names the River client; a process with a Liveness passes
 	// its ClientID, so that its step jobs are handed over as soon as it
 	// dies (SweepDead). Empty: River's random id, and only heartbeats tell
@@ -178,6 +182,19 @@ func (rt *Runtime) skillModel(name string) string {
 // the default chosen in settings, else DefaultModel; "" when there is none.
 func (rt *Runtime) ModelSpec(ctx context.Context, q db.Querier) string {
 	return rt.defaultModel(ctx, q)
+}
+
+// now is the runtime's clock (Config.Now).
+func (rt *Runtime) now() time.Time {
+	if rt.cfg.Now != nil {
+		return rt.cfg.Now()
+	}
+	return time.Now()
+}
+
+// budgetClock is when and where the budgets are counted now.
+func (rt *Runtime) budgetClock() db.BudgetClock {
+	return db.BudgetClock{Now: rt.now(), Zone: rt.cfg.Zone}
 }
 
 // requestPool is the pool of the calls people make.

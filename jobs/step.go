@@ -247,7 +247,7 @@ func (rt *Runtime) commitBatch(ctx context.Context, jobID int64, a StepArgs, fir
 // What it needs to know of the run is read at once (db.ReadRun). A model
 // step may wait for its provider until waitUntil (providerWaitLimit).
 func (rt *Runtime) step(ctx context.Context, jobID int64, a StepArgs, waitUntil time.Time) error {
-	v, err := db.ReadRun(ctx, rt.cfg.Pool, a.ThreadID, tools.ImageTypes, tools.MaxImageSize)
+	v, err := db.ReadRun(ctx, rt.cfg.Pool, a.ThreadID, tools.ImageTypes, tools.MaxImageSize, rt.budgetClock())
 	if err != nil {
 		return err
 	}

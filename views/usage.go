@@ -14,8 +14,11 @@ import (
 type Usage struct {
 	Nav Nav
 	Now time.Time
-	// From and To are the range's first and last UTC days (YYYY-MM-DD),
-	// as asked, with their errors.
+	// Zone names the time zone of the days and the budgets' periods
+	// (PIZZA_TIMEZONE), e.g. "Europe/Berlin" or "UTC".
+	Zone string
+	// From and To are the range's first and last days in Zone
+	// (YYYY-MM-DD), as asked, with their errors.
 	From, To Field
 	Total    db.UsageRow
 	// Days are every day of the range, those without calls at zero.
@@ -189,6 +192,23 @@ func usageSkillLabel(s string) string {
 		return "(no skill)"
 	}
 	return s
+}
+
+// zoneDays says whose days the page counts: "UTC days", or "days in
+// Europe/Berlin".
+func zoneDays(zone string) string {
+	if zone == "" || zone == "UTC" {
+		return "UTC days"
+	}
+	return "days in " + zone
+}
+
+// zoneMidnight is "midnight UTC", or "midnight in Europe/Berlin".
+func zoneMidnight(zone string) string {
+	if zone == "" || zone == "UTC" {
+		return "midnight UTC"
+	}
+	return "midnight in " + zone
 }
 
 // periodLabel is "per day" or "per month".
