@@ -407,8 +407,33 @@ func TestThreadSummary(t *testing.T) {
 		t.Errorf("question: %q, want %q", got, want)
 	}
 	done(c)
-	call("mcp__crm__create_note", `{"body": "cut short`, db.CallUnknown, db.WaitUnknown, "")
+	c = call("mcp__crm__create_note", `{"body": "cut short`, db.CallUnknown, db.WaitUnknown, "")
 	if got, want := summary(db.StatusWaiting, ""), "Outcome unknown: mcp__crm__create_note"; got != want {
 		t.Errorf("unknown: %q, want %q", got, want)
+	}
+	if ok, err := db.SetToolCallState(ctx, pool, c, db.CallDone, db.CallUnknown); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+
+	// A run that waits on a sub-agent's call says what the sub-agent asks,
+	// not only that it waits: its own task call is not the person's.
+	task := call("task", `{"skill":"researcher","prompt":"Find the sources"}`, db.CallDelegated, "", "")
+	kid, err := db.CreateSubagent(ctx, pool, db.NewSubagent{ParentID: th.ID, CallID: task, Skill: "researcher", Title: "Find the sources"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	km, err := db.AddMessage(ctx, pool, db.Message{ThreadID: kid.ID, Role: db.RoleAssistant})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.InsertToolCall(ctx, pool, db.NewToolCall{ThreadID: kid.ID, MessageID: km.ID, CallID: "k1", Name: "publish_brief",
+		Arguments: `{"title":"Sources"}`, State: db.CallPending, WaitKind: db.WaitApproval}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.EndRun(ctx, pool, kid.ID, db.StatusWaiting, ""); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := summary(db.StatusWaiting, ""), "Approve publish_brief Sources"; got != want {
+		t.Errorf("waiting on a sub-agent: %q, want %q", got, want)
 	}
 }

@@ -61,7 +61,9 @@ type Thread struct {
 	// search results.
 	Snippet Snippet `db:"-"`
 	// SummaryCall is, on a waiting thread, the first call that waits for
-	// a human and, on a running one, the first call not done yet: its wait
+	// a human (its own or a sub-agent's: the parent waits on the task
+	// call, which is not the person's to decide) and, on a running one, the
+	// first call not done yet: its wait
 	// kind, tool (a parked run_js call's inner tool), the start of its
 	// arguments and its description. Nil otherwise. Read it through Summary.
 	SummaryCall []string `db:"summary_call"`
@@ -237,7 +239,9 @@ const summaryColumns = `
 			left(coalesce(c.inner_call->>'arguments', c.arguments), 2000), left(c.description, 400),
 			CASE WHEN c.approvers <> '[]' THEN c.approvers::text ELSE '' END)
 		FROM tool_calls c
-		WHERE c.thread_id = t.id AND c.state <> 'done'
+		WHERE c.thread_id = ANY (ARRAY(SELECT t.id UNION ALL
+		           SELECT k.id FROM threads k WHERE t.status = 'waiting' AND k.parent_thread_id = t.id AND k.status = 'waiting'))
+		  AND c.state <> 'done'
 		  AND (c.state IN ('pending', 'unknown')) = (t.status = 'waiting')
 		ORDER BY c.id LIMIT 1) END AS summary_call,
 	coalesce(CASE WHEN t.status IN ('done', 'cancelled') THEN (
