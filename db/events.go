@@ -74,10 +74,30 @@ func (p Position) Before(q Position) bool {
 // IsZero reports whether p is the zero position (no position).
 func (p Position) IsZero() bool { return p == Position{} }
 
-// horizonSQL is the oldest transaction still running: every event of an
-// older transaction is committed (or rolled back) and visible, and no new
-// one can appear below it.
-const horizonSQL = `pg_snapshot_xmin(pg_current_snapshot())::text::bigint`
+// horizonSQL is the oldest transaction still running that may write to
+// this database: every event of an older transaction is committed (or
+// rolled back) and visible, and no new one can appear below it.
+//
+// It is the snapshot's xmin (its oldest running transaction, or its xmax
+// when none runs) leaving out the transactions that pg_stat_activity shows
+// in a session of another database: a snapshot is the whole server's, and
+// a transaction left open in another database (a report in psql, another
+// application, another test's database) would otherwise hold every live
+// update back until it ended. Only what is known to be another database's
+// is left out; a transaction that ended between the snapshot and the read
+// of pg_stat_activity, a prepared one, one of a session the role may not
+// see (its backend_xid is then null) or of a background process stays in,
+// as before, and holds the horizon until the next read. A backend's
+// database never changes, so an xid shown in another database's session
+// can never write here, whenever pg_stat_activity read it. backend_xid is
+// a 32-bit xid, the snapshot's are 64-bit (epoch and xid): two running
+// transactions never share the low 32 bits.
+const horizonSQL = `(SELECT coalesce((SELECT min(x::text::bigint) FROM pg_snapshot_xip(s.snap) x
+		WHERE NOT EXISTS (SELECT 1 FROM pg_stat_activity a
+			WHERE a.backend_xid::text::bigint = x::text::bigint % 4294967296
+			  AND a.datid <> (SELECT oid FROM pg_database WHERE datname = current_database()))),
+		pg_snapshot_xmax(s.snap)::text::bigint)
+	FROM (SELECT pg_current_snapshot() AS snap) s)`
 
 // EventHorizon returns the position up to which the log is final: every
 // event before it is visible and no event will ever be added before it.

@@ -189,6 +189,42 @@ func TestEventsWaitForOlderTransactions(t *testing.T) {
 	}
 }
 
+// A transaction left open in another database of the same PostgreSQL
+// server (a report in psql, another application) does not hold this
+// database's events back; one in this database still does (above).
+func TestEventsIgnoreOtherDatabases(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	other := dbtest.New(t) // another database of the same server
+	ctx := context.Background()
+	alice, _ := db.UpsertUser(ctx, pool, "t", "alice", "", "", false)
+	start := horizon(t, pool)
+
+	open, err := other.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Rollback(ctx)
+	if _, err := open.Exec(ctx, `CREATE TABLE report (n int); INSERT INTO report VALUES (1)`); err != nil {
+		t.Fatal(err) // it writes: it has a transaction id
+	}
+	th, err := db.CreateThread(ctx, pool, db.NewThread{UserID: alice.ID, Title: "while a report is open elsewhere"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evs, _, pending, err := db.ReadEvents(ctx, pool, start, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) == 0 || evs[0].ThreadID != th.ID || pending {
+		t.Errorf("events = %+v, pending %v: want the thread's, not held back by another database's transaction", evs, pending)
+	}
+	replayed, _, err := db.ReplayEvents(ctx, pool, alice.ID, start, 100)
+	if err != nil || len(replayed) == 0 || replayed[0].ThreadID != th.ID {
+		t.Errorf("replayed = %+v, %v: want the thread's", replayed, err)
+	}
+}
+
 func TestReplayEvents(t *testing.T) {
 	t.Parallel()
 	pool := dbtest.New(t)
