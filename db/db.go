@@ -200,3 +200,11 @@ func all[T any](rows pgx.Rows, err error) ([]T, error) {
 	}
 	return pgx.CollectRows(rows, pgx.RowToStructByName[T])
 }
+
+// ids collects the one bigint column of every row (a query of ids).
+func ids(rows pgx.Rows, err error) ([]int64, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
+}

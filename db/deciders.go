@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // When nobody can decide a waiting call (docs/team.md). A call routed to a
@@ -259,15 +257,11 @@ func markUndecidable(ctx context.Context, q Querier, ts []Thread) error {
 	if len(waiting) == 0 {
 		return nil
 	}
-	rows, err := q.Query(ctx, `SELECT DISTINCT x.id FROM unnest($1::bigint[]) x(id)
+	stuck, err := ids(q.Query(ctx, `SELECT DISTINCT x.id FROM unnest($1::bigint[]) x(id)
 		CROSS JOIN LATERAL (SELECT c.* FROM `+threadCallsSQL("x.id")+`) c
 		JOIN threads k ON k.id = c.thread_id
 		JOIN threads r ON r.id = coalesce(k.parent_thread_id, k.id)
-		WHERE c.state IN ('pending', 'unknown') AND NOT EXISTS (`+decidersSQL+`)`, waiting)
-	if err != nil {
-		return fmt.Errorf("undecidable threads: %w", err)
-	}
-	stuck, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		WHERE c.state IN ('pending', 'unknown') AND NOT EXISTS (`+decidersSQL+`)`, waiting))
 	if err != nil {
 		return fmt.Errorf("undecidable threads: %w", err)
 	}

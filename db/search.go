@@ -543,11 +543,7 @@ func searchAll(ctx context.Context, q Querier, a Access, f ThreadFilter, after *
 		}
 	}
 	if len(waiting) > 0 {
-		rows, err := q.Query(ctx, `SELECT id FROM unnest($2::bigint[]) id WHERE pizza_in_action(id, $1)`, a.UserID, waiting)
-		if err != nil {
-			return nil, err
-		}
-		mine, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		mine, err := ids(q.Query(ctx, `SELECT id FROM unnest($2::bigint[]) id WHERE pizza_in_action(id, $1)`, a.UserID, waiting))
 		if err != nil {
 			return nil, err
 		}
@@ -558,11 +554,7 @@ func searchAll(ctx context.Context, q Querier, a Access, f ThreadFilter, after *
 		}
 	}
 	if len(others) > 0 {
-		rows, err := q.Query(ctx, `SELECT thread_id FROM thread_unread WHERE user_id = $1 AND thread_id = ANY ($2)`, a.UserID, others)
-		if err != nil {
-			return nil, err
-		}
-		unread, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+		unread, err := ids(q.Query(ctx, `SELECT thread_id FROM thread_unread WHERE user_id = $1 AND thread_id = ANY ($2)`, a.UserID, others))
 		if err != nil {
 			return nil, err
 		}
