@@ -238,6 +238,17 @@ func TestRoutedCallQueues(t *testing.T) {
 		!strings.Contains(page.text("waiting-indicator"), "waiting for deploy-oncall") {
 		t.Errorf("owner's page: %q, %q, %d approve buttons", got, page.text("waiting-indicator"), len(page.all("approve-button")))
 	}
+	// Not "Needs action" where nothing is the reader's to decide: the
+	// owner's page and row say the run waits; the approver's need action.
+	if got := page.text("thread-status"); got != "Waiting" {
+		t.Errorf("owner's status pill = %q, want Waiting", got)
+	}
+	if got := b.get("alice", "/inbox/all").wantStatus(http.StatusOK).text("thread-status"); got != "Waiting" {
+		t.Errorf("owner's row status = %q, want Waiting", got)
+	}
+	if got := b.get("carol", "/threads/"+itoa(th.ID)).wantStatus(http.StatusOK).text("thread-status"); got != "Needs action" {
+		t.Errorf("approver's status pill = %q, want Needs action", got)
+	}
 	decide := map[string]any{"decisions": []map[string]any{{"id": call, "type": "approve"}}}
 	for who, yours := range map[string]bool{"alice": false, "carol": true} {
 		if body := b.apiGet(who, "/api/v1/threads/"+itoa(th.ID)).want(http.StatusOK).Body.String(); !strings.Contains(body, `"waiting_for":"deploy-oncall","yours":`+strconv.FormatBool(yours)) {

@@ -48,6 +48,17 @@ func statusName(s string) string {
 	return s
 }
 
+// threadStatusName is a thread's status as its reader sees it: a waiting
+// run that is not in their Action queue (its calls are routed to others,
+// four eyes keep them out, they only view it) is "Waiting", not "Needs
+// action", which would send them looking for a decision that is not theirs.
+func threadStatusName(t db.Thread) string {
+	if t.Status == db.StatusWaiting && !t.InAction && t.Role != "" {
+		return "Waiting"
+	}
+	return statusName(t.Status)
+}
+
 var triggerNames = map[string]string{
 	db.TriggerManual:   "Manual",
 	db.TriggerSchedule: "Schedule",

@@ -182,7 +182,7 @@ func ThreadHeader(v ThreadView) templ.Component {
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = statusPill(v.Thread.Status).Render(ctx, templ_7745c5c3_Buffer)
+		templ_7745c5c3_Err = statusPill(v.Thread).Render(ctx, templ_7745c5c3_Buffer)
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
