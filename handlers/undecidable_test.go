@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -53,6 +54,15 @@ func (b *bundle) readStuck(user string, th db.Thread) stuckRead {
 		b.t.Fatalf("%s's All lacks thread %d", user, th.ID)
 	}
 	r.listed, r.summary = list.Threads[i].Undecidable, list.Threads[i].Summary
+	// A search lists it the same way.
+	var found struct{ Threads []row }
+	if err := json.Unmarshal(b.apiGet(user, "/api/v1/threads?q="+url.QueryEscape(strings.Fields(th.Title)[0])).want(http.StatusOK).Body.Bytes(), &found); err != nil {
+		b.t.Fatal(err)
+	}
+	if i := slices.IndexFunc(found.Threads, func(t row) bool { return t.ID == th.ID }); i < 0 ||
+		found.Threads[i].Undecidable != r.listed || found.Threads[i].Summary != r.summary {
+		b.t.Errorf("%s's search lists thread %d as %+v, All as undecidable %v, %q", user, th.ID, found.Threads, r.listed, r.summary)
+	}
 	return r
 }
 

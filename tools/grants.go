@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -46,8 +47,12 @@ const (
 	searchTimeout    = 30 * time.Second
 )
 
+// grantTools are the folder grant tools, kept out of the protected folders
+// and out of PDFium's compile cache (pdfCacheDir): it holds machine code
+// this process loads, so an agent writing there through a grant of the
+// home folder would run its own code in the server.
 func grantTools(protected []string) []Tool {
-	g := &grantTools_{protected: NewProtected(protected...)}
+	g := &grantTools_{protected: NewProtected(append(slices.Clone(protected), pdfCacheDir())...)}
 	return []Tool{
 		{
 			Spec: agent.ToolSpec{

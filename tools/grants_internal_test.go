@@ -100,6 +100,34 @@ func (f *grantFixture) call(t *testing.T, name string, args map[string]any) (str
 	return f.tools[name].Call(f.ctx, f.run, args)
 }
 
+// PDFium's compile cache holds machine code the server loads: a writable
+// grant of the folder above it (the home folder, say) does not let an
+// agent write there. Not parallel: it sets XDG_CACHE_HOME.
+func TestGrantToolsKeepOutOfThePDFCache(t *testing.T) {
+	f := newGrantFixture(t)
+	t.Setenv("XDG_CACHE_HOME", f.out)
+	for _, tool := range grantTools(nil) {
+		f.tools[tool.Spec.Name] = tool
+	}
+	cache := filepath.Join(f.out, "pizza-bot", "wazero")
+	if pdfCacheDir() != cache {
+		t.Fatalf("pdfCacheDir() = %q, want %q", pdfCacheDir(), cache)
+	}
+	if err := os.MkdirAll(cache, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := f.call(t, "write_host_file", map[string]any{"path": filepath.Join(cache, "module"), "content": "code"}); err == nil ||
+		!strings.Contains(err.Error(), "server's own data folder") {
+		t.Errorf("write into the compile cache = %q, %v; want it refused", got, err)
+	}
+	if _, err := os.Stat(filepath.Join(cache, "module")); err == nil {
+		t.Error("a file was written into the compile cache")
+	}
+	if _, err := f.call(t, "write_host_file", map[string]any{"path": filepath.Join(f.out, "fine.txt"), "content": "ok"}); err != nil {
+		t.Errorf("a write beside the cache: %v", err)
+	}
+}
+
 func TestGrantToolsRefuse(t *testing.T) {
 	t.Parallel()
 	f := newGrantFixture(t)
