@@ -109,6 +109,7 @@ var envVars = []envVar{
 	{"PIZZA_DATA_ROOT", "~/.pizza-bot (root: /var/lib/pizza-bot)", "where skills, files and the private PostgreSQL live"},
 	{"DATABASE_URL", "(unset: private PostgreSQL under the data root)", "PostgreSQL URL, e.g. postgres://user:pass@host/db"},
 	{"PIZZA_MODEL", "(none)", "default model as <provider>:<model-id>, e.g. openai:gpt-4.1-mini"},
+	{"PIZZA_EFFORT", "(the model's)", "how hard models think: one effort (none, minimal, low, medium, high, xhigh, max) or per model, e.g. claude-sonnet-5=high,openai:gpt-5.6=medium,*=low; a skill's effort key wins"},
 	{"PIZZA_LOG_LEVEL", "info", "debug, info, warn or error"},
 	{"PIZZA_LOG_FORMAT", "text", "text or json"},
 	{"PIZZA_SHUTDOWN_TIMEOUT", "30s", "how long a stopping server waits for requests and running steps"},
@@ -210,6 +211,9 @@ func loadConfig(getenv func(string) string) (config, error) {
 		if _, err := agent.ParseModelSpec(c.Model); err != nil {
 			errs = append(errs, fmt.Errorf("PIZZA_MODEL: %v", err))
 		}
+	}
+	if _, err := agent.ParseEfforts(getenv("PIZZA_EFFORT")); err != nil {
+		errs = append(errs, err)
 	}
 
 	switch lvl := strings.ToLower(strings.TrimSpace(getenv("PIZZA_LOG_LEVEL"))); lvl {

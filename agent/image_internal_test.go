@@ -10,8 +10,8 @@ import (
 // before.
 func TestParamsImages(t *testing.T) {
 	t.Parallel()
-	m := &Model{Spec: ModelSpec{Provider: "compatible", Model: "m"}}
-	p, err := m.params(Request{Messages: []Message{
+	c := &chatWire{provider: "compatible", model: "m"}
+	p, err := c.params(Request{Messages: []Message{
 		{Role: RoleUser, Content: "What is this?", Images: []Image{
 			{MediaType: "image/png", Data: []byte("\x89PNG")},
 			{MediaType: "image/jpeg", Data: []byte{0xff, 0xd8, 0xff}},
@@ -56,7 +56,7 @@ func TestParamsImages(t *testing.T) {
 	}
 
 	// Images belong to user messages only.
-	if _, err := m.params(Request{Messages: []Message{{Role: RoleAssistant, Content: "x", Images: []Image{{MediaType: "image/png", Data: []byte{1}}}}}}); err == nil {
+	if err := checkRequest(Request{Messages: []Message{{Role: RoleAssistant, Content: "x", Images: []Image{{MediaType: "image/png", Data: []byte{1}}}}}}); err == nil {
 		t.Error("an assistant message with images was accepted")
 	}
 }

@@ -7,6 +7,8 @@
 // runs each Step as a durable job and stores what it returns.
 package agent
 
+import "encoding/json"
+
 // Role is who wrote a message in a conversation.
 type Role string
 
@@ -47,6 +49,9 @@ type Message struct {
 	// message is then sent as content parts. Models that do not accept
 	// images refuse such a request (see ImagesRefused).
 	Images []Image `json:"images,omitempty"`
+	// State is what the provider needs back with this assistant message
+	// next turn; nil when it needs nothing.
+	State *State `json:"state,omitempty"`
 }
 
 // UserMessage returns a user message with the given text.
@@ -57,4 +62,18 @@ func UserMessage(text string) Message {
 // ToolResult returns the tool message that answers call.
 func ToolResult(call ToolCall, content string, isError bool) Message {
 	return Message{Role: RoleTool, Content: content, ToolCallID: call.ID, Name: call.Name, IsError: isError}
+}
+
+// State is what a provider needs back with an assistant message on the next
+// turn, exactly as it sent it: Anthropic's thinking blocks and their
+// signatures, OpenAI's reasoning items, Gemini's thought signatures,
+// Bedrock's reasoning content. It is kept with the message in the durable
+// transcript, so a run resumed after days, on another replica, replays it.
+// Only the wire format that wrote it reads it; another one (the thread's
+// model changed) sends the message's content and tool calls alone.
+type State struct {
+	// Wire is the wire format that wrote Data (Model.Wire).
+	Wire string `json:"wire"`
+	// Data is the wire format's own record, JSON.
+	Data json.RawMessage `json:"data"`
 }

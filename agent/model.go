@@ -12,16 +12,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
-	"github.com/openai/openai-go/v3/packages/param"
-	"github.com/openai/openai-go/v3/packages/ssestream"
-	"github.com/openai/openai-go/v3/shared"
 )
 
 // Request is one call to a model.
@@ -32,7 +27,14 @@ type Request struct {
 	Messages []Message
 	// Tools are the tools the model may call.
 	Tools []ToolSpec
+	// Effort is how hard the model should think: "" (the model's default),
+	// or one of Efforts. Each wire format maps it to its own setting
+	// (OpenAI's reasoning effort, Anthropic's and Bedrock's thinking).
+	Effort string
+	// MaxTokens bounds the answer; 0 is the wire format's default.
+	MaxTokens int64
 	// OnReset, when not nil, is called before a retry if text was already
+
 	// passed to onDelta by the failed attempt: the caller should drop the
 	// partial text it shows, because the new attempt streams its answer
 	// from the start. Without OnReset a viewer would see the failed
@@ -40,15 +42,38 @@ type Request struct {
 	OnReset func()
 }
 
-// Usage counts the tokens of a model call.
+// Usage counts the tokens of a model call, each kind apart because each has
+// its own price. Every wire format reports them in these terms, whatever
+// its own (OpenAI counts cached tokens inside its prompt tokens; Anthropic
+// and Bedrock count them beside).
 type Usage struct {
-	PromptTokens     int64 `json:"prompt_tokens"`
+	// PromptTokens are the input tokens read without the prompt cache.
+	PromptTokens int64 `json:"prompt_tokens"`
+	// CompletionTokens are the output tokens, reasoning included.
 	CompletionTokens int64 `json:"completion_tokens"`
+	// CacheReadTokens are input tokens read from the prompt cache.
+	CacheReadTokens int64 `json:"cache_read_tokens,omitempty"`
+	// CacheWriteTokens are input tokens written to the prompt cache.
+	CacheWriteTokens int64 `json:"cache_write_tokens,omitempty"`
+	// ReasoningTokens are the part of CompletionTokens spent on thinking.
+	ReasoningTokens int64 `json:"reasoning_tokens,omitempty"`
 }
 
 // Add returns the sum of u and v.
 func (u Usage) Add(v Usage) Usage {
-	return Usage{PromptTokens: u.PromptTokens + v.PromptTokens, CompletionTokens: u.CompletionTokens + v.CompletionTokens}
+	return Usage{
+		PromptTokens:     u.PromptTokens + v.PromptTokens,
+		CompletionTokens: u.CompletionTokens + v.CompletionTokens,
+		CacheReadTokens:  u.CacheReadTokens + v.CacheReadTokens,
+		CacheWriteTokens: u.CacheWriteTokens + v.CacheWriteTokens,
+		ReasoningTokens:  u.ReasoningTokens + v.ReasoningTokens,
+	}
+}
+
+// InputTokens is the whole input of the call, cached or not: the context
+// the request filled.
+func (u Usage) InputTokens() int64 {
+	return u.PromptTokens + u.CacheReadTokens + u.CacheWriteTokens
 }
 
 // Response is the model's answer.
@@ -57,8 +82,9 @@ type Response struct {
 	Message Message
 	// Usage is what the provider reported; zero when it reported nothing.
 	Usage Usage
-	// FinishReason is the provider's reason for stopping: "stop",
-	// "tool_calls", "length", "content_filter", ...
+	// FinishReason is why the model stopped, in Chat Completions' terms
+	// whatever the wire format: "stop", "tool_calls", "length" (the output
+	// token limit), "content_filter" (a refusal or a filter), ...
 	FinishReason string
 }
 
@@ -146,13 +172,17 @@ func (e *ProviderError) Error() string {
 	return b.String()
 }
 
-// Model calls one model of one provider. It is safe for concurrent use; set
-// Retry and IdleTimeout before the first call.
+// Model calls one model of one provider, through the provider's own wire
+// format (Wire). It is safe for concurrent use; set Retry and IdleTimeout
+// before the first call.
 type Model struct {
 	// Spec is the provider and model id.
 	Spec ModelSpec
 	// BaseURL is the endpoint in use.
 	BaseURL string
+	// Wire names the wire format: WireChat, WireResponses, WireAnthropic
+	// or WireConverse.
+	Wire string
 	// Retry bounds the retries of Complete.
 	Retry RetryPolicy
 	// IdleTimeout fails an attempt (retryably) when the provider sends
@@ -160,17 +190,66 @@ type Model struct {
 	// (default 5 minutes, which leaves room for slow reasoning models).
 	IdleTimeout time.Duration
 
-	chat openai.ChatCompletionService
+	w wire
+}
+
+// The wire formats.
+const (
+	// WireChat is OpenAI's Chat Completions, as most providers offer it.
+	WireChat = "chat"
+	// WireResponses is OpenAI's Responses API.
+	WireResponses = "responses"
+	// WireAnthropic is Anthropic's Messages API, also served by Bedrock
+	// (bedrock-mantle) for Claude.
+	WireAnthropic = "anthropic"
+	// WireConverse is Amazon Bedrock's Converse API.
+	WireConverse = "converse"
+)
+
+// wire is one wire format of a provider's API. Model.Complete owns what is
+// common to all of them (retries, backoff, Retry-After, the idle watchdog,
+// resets of streamed text); a wire makes one attempt.
+type wire interface {
+	// attempt sends req once and reads the streamed answer: s.text gets
+	// the answer's text as it arrives, s.alive is called on every event
+	// of the stream. A failure of the provider is a *ProviderError (see
+	// statusError and transportError); the answer's assistant message
+	// carries, in State, what the provider needs back next turn.
+	attempt(ctx context.Context, req Request, s sink) (*Response, error)
+	// models lists the ids of the models the credentials reach, for the
+	// settings' Test. A failure is a *ProviderError saying what is wrong.
+	models(ctx context.Context) ([]string, error)
+}
+
+// sink is where an attempt delivers what it streams.
+type sink struct {
+	// text gets a piece of the answer's text.
+	text func(string)
+	// alive proves the stream is not stalled.
+	alive func()
+}
+
+// wireConfig is what a wire's constructor gets: the provider, the model,
+// and the variables it reads (getenv, never the process environment
+// directly, so that settings decide and a key is never sent to another
+// provider).
+type wireConfig struct {
+	provider Provider
+	model    string
+	getenv   func(string) string
+	// http is the client to use: its transport bounds the wait for
+	// response headers; a stream's body is watched by the idle timeout.
+	http *http.Client
 }
 
 // DefaultIdleTimeout is the IdleTimeout NewModel sets.
 const DefaultIdleTimeout = 5 * time.Minute
 
-// NewModel returns a Model for spec. getenv (os.Getenv when nil) decides the
-// base URL and API key, from the provider's variables: the ambient OPENAI_*
-// variables that openai-go would read are ignored, so an OpenAI key is never
-// sent to another provider. A missing required key is an error naming the
-// variable.
+// NewModel returns a Model for spec, speaking the provider's wire format
+// (Provider.WireFor). getenv (os.Getenv when nil) gives every variable the
+// provider reads: the ambient variables SDKs would read on their own
+// (OPENAI_*, ANTHROPIC_*) are ignored, so a key is never sent to another
+// provider. A missing required key is an error naming the variable.
 func NewModel(spec ModelSpec, getenv func(string) string) (*Model, error) {
 	if getenv == nil {
 		getenv = os.Getenv
@@ -179,39 +258,53 @@ func NewModel(spec ModelSpec, getenv func(string) string) (*Model, error) {
 	if !ok {
 		return nil, fmt.Errorf("unknown provider %q (providers: %s)", spec.Provider, providerNames())
 	}
-	if strings.TrimSpace(spec.Model) == "" {
+	model := strings.TrimSpace(spec.Model)
+	if model == "" {
 		return nil, fmt.Errorf("no model id for provider %s", p.Name)
 	}
-	baseURL, err := p.BaseURL(getenv)
+	kind, err := p.WireFor(model, getenv)
 	if err != nil {
 		return nil, err
-	}
-	key := strings.TrimSpace(getenv(p.APIKeyEnv))
-	if key == "" && p.APIKeyRequired {
-		return nil, fmt.Errorf("%s is not set: the %s provider needs an API key", p.APIKeyEnv, p.Name)
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	// Bounds the wait for response headers only; a stream's body is
 	// watched by IdleTimeout.
 	transport.ResponseHeaderTimeout = 10 * time.Minute
-	// openai.NewClient would add options read from the environment
-	// (OPENAI_BASE_URL, OPENAI_API_KEY, OPENAI_ORG_ID, ...). The service is
-	// built from explicit options only, so getenv alone decides.
-	opts := []option.RequestOption{
-		option.WithHTTPClient(&http.Client{Transport: transport}),
-		option.WithBaseURL(baseURL),
-		option.WithMaxRetries(0), // Complete retries, with its own policy
+	cfg := wireConfig{provider: p, model: model, getenv: getenv, http: &http.Client{Transport: transport}}
+	var (
+		w       wire
+		baseURL string
+	)
+	switch kind {
+	case WireChat:
+		w, baseURL, err = newChatWire(cfg)
+	case WireResponses:
+		w, baseURL, err = newResponsesWire(cfg)
+	case WireAnthropic:
+		w, baseURL, err = newAnthropicWire(cfg)
+	case WireConverse:
+		w, baseURL, err = newConverseWire(cfg)
+	default:
+		err = fmt.Errorf("provider %s: unknown wire format %q", p.Name, kind)
 	}
-	if key != "" {
-		opts = append(opts, option.WithAPIKey(key))
+	if err != nil {
+		return nil, err
 	}
 	return &Model{
-		Spec:        ModelSpec{Provider: p.Name, Model: strings.TrimSpace(spec.Model)},
+		Spec:        ModelSpec{Provider: p.Name, Model: model},
 		BaseURL:     baseURL,
+		Wire:        kind,
 		Retry:       DefaultRetryPolicy,
 		IdleTimeout: DefaultIdleTimeout,
-		chat:        openai.NewChatCompletionService(opts...),
+		w:           w,
 	}, nil
+}
+
+// Models lists the ids of the models the provider's credentials reach: the
+// settings page's Test. The error says what is wrong (no key, a wrong
+// region, a refused key), in words meant for an admin.
+func (m *Model) Models(ctx context.Context) ([]string, error) {
+	return m.w.models(ctx)
 }
 
 // Complete sends req and streams the answer: onDelta (may be nil) gets each
@@ -221,8 +314,7 @@ func NewModel(spec ModelSpec, getenv func(string) string) (*Model, error) {
 // calls req.OnReset first. A provider failure is returned as a
 // *ProviderError; a cancelled ctx returns its cause.
 func (m *Model) Complete(ctx context.Context, req Request, onDelta func(text string)) (*Response, error) {
-	params, err := m.params(req)
-	if err != nil {
+	if err := checkRequest(req); err != nil {
 		return nil, err
 	}
 	policy := m.Retry.withDefaults()
@@ -234,7 +326,7 @@ func (m *Model) Complete(ctx context.Context, req Request, onDelta func(text str
 				onDelta(text)
 			}
 		}
-		resp, err := m.attempt(ctx, params, deliver)
+		resp, err := m.watched(ctx, req, deliver)
 		if err == nil {
 			return resp, nil
 		}
@@ -290,6 +382,54 @@ func (m *Model) idleTimeout() time.Duration {
 // errIdle cancels an attempt whose stream went quiet.
 var errIdle = errors.New("idle stream")
 
+// watched makes one attempt under the idle watchdog: the attempt is
+// cancelled, retryably, when its stream stays quiet for the idle timeout.
+func (m *Model) watched(ctx context.Context, req Request, deliver func(string)) (*Response, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	idle := m.idleTimeout()
+	watchdog := time.AfterFunc(idle, func() { cancel(errIdle) })
+	defer watchdog.Stop()
+	resp, err := m.w.attempt(ctx, req, sink{text: deliver, alive: func() { watchdog.Reset(idle) }})
+	if errors.Is(context.Cause(ctx), errIdle) {
+		return nil, &ProviderError{Provider: m.Spec.Provider, Message: fmt.Sprintf("the provider sent nothing for %s", idle), Retryable: true}
+	}
+	if err != nil {
+		var perr *ProviderError
+		if errors.As(err, &perr) && perr.Provider == "" {
+			perr.Provider = m.Spec.Provider
+		}
+		return nil, err
+	}
+	return resp, nil
+}
+
+// checkRequest refuses what no wire format can send.
+func checkRequest(req Request) error {
+	for i, msg := range req.Messages {
+		if len(msg.Images) > 0 && msg.Role != RoleUser {
+			return fmt.Errorf("message %d: only user messages carry images, not %q", i, msg.Role)
+		}
+		switch msg.Role {
+		case RoleSystem, RoleUser, RoleAssistant, RoleTool:
+		default:
+			return fmt.Errorf("message %d: unknown role %q", i, msg.Role)
+		}
+	}
+	if !ValidEffort(req.Effort) {
+		return fmt.Errorf("unknown reasoning effort %q (want one of %s)", req.Effort, strings.Join(Efforts, ", "))
+	}
+	return nil
+}
+
+// Efforts are the values of Request.Effort, the empty one aside.
+var Efforts = []string{"none", "minimal", "low", "medium", "high", "xhigh", "max"}
+
+// ValidEffort reports whether s is "" or one of Efforts.
+func ValidEffort(s string) bool {
+	return s == "" || slices.Contains(Efforts, s)
+}
+
 // failure is what the middleware saw of an HTTP error response.
 type failure struct {
 	status int
@@ -300,130 +440,30 @@ type failure struct {
 // maxErrorBody bounds how much of an error response is read.
 const maxErrorBody = 64 << 10
 
-func (m *Model) attempt(ctx context.Context, params openai.ChatCompletionNewParams, deliver func(string)) (*Response, error) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	idle := m.idleTimeout()
-	watchdog := time.AfterFunc(idle, func() { cancel(errIdle) })
-	defer watchdog.Stop()
-
-	// The middleware keeps the raw error response: openai-go only parses
-	// {"error": {...}} bodies, and providers answer in other shapes too.
-	var fail *failure
-	capture := option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
-		res, err := next(r)
-		if err == nil && res.StatusCode >= 400 {
-			body, _ := io.ReadAll(io.LimitReader(res.Body, maxErrorBody))
-			_ = res.Body.Close()
-			res.Body = io.NopCloser(bytes.NewReader(body))
-			fail = &failure{status: res.StatusCode, header: res.Header, body: body}
-		}
-		return res, err
-	})
-
-	stream := m.chat.NewStreaming(ctx, params, capture)
-	defer stream.Close()
-	var acc openai.ChatCompletionAccumulator
-	for stream.Next() {
-		watchdog.Reset(idle)
-		chunk := stream.Current()
-		if !acc.AddChunk(chunk) {
-			return nil, m.errorf(0, true, "the provider sent a stream chunk that does not fit the previous ones")
-		}
-		for _, c := range chunk.Choices {
-			if c.Index == 0 && c.Delta.Content != "" {
-				deliver(c.Delta.Content)
-			}
-		}
-	}
-	if err := stream.Err(); err != nil {
-		return nil, m.classify(ctx, err, fail)
-	}
-	if fail != nil { // an error status the SDK did not report
-		return nil, m.statusError(fail)
-	}
-	if len(acc.Choices) == 0 || acc.Choices[0].FinishReason == "" {
-		if cause := context.Cause(ctx); errors.Is(cause, errIdle) {
-			return nil, m.errorf(0, true, "the provider sent nothing for %s", idle)
-		}
-		return nil, m.errorf(0, true, "the stream ended before the model finished its answer")
-	}
-	return m.response(&acc), nil
+// providerErrorf returns a *ProviderError with a message of its own.
+func providerErrorf(provider string, status int, retryable bool, format string, args ...any) *ProviderError {
+	return &ProviderError{Provider: provider, Status: status, Message: fmt.Sprintf(format, args...), Retryable: retryable}
 }
 
-func (m *Model) response(acc *openai.ChatCompletionAccumulator) *Response {
-	choice := acc.Choices[0]
-	msg := Message{Role: RoleAssistant, Content: choice.Message.Content}
-	seen := map[string]bool{}
-	for i, tc := range choice.Message.ToolCalls {
-		id := tc.ID
-		// Some providers omit call ids or repeat them; results must be
-		// matched to calls, so every call gets a unique id.
-		if id == "" || seen[id] {
-			id = fmt.Sprintf("call_%d_%08x", i, rand.Uint32())
-		}
-		seen[id] = true
-		msg.ToolCalls = append(msg.ToolCalls, ToolCall{ID: id, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
-	}
-	return &Response{
-		Message:      msg,
-		Usage:        Usage{PromptTokens: acc.Usage.PromptTokens, CompletionTokens: acc.Usage.CompletionTokens},
-		FinishReason: choice.FinishReason,
-	}
-}
-
-func (m *Model) errorf(status int, retryable bool, format string, args ...any) *ProviderError {
-	return &ProviderError{Provider: m.Spec.Provider, Status: status, Message: fmt.Sprintf(format, args...), Retryable: retryable}
-}
-
-// classify turns an attempt's error into a *ProviderError, or returns the
-// context's error when the caller gave up.
-func (m *Model) classify(ctx context.Context, err error, fail *failure) error {
-	if fail != nil {
-		return m.statusError(fail)
-	}
-	if cause := context.Cause(ctx); cause != nil {
-		if errors.Is(cause, errIdle) {
-			return m.errorf(0, true, "the provider sent nothing for %s", m.idleTimeout())
-		}
-		return cause
-	}
-	var apiErr *openai.Error
-	if errors.As(err, &apiErr) {
-		f := &failure{status: apiErr.StatusCode, body: []byte(apiErr.RawJSON())}
-		if apiErr.Response != nil {
-			f.header = apiErr.Response.Header
-		}
-		return m.statusError(f)
-	}
-	var serr *ssestream.StreamError
-	if errors.As(err, &serr) {
-		// An error event in the middle of the stream (OpenRouter and others
-		// report upstream failures this way).
-		status, code, typ, msg := parseErrorBody(serr.Event.Data)
-		if msg == "" {
-			msg = "the provider reported an error while streaming"
-		}
-		retryable := status == 0 || retryableStatus(status, code)
-		return &ProviderError{Provider: m.Spec.Provider, Status: status, Message: msg, Code: code, Type: typ, Retryable: retryable}
-	}
-	var syn *json.SyntaxError
-	var typ *json.UnmarshalTypeError
-	if errors.As(err, &syn) || errors.As(err, &typ) {
-		return m.errorf(0, false, "the provider's stream could not be decoded: %v", err)
-	}
-	// Transport failures: the error text names the URL and address, which
-	// users must not see (a base URL may be internal); say what happened
-	// in words, and keep the error in Cause for the log.
+// transportError says what went wrong when a request did not reach the
+// provider or its answer did not arrive: the error text names the URL and
+// address, which users must not see (a base URL may be internal), so it
+// says what happened in words and keeps err in Cause for the log.
+func transportError(provider string, err error) *ProviderError {
 	var netErr net.Error
 	if errors.As(err, &netErr) && netErr.Timeout() {
-		pe := m.errorf(0, true, "timed out waiting for the provider")
+		pe := providerErrorf(provider, 0, true, "timed out waiting for the provider")
 		pe.Cause = err
 		return pe
 	}
-	pe := m.errorf(0, true, "connection failed: %s", transportProblem(err))
+	pe := providerErrorf(provider, 0, true, "connection failed: %s", transportProblem(err))
 	pe.Cause = err
 	return pe
+}
+
+// decodeError is a stream the provider sent that could not be read.
+func decodeError(provider string, err error) *ProviderError {
+	return providerErrorf(provider, 0, false, "the provider's stream could not be decoded: %v", err)
 }
 
 // transportProblem says in words, without URL or address, why a request
@@ -450,7 +490,10 @@ func transportProblem(err error) string {
 	return "the provider could not be reached"
 }
 
-func (m *Model) statusError(f *failure) *ProviderError {
+// statusError is the *ProviderError of an HTTP error response: the
+// provider's message, and whether and when to retry (429, 408, 409, 5xx,
+// Anthropic's 529, x-should-retry, Retry-After).
+func statusError(provider string, f *failure) *ProviderError {
 	_, code, typ, msg := parseErrorBody(f.body)
 	if msg == "" {
 		msg = http.StatusText(f.status)
@@ -463,7 +506,7 @@ func (m *Model) statusError(f *failure) *ProviderError {
 		retryable = false
 	}
 	return &ProviderError{
-		Provider:   m.Spec.Provider,
+		Provider:   provider,
 		Status:     f.status,
 		Message:    msg,
 		Code:       code,
@@ -578,91 +621,3 @@ func truncate(s string, n int) string {
 }
 
 func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
-
-// params converts a Request to the Chat Completions wire form.
-func (m *Model) params(req Request) (openai.ChatCompletionNewParams, error) {
-	var msgs []openai.ChatCompletionMessageParamUnion
-	if req.System != "" {
-		msgs = append(msgs, openai.SystemMessage(req.System))
-	}
-	for i, msg := range req.Messages {
-		if len(msg.Images) > 0 && msg.Role != RoleUser {
-			return openai.ChatCompletionNewParams{}, fmt.Errorf("message %d: only user messages carry images, not %q", i, msg.Role)
-		}
-		switch msg.Role {
-		case RoleSystem:
-			msgs = append(msgs, openai.SystemMessage(msg.Content))
-		case RoleUser:
-			if len(msg.Images) == 0 {
-				msgs = append(msgs, openai.UserMessage(msg.Content))
-				break
-			}
-			parts := []openai.ChatCompletionContentPartUnionParam{openai.TextContentPart(msg.Content)}
-			for _, im := range msg.Images {
-				parts = append(parts, openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: im.DataURL()}))
-			}
-			msgs = append(msgs, openai.UserMessage(parts))
-		case RoleAssistant:
-			a := openai.ChatCompletionAssistantMessageParam{}
-			if msg.Content != "" || len(msg.ToolCalls) == 0 {
-				a.Content.OfString = param.NewOpt(msg.Content)
-			}
-			for _, tc := range msg.ToolCalls {
-				a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
-					OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
-						ID: tc.ID,
-						Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{
-							Name:      tc.Name,
-							Arguments: wireArguments(tc.Arguments),
-						},
-					},
-				})
-			}
-			msgs = append(msgs, openai.ChatCompletionMessageParamUnion{OfAssistant: &a})
-		case RoleTool:
-			content := msg.Content
-			if msg.IsError && !strings.HasPrefix(strings.ToLower(content), "error") {
-				content = "Error: " + content
-			}
-			msgs = append(msgs, openai.ToolMessage(content, msg.ToolCallID))
-		default:
-			return openai.ChatCompletionNewParams{}, fmt.Errorf("message %d: unknown role %q", i, msg.Role)
-		}
-	}
-	params := openai.ChatCompletionNewParams{
-		Model:         shared.ChatModel(m.Spec.Model),
-		Messages:      msgs,
-		StreamOptions: openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)},
-	}
-	for _, t := range req.Tools {
-		fn := shared.FunctionDefinitionParam{Name: t.Name}
-		if t.Description != "" {
-			fn.Description = openai.String(t.Description)
-		}
-		fn.Parameters = shared.FunctionParameters{"type": "object", "properties": map[string]any{}}
-		if p := bytes.TrimSpace(t.Parameters); len(p) > 0 && !bytes.Equal(p, []byte("null")) {
-			var schema map[string]any
-			if err := json.Unmarshal(p, &schema); err != nil {
-				return openai.ChatCompletionNewParams{}, fmt.Errorf("tool %q: parameters are not a JSON object: %w", t.Name, err)
-			}
-			fn.Parameters = schema
-		}
-		params.Tools = append(params.Tools, openai.ChatCompletionFunctionTool(fn))
-	}
-	return params, nil
-}
-
-// wireArguments returns arguments fit to send back to a provider. A model
-// sometimes produces invalid JSON; OpenAI accepts it back as text, but other
-// providers' compatibility layers parse it and refuse the whole request, so
-// it is replaced by {}. The tool result already told the model what was wrong.
-func wireArguments(raw string) string {
-	if strings.TrimSpace(raw) == "" {
-		return "{}"
-	}
-	var obj map[string]any
-	if err := json.Unmarshal([]byte(raw), &obj); err != nil || obj == nil {
-		return "{}"
-	}
-	return raw
-}

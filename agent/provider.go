@@ -7,8 +7,8 @@ import (
 	"strings"
 )
 
-// Provider describes a model provider reached through its OpenAI-compatible
-// Chat Completions endpoint.
+// Provider describes a model provider: its variables, and which wire
+// format reaches it (WireFor).
 type Provider struct {
 	// Name is the prefix used in PIZZA_MODEL, e.g. "openai".
 	Name string
@@ -24,6 +24,24 @@ type Provider struct {
 	APIKeyRequired bool
 	// BaseURLEnv is the environment variable that overrides the base URL.
 	BaseURLEnv string
+	// Env lists the other variables the provider reads (credentials,
+	// regions, endpoints, the API to use): a client is built anew when
+	// one of them changes.
+	Env []string
+	// Wire is the wire format, unless WireFor decides otherwise.
+	Wire string
+}
+
+// WireFor returns the wire format that reaches model on p: p.Wire, or
+// what the provider's variables or the model family choose.
+func (p Provider) WireFor(model string, getenv func(string) string) (string, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if p.Wire == "" {
+		return WireChat, nil
+	}
+	return p.Wire, nil
 }
 
 // Providers lists the supported providers, in the order to show them.
@@ -141,4 +159,47 @@ func providerNames() string {
 		names[i] = p.Name
 	}
 	return strings.Join(names, ", ")
+}
+
+// EffortTable maps models to a reasoning effort: PIZZA_EFFORT's
+// "high" (every model) or "claude-sonnet-5=high,openai:gpt-5.6=medium,*=low".
+type EffortTable map[string]string
+
+// ParseEfforts parses PIZZA_EFFORT. A key is a model spec, a model id, or
+// "*" for every other model; a value is one of Efforts.
+func ParseEfforts(s string) (EffortTable, error) {
+	t := EffortTable{}
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return t, nil
+	}
+	if !strings.ContainsAny(s, "=,") {
+		s = "*=" + s
+	}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(part, "=")
+		k, v = strings.TrimSpace(k), strings.ToLower(strings.TrimSpace(v))
+		if !ok || k == "" {
+			return nil, fmt.Errorf("PIZZA_EFFORT: %q is not <model>=<effort>", part)
+		}
+		if v == "" || !ValidEffort(v) {
+			return nil, fmt.Errorf("PIZZA_EFFORT: %q: effort %q is not one of %s", part, v, strings.Join(Efforts, ", "))
+		}
+		t[k] = v
+	}
+	return t, nil
+}
+
+// For returns the effort for spec: its spec's entry, its model id's, or "*".
+func (t EffortTable) For(spec ModelSpec) string {
+	for _, k := range []string{spec.String(), spec.Model, "*"} {
+		if v, ok := t[k]; ok {
+			return v
+		}
+	}
+	return ""
 }

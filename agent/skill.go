@@ -55,7 +55,7 @@ const SkillFile = "SKILL.md"
 // Front matter fields: name (required; the folder name), description
 // (required), license, compatibility, metadata, allowed-tools (a
 // space-separated string or a list). Pizza Bot's documented extensions are
-// the top-level keys interruptOn, schedule and model:
+// the top-level keys interruptOn, schedule, model and effort:
 //
 //	interruptOn:
 //	  write_file: true        # approve, edit and reject allowed
@@ -64,6 +64,7 @@ const SkillFile = "SKILL.md"
 //	    description: Publishing is visible to the whole company
 //	schedule: "0 9 * * 1-5"   # or {cron: ..., prompt: ..., timezone: Europe/Paris}
 //	model: anthropic:claude-sonnet-4-5   # this skill's runs use this model
+//	effort: high              # how hard its model thinks (Efforts)
 type Skill struct {
 	Name          string               `json:"name"`
 	Description   string               `json:"description"`
@@ -80,6 +81,9 @@ type Skill struct {
 	// Model pins the skill's runs (and its schedule's) to a model,
 	// "<provider>:<model-id>" (front matter "model"); empty: the default.
 	Model string `json:"model,omitempty"`
+	// Effort is how hard the skill's model thinks (front matter "effort",
+	// one of Efforts); empty: PIZZA_EFFORT's, else the model's default.
+	Effort string `json:"effort,omitempty"`
 	// Schedule, when set, starts runs of the skill on a cron schedule.
 	Schedule *Schedule `json:"schedule,omitempty"`
 	// Body is the Markdown instructions after the front matter.
@@ -389,7 +393,7 @@ func ParseSkill(folder string, data []byte) (*Skill, error) {
 
 // knownFields are the front matter keys we read; near misses of them
 // ("allowed_tools", "interrupt_on") are reported instead of ignored.
-var knownFields = []string{"name", "description", "license", "compatibility", "metadata", "allowed-tools", "interruptOn", "schedule", "model"}
+var knownFields = []string{"name", "description", "license", "compatibility", "metadata", "allowed-tools", "interruptOn", "schedule", "model", "effort"}
 
 // guardedFields are our own keys whose misspelling is refused rather than
 // ignored: a misspelt interruptOn would run tools without the approval the
@@ -456,6 +460,15 @@ func (p *skillParser) parse(root *yaml.Node, folder string) {
 			p.schedule(v)
 		case "model":
 			p.model(v)
+		case "effort":
+			if e, ok := p.scalar("effort", v); ok {
+				e = strings.ToLower(strings.TrimSpace(e))
+				if !ValidEffort(e) {
+					p.errorf(v, "effort %q is not one of %s", e, strings.Join(Efforts, ", "))
+				} else {
+					p.skill.Effort = e
+				}
+			}
 		default:
 			want := nearMiss(key)
 			switch {

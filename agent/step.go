@@ -18,6 +18,8 @@ type StepInput struct {
 	Messages []Message
 	// Tools are the tools offered to the model.
 	Tools []ToolSpec
+	// Effort is how hard the model should think (Request.Effort).
+	Effort string
 	// OnDelta (may be nil) gets the answer's text as it streams.
 	OnDelta func(string)
 	// OnReset (may be nil) is called when a retry restarts the stream after
@@ -77,6 +79,7 @@ func Step(ctx context.Context, in StepInput) (*StepOutput, error) {
 		System:   in.System,
 		Messages: in.Messages,
 		Tools:    in.Tools,
+		Effort:   in.Effort,
 		OnReset:  in.OnReset,
 	}, in.OnDelta)
 	if err != nil {

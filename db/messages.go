@@ -35,10 +35,13 @@ type Message struct {
 	ToolCallID string     `db:"tool_call_id"`
 	ToolName   string     `db:"tool_name"`
 	IsError    bool       `db:"is_error"`
-	CreatedAt  time.Time  `db:"created_at"`
+	// ProviderState is what the model provider needs back with an
+	// assistant message (agent.State, JSON); nil when nothing.
+	ProviderState []byte    `db:"provider_state"`
+	CreatedAt     time.Time `db:"created_at"`
 }
 
-const messageColumns = `m.id, m.thread_id, m.role, m.content, m.tool_calls, m.tool_call_id, m.tool_name, m.is_error, m.created_at`
+const messageColumns = `m.id, m.thread_id, m.role, m.content, m.tool_calls, m.tool_call_id, m.tool_name, m.is_error, m.provider_state, m.created_at`
 
 // AddMessage appends a message to a thread. Callers have already checked that
 // the thread is the user's (or are the runtime, acting for its owner).
@@ -79,10 +82,14 @@ func addMessage(m Message) (string, []any, error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("add message: %w", err)
 	}
-	return `INSERT INTO messages AS m (thread_id, role, content, tool_calls, tool_call_id, tool_name, is_error)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)
+	var state any // NULL, not an empty jsonb
+	if len(m.ProviderState) > 0 {
+		state = m.ProviderState
+	}
+	return `INSERT INTO messages AS m (thread_id, role, content, tool_calls, tool_call_id, tool_name, is_error, provider_state)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 		RETURNING ` + messageColumns,
-		[]any{m.ThreadID, m.Role, m.Content, raw, m.ToolCallID, m.ToolName, m.IsError}, nil
+		[]any{m.ThreadID, m.Role, m.Content, raw, m.ToolCallID, m.ToolName, m.IsError, state}, nil
 }
 
 // ListMessages returns the conversation of a thread the user may read,

@@ -189,6 +189,11 @@ type Step struct {
 	Model            string
 	PromptTokens     int64
 	CompletionTokens int64
+	// CacheReadTokens, CacheWriteTokens and ReasoningTokens are as in
+	// agent.Usage.
+	CacheReadTokens  int64
+	CacheWriteTokens int64
+	ReasoningTokens  int64
 	Error            string
 	StartedAt        time.Time
 }

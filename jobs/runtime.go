@@ -755,7 +755,11 @@ func (rt *Runtime) model(ctx context.Context, spec string) (*agent.Model, error)
 			return env(name)
 		}
 	}
-	fp := sha256.Sum256([]byte(getenv(p.BaseURLEnv) + "\x00" + getenv(p.APIKeyEnv)))
+	vars := []string{getenv(p.BaseURLEnv), getenv(p.APIKeyEnv)}
+	for _, name := range p.Env {
+		vars = append(vars, getenv(name))
+	}
+	fp := sha256.Sum256([]byte(strings.Join(vars, "\x00")))
 	rt.modelsMu.Lock()
 	defer rt.modelsMu.Unlock()
 	if c, ok := rt.models[spec]; ok && c.fingerprint == fp {
@@ -773,4 +777,21 @@ func (rt *Runtime) model(ctx context.Context, spec string) (*agent.Model, error)
 	}
 	rt.models[spec] = cachedModel{fingerprint: fp, model: m}
 	return m, nil
+}
+
+// effort is how hard a run's model should think: the skill's effort, else
+// the one PIZZA_EFFORT gives the model (checked at start), else the model's
+// own default.
+func (rt *Runtime) effort(spec agent.ModelSpec, skill *agent.Skill) string {
+	if skill != nil && skill.Effort != "" {
+		return skill.Effort
+	}
+	if rt.cfg.Getenv == nil {
+		return ""
+	}
+	efforts, err := agent.ParseEfforts(rt.cfg.Getenv("PIZZA_EFFORT"))
+	if err != nil {
+		return ""
+	}
+	return efforts.For(spec)
 }

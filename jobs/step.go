@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -308,7 +309,7 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 		return err
 	}
 	tools := rules.offered(rt.offerTask(t, rt.cfg.Tools.Offer(skill)))
-	in := agent.StepInput{Model: model, System: system, Messages: toAgent(v.Messages), Tools: tools}
+	in := agent.StepInput{Model: model, System: system, Messages: toAgent(v.Messages), Tools: tools, Effort: rt.effort(model.Spec, skill)}
 	if v.Images > 0 {
 		if err := rt.attachImages(ctx, t, in.Messages); err != nil { // see images.go
 			return err
@@ -327,7 +328,7 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 	if out != nil {
 		usage = out.Usage
 	}
-	rt.cfg.Metrics.ModelCall(providerOf(t.Model), modelOutcome(err), time.Since(called), usage.PromptTokens, usage.CompletionTokens)
+	rt.cfg.Metrics.ModelCall(providerOf(t.Model), modelOutcome(err), time.Since(called), usage.InputTokens(), usage.CompletionTokens)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -358,11 +359,17 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 		for i, c := range out.Assistant.ToolCalls {
 			calls[i] = db.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments}
 		}
-		if err := db.QueueAddMessage(b, db.Message{ThreadID: t.ID, Role: db.RoleAssistant, Content: out.Assistant.Content, ToolCalls: calls}, &m); err != nil {
+		state, err := stateJSON(out.Assistant.State)
+		if err != nil {
+			return err
+		}
+		if err := db.QueueAddMessage(b, db.Message{ThreadID: t.ID, Role: db.RoleAssistant, Content: out.Assistant.Content, ToolCalls: calls, ProviderState: state}, &m); err != nil {
 			return err
 		}
 		db.QueueInsertStep(b, db.Step{ThreadID: t.ID, Kind: "model", Model: t.Model,
-			PromptTokens: out.Usage.PromptTokens, CompletionTokens: out.Usage.CompletionTokens, StartedAt: started})
+			PromptTokens: out.Usage.PromptTokens, CompletionTokens: out.Usage.CompletionTokens,
+			CacheReadTokens: out.Usage.CacheReadTokens, CacheWriteTokens: out.Usage.CacheWriteTokens,
+			ReasoningTokens: out.Usage.ReasoningTokens, StartedAt: started})
 		if budget == budgetApproved {
 			// The call an admin let past the budget is made: the
 			// approval is used. A crash before this commit keeps it.
@@ -533,11 +540,33 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run too
 	})
 }
 
-// toAgent converts stored messages to the agent's.
+// stateJSON is the stored form of an assistant message's provider state.
+func stateJSON(s *agent.State) ([]byte, error) {
+	if s == nil {
+		return nil, nil
+	}
+	raw, err := json.Marshal(s)
+	if err != nil {
+		return nil, fmt.Errorf("provider state: %w", err)
+	}
+	return raw, nil
+}
+
+// toAgent converts stored messages to the agent's, with the provider state
+// each assistant message keeps. A state that does not decode (it cannot,
+// unless the row was edited by hand) is left out: the message is then sent
+// as its content and tool calls, which a provider may refuse but which
+// loses nothing of the transcript.
 func toAgent(ms []db.Message) []agent.Message {
 	out := make([]agent.Message, 0, len(ms))
 	for _, m := range ms {
 		am := agent.Message{Role: agent.Role(m.Role), Content: m.Content, ToolCallID: m.ToolCallID, Name: m.ToolName, IsError: m.IsError}
+		if len(m.ProviderState) > 0 {
+			var st agent.State
+			if json.Unmarshal(m.ProviderState, &st) == nil && st.Wire != "" {
+				am.State = &st
+			}
+		}
 		for _, c := range m.ToolCalls {
 			am.ToolCalls = append(am.ToolCalls, agent.ToolCall{ID: c.ID, Name: c.Name, Arguments: c.Arguments})
 		}

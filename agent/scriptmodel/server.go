@@ -105,6 +105,14 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /chat/completions", s.chatCompletions)
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("GET /models", s.models)
+	// The other wire formats, each as its provider speaks it, from the
+	// same script: Anthropic's Messages API (also at /anthropic/v1/messages,
+	// where Bedrock's bedrock-mantle serves it), OpenAI's Responses API,
+	// Bedrock's ConverseStream.
+	mux.HandleFunc("POST /v1/messages", s.anthropicMessages)
+	mux.HandleFunc("POST /anthropic/v1/messages", s.anthropicMessages)
+	mux.HandleFunc("POST /v1/responses", s.responses)
+	mux.HandleFunc("POST /model/{model}/converse-stream", s.converseStream)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "invalid_request_error", "unknown_url", fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path), "")
 	})
