@@ -65,8 +65,29 @@ func LookupProvider(name string) (Provider, bool) {
 	return Provider{}, false
 }
 
-// defaultAWSRegion is the Bedrock region when none is configured.
-const defaultAWSRegion = "us-east-1"
+// defaultAWSRegion is the Bedrock region when none is configured, as the
+// product reference says.
+const defaultAWSRegion = "us-west-2"
+
+// AWSRegion is the region of Bedrock calls: AWS_REGION, else
+// AWS_DEFAULT_REGION, else the AWS profile's (profileRegion, may be nil or
+// return ""), else us-west-2. It fails on a name that is not a region's.
+func AWSRegion(getenv func(string) string, profileRegion func() string) (string, error) {
+	region := strings.TrimSpace(getenv("AWS_REGION"))
+	if region == "" {
+		region = strings.TrimSpace(getenv("AWS_DEFAULT_REGION"))
+	}
+	if region == "" && profileRegion != nil {
+		region = strings.TrimSpace(profileRegion())
+	}
+	if region == "" {
+		region = defaultAWSRegion
+	}
+	if !validRegion(region) {
+		return "", fmt.Errorf("AWS_REGION %q is not a valid AWS region name", region)
+	}
+	return region, nil
+}
 
 // BaseURL returns the base URL to use: BaseURLEnv when set, otherwise the
 // default. It fails, naming the variable, when there is no usable URL.
@@ -83,15 +104,9 @@ func (p Provider) BaseURL(getenv func(string) string) (string, error) {
 		raw = p.DefaultBaseURL
 		from = "the default base URL of " + p.Name
 		if strings.Contains(raw, "{region}") {
-			region := strings.TrimSpace(getenv("AWS_REGION"))
-			if region == "" {
-				region = strings.TrimSpace(getenv("AWS_DEFAULT_REGION"))
-			}
-			if region == "" {
-				region = defaultAWSRegion
-			}
-			if !validRegion(region) {
-				return "", fmt.Errorf("AWS_REGION %q is not a valid AWS region name", region)
+			region, err := AWSRegion(getenv, nil)
+			if err != nil {
+				return "", err
 			}
 			raw = strings.ReplaceAll(raw, "{region}", region)
 		}

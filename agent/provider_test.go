@@ -68,7 +68,7 @@ func TestNewModelEnvironment(t *testing.T) {
 		{name: "gemini missing key", spec: "gemini:gemini-2.5-flash", wantErr: "GEMINI_API_KEY is not set"},
 		{name: "anthropic", spec: "anthropic:claude-sonnet-4-5", env: map[string]string{"ANTHROPIC_API_KEY": "k"}, wantBaseURL: "https://api.anthropic.com/v1/"},
 		{name: "anthropic missing key", spec: "anthropic:claude-sonnet-4-5", wantErr: "ANTHROPIC_API_KEY is not set"},
-		{name: "bedrock default region", spec: "bedrock:openai.gpt-oss-120b-1:0", env: map[string]string{"AWS_BEARER_TOKEN_BEDROCK": "k"}, wantBaseURL: "https://bedrock-runtime.us-east-1.amazonaws.com/openai/v1"},
+		{name: "bedrock default region", spec: "bedrock:openai.gpt-oss-120b-1:0", env: map[string]string{"AWS_BEARER_TOKEN_BEDROCK": "k"}, wantBaseURL: "https://bedrock-runtime.us-west-2.amazonaws.com/openai/v1"},
 		{name: "bedrock region", spec: "bedrock:openai.gpt-oss-120b-1:0", env: map[string]string{"AWS_BEARER_TOKEN_BEDROCK": "k", "AWS_REGION": "eu-west-3"}, wantBaseURL: "https://bedrock-runtime.eu-west-3.amazonaws.com/openai/v1"},
 		{name: "bedrock bad region", spec: "bedrock:m", env: map[string]string{"AWS_BEARER_TOKEN_BEDROCK": "k", "AWS_REGION": "eu/west"}, wantErr: `AWS_REGION "eu/west" is not a valid AWS region name`},
 		{name: "bedrock missing key", spec: "bedrock:m", wantErr: "AWS_BEARER_TOKEN_BEDROCK is not set"},
