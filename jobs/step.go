@@ -379,6 +379,10 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 	}
 	return rt.commitBatch(ctx, jobID, a, first, func(ctx context.Context, tx pgx.Tx) error {
 		if out.Done() {
+			if note := stopNote(out.FinishReason); note != "" {
+				// The answer is kept, and the run says why it is not one.
+				return rt.endRun(ctx, tx, t.ID, db.StatusFailed, note)
+			}
 			return rt.endRun(ctx, tx, t.ID, db.StatusDone, "")
 		}
 		// The gates are read again, through this transaction: the policy
@@ -424,6 +428,19 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 		}
 		return rt.advance(ctx, tx, t.ID)
 	})
+}
+
+// stopNote says why a model's last answer is not a finished one, by its
+// finish reason: cut off at the output token limit, or stopped by the
+// provider (a refusal, a content filter). Empty for a finished answer.
+func stopNote(finish string) string {
+	switch finish {
+	case "length":
+		return "The model's answer was cut off at its output token limit, so it is incomplete. Reply to the thread to ask for the rest, or raise the model's limit."
+	case "content_filter":
+		return "The model provider stopped the answer: the model refused, or the provider's content filter intervened. What it wrote is kept above."
+	}
+	return ""
 }
 
 // unknownOutcome is what a person reads on a call cut off by a crash.
