@@ -137,9 +137,10 @@ func (c *chatWire) attempt(ctx context.Context, req Request, s sink) (*Response,
 //     on text) in extra_content.google.thought_signature, which must come
 //     back verbatim next turn.
 //
-// So a call is known by its id: a delta with an id not seen yet starts a
-// call; one without an id continues the call its index names, when every
-// call has had an index of its own, else the last call.
+// So a delta continues the call its index names while every call has had
+// an index of its own, else the call with its id, else the last call; and it
+// starts a new call when its id is another, or when it names a tool after
+// the call it would continue was complete (see addCall).
 type chatTurn struct {
 	content strings.Builder
 	calls   []*chatCall
@@ -191,24 +192,28 @@ func (t *chatTurn) add(chunk openai.ChatCompletionChunk) string {
 
 func (t *chatTurn) addCall(d openai.ChatCompletionChunkChoiceDeltaToolCall) {
 	hasIndex := d.JSON.Index.Valid()
+	// c is the call d would continue.
 	var c *chatCall
 	switch {
+	case hasIndex && !t.shared:
+		c = t.indexed[d.Index]
 	case d.ID != "":
 		for _, old := range t.calls {
 			if old.id == d.ID { // a provider that repeats the id on every fragment
 				c = old
-				break
 			}
 		}
-	case hasIndex && !t.shared:
-		c = t.indexed[d.Index]
 	case len(t.calls) > 0:
-		// Neither id nor index tells: the last call goes on, unless this
-		// delta names a tool after that call was complete.
-		last := t.calls[len(t.calls)-1]
-		if d.Function.Name == "" || last.name == "" || !json.Valid([]byte(last.args.String())) {
-			c = last
-		}
+		c = t.calls[len(t.calls)-1]
+	}
+	// d starts a call of its own when it has another id (Ollama's calls
+	// at index 0 each have theirs), or names a tool with arguments after
+	// c was complete (whole calls with the same id, or none).
+	if c != nil && d.ID != "" && c.id != "" && d.ID != c.id {
+		c = nil
+	}
+	if c != nil && d.Function.Name != "" && d.Function.Arguments != "" && c.name != "" && json.Valid([]byte(c.args.String())) {
+		c = nil
 	}
 	if c == nil {
 		c = &chatCall{id: d.ID}
@@ -221,6 +226,9 @@ func (t *chatTurn) addCall(d openai.ChatCompletionChunkChoiceDeltaToolCall) {
 		}
 		t.indexed[d.Index] = c
 	}
+	if c.id == "" {
+		c.id = d.ID
+	}
 	if c.name == "" {
 		c.name = d.Function.Name
 	}
@@ -231,13 +239,14 @@ func (t *chatTurn) addCall(d openai.ChatCompletionChunkChoiceDeltaToolCall) {
 }
 
 // extraContent returns the raw extra_content among a decoded object's
-// unknown fields, when there is one (not null).
+// unknown fields, when there is one (not null). openai-go marks unknown
+// fields "invalid" (it has no type for them), so their raw text decides.
 func extraContent(fields map[string]respjson.Field) (json.RawMessage, bool) {
-	f, ok := fields["extra_content"]
-	if !ok || !f.Valid() || strings.TrimSpace(f.Raw()) == "" {
+	raw := strings.TrimSpace(fields["extra_content"].Raw())
+	if raw == "" || raw == "null" || !json.Valid([]byte(raw)) {
 		return nil, false
 	}
-	return json.RawMessage(f.Raw()), true
+	return json.RawMessage(raw), true
 }
 
 // chatState is the State.Data of the chat wire: the extra_content a
