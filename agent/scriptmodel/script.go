@@ -106,7 +106,27 @@ type Reply struct {
 	// Hold, when not nil, makes the server wait until it is closed (or the
 	// client goes away) before answering. For tests; not in JSON.
 	Hold chan struct{} `json:"-"`
+
+	// Chat Completions as the other providers stream it.
+	//
+	// IndexMode is how the streamed tool calls carry their index: ""
+	// as OpenAI (0, 1, ...; a chunk with the id and name, then argument
+	// fragments); "zero" as Ollama's older parser (each call whole in a
+	// chunk of its own, every one with index 0); "omit" as Gemini (each
+	// call whole in a chunk of its own, no index at all).
+	IndexMode string `json:"index_mode,omitempty"`
+	// ThoughtSignature is sent as the message's
+	// extra_content.google.thought_signature, as Gemini signs text (a
+	// tool call's signature is ScriptToolCall.ThoughtSignature).
+	ThoughtSignature string `json:"thought_signature,omitempty"`
 }
+
+// The index modes of Reply.IndexMode.
+const (
+	IndexOpenAI = ""
+	IndexZero   = "zero"
+	IndexOmit   = "omit"
+)
 
 // ScriptToolCall is a tool call of a Reply.
 type ScriptToolCall struct {
@@ -117,21 +137,28 @@ type ScriptToolCall struct {
 	// Arguments is the raw argument text, sent as is: it can be made
 	// malformed on purpose. In JSON it may be a string (raw) or an object.
 	Arguments string `json:"arguments"`
+	// ThoughtSignature, when set, is sent as the call's
+	// extra_content.google.thought_signature, as Gemini 3 does; a later
+	// request that replays the call without it is refused as Gemini
+	// refuses it (Server.check). In a recorded request, it is the
+	// signature the call came back with.
+	ThoughtSignature string `json:"thought_signature,omitempty"`
 }
 
 // UnmarshalJSON accepts "arguments" as a string or as a JSON object.
 func (c *ScriptToolCall) UnmarshalJSON(data []byte) error {
 	var raw struct {
-		ID        string          `json:"id"`
-		Name      string          `json:"name"`
-		Arguments json.RawMessage `json:"arguments"`
+		ID               string          `json:"id"`
+		Name             string          `json:"name"`
+		Arguments        json.RawMessage `json:"arguments"`
+		ThoughtSignature string          `json:"thought_signature"`
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&raw); err != nil {
 		return err
 	}
-	c.ID, c.Name = raw.ID, raw.Name
+	c.ID, c.Name, c.ThoughtSignature = raw.ID, raw.Name, raw.ThoughtSignature
 	args := bytes.TrimSpace(raw.Arguments)
 	switch {
 	case len(args) == 0 || bytes.Equal(args, []byte("null")):
@@ -218,6 +245,11 @@ func (s Script) Validate() error {
 			if strings.TrimSpace(tc.Name) == "" {
 				errs = append(errs, fmt.Errorf("%s: tool call %d has no name", where, j))
 			}
+		}
+		switch r.IndexMode {
+		case IndexOpenAI, IndexZero, IndexOmit:
+		default:
+			errs = append(errs, fmt.Errorf("%s: index_mode %q is not \"\", %q or %q", where, r.IndexMode, IndexZero, IndexOmit))
 		}
 		if r.Chunks < 0 || r.BreakAfter < 0 || r.ChunkDelay < 0 {
 			errs = append(errs, fmt.Errorf("%s: chunks, break_after and chunk_delay must not be negative", where))

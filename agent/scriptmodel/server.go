@@ -23,6 +23,9 @@ type Server struct {
 	used     []int // replies used, per rule
 	requests []RecordedRequest
 	seq      int
+	// signed maps the id of each tool call answered with a thought
+	// signature to it: a request replaying the call must carry it back.
+	signed map[string]string
 }
 
 // New returns a server for script.
@@ -62,6 +65,11 @@ type RecordedMessage struct {
 	ToolCalls  []ScriptToolCall
 	ToolCallID string
 	Name       string
+	// ThoughtSignature is the message's extra_content.google.thought_signature
+	// (a tool call's is in its ThoughtSignature); ExtraContent is the
+	// message's extra_content as sent.
+	ThoughtSignature string
+	ExtraContent     json.RawMessage
 }
 
 // RecordedTool is a function tool offered in a recorded request.
@@ -95,6 +103,7 @@ func (s *Server) Reset() {
 	defer s.mu.Unlock()
 	s.requests = nil
 	clear(s.used)
+	clear(s.signed)
 }
 
 // Handler serves POST /v1/chat/completions (and /chat/completions) and
@@ -165,6 +174,8 @@ type (
 		ToolCalls  []wireToolCall  `json:"tool_calls"`
 		ToolCallID string          `json:"tool_call_id"`
 		Name       string          `json:"name"`
+		// ExtraContent is Google's extension (thought signatures).
+		ExtraContent json.RawMessage `json:"extra_content"`
 	}
 	wireToolCall struct {
 		ID       string `json:"id"`
@@ -173,6 +184,7 @@ type (
 			Name      string `json:"name"`
 			Arguments string `json:"arguments"`
 		} `json:"function"`
+		ExtraContent json.RawMessage `json:"extra_content"`
 	}
 	wireTool struct {
 		Type     string `json:"type"`
@@ -213,6 +225,10 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "invalid_request_error", "", msg, "")
 		return
 	}
+	if msg := s.checkSignatures(rec); msg != "" {
+		writeGeminiError(w, http.StatusBadRequest, "INVALID_ARGUMENT", msg)
+		return
+	}
 
 	reply := s.pick(rec)
 	if reply.Hold != nil {
@@ -246,6 +262,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			a.reply.ToolCalls[i].ID = fmt.Sprintf("call_%d_%d", seq, i)
 		}
 	}
+	s.sign(a.reply.ToolCalls)
 	a.usage = reply.Usage
 	if a.usage == nil {
 		a.usage = estimateUsage(rec, a.reply)
@@ -269,9 +286,10 @@ func record(r *http.Request, body []byte, req chatRequest) RecordedRequest {
 		Body:          json.RawMessage(body),
 	}
 	for _, m := range req.Messages {
-		rm := RecordedMessage{Role: m.Role, Content: contentText(m.Content), Images: contentImages(m.Content), ToolCallID: m.ToolCallID, Name: m.Name}
+		rm := RecordedMessage{Role: m.Role, Content: contentText(m.Content), Images: contentImages(m.Content), ToolCallID: m.ToolCallID, Name: m.Name,
+			ThoughtSignature: thoughtSignature(m.ExtraContent), ExtraContent: m.ExtraContent}
 		for _, tc := range m.ToolCalls {
-			rm.ToolCalls = append(rm.ToolCalls, ScriptToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+			rm.ToolCalls = append(rm.ToolCalls, ScriptToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: tc.Function.Arguments, ThoughtSignature: thoughtSignature(tc.ExtraContent)})
 		}
 		rec.Messages = append(rec.Messages, rm)
 	}
@@ -376,6 +394,77 @@ func (s *Server) check(req chatRequest, rec RecordedRequest) string {
 		return fmt.Sprintf("An assistant message with 'tool_calls' must be followed by tool messages responding to each 'tool_call_id'. The following tool_call_ids did not have response messages: %s", strings.Join(pending, ", "))
 	}
 	return ""
+}
+
+// sign remembers the thought signatures of the tool calls being answered.
+func (s *Server) sign(calls []ScriptToolCall) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, tc := range calls {
+		if tc.ThoughtSignature == "" {
+			continue
+		}
+		if s.signed == nil {
+			s.signed = map[string]string{}
+		}
+		s.signed[tc.ID] = tc.ThoughtSignature
+	}
+}
+
+// checkSignatures makes Gemini 3's check of thought signatures: in the
+// current turn (the messages after the last user message), a tool call that
+// was answered with a signature must come back with it, unchanged. The
+// message is Gemini's; its position counts Gemini's contents (1-based: the
+// system prompt apart, a run of tool results one content).
+func (s *Server) checkSignatures(rec RecordedRequest) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.signed) == 0 {
+		return ""
+	}
+	turn := 0
+	for i, m := range rec.Messages {
+		if m.Role == "user" {
+			turn = i
+		}
+	}
+	position := 0
+	for i, m := range rec.Messages {
+		switch {
+		case m.Role == "system" || m.Role == "developer":
+			continue
+		case m.Role == "tool" && i > 0 && rec.Messages[i-1].Role == "tool":
+			continue
+		}
+		position++
+		if i < turn || m.Role != "assistant" {
+			continue
+		}
+		for _, tc := range m.ToolCalls {
+			if want, ok := s.signed[tc.ID]; ok && tc.ThoughtSignature != want {
+				return fmt.Sprintf("Function call is missing a thought_signature in functionCall parts. This is required for tools to work correctly, and missing thought_signature may lead to degraded model performance. Additional data, function call `default_api:%s` , position %d. please refer to https://ai.google.dev/gemini-api/docs/thought-signatures for more details.", tc.Name, position)
+			}
+		}
+	}
+	return ""
+}
+
+// thoughtSignature is extra_content.google.thought_signature, or "".
+func thoughtSignature(extra json.RawMessage) string {
+	var v struct {
+		Google struct {
+			ThoughtSignature string `json:"thought_signature"`
+		} `json:"google"`
+	}
+	if json.Unmarshal(extra, &v) != nil {
+		return ""
+	}
+	return v.Google.ThoughtSignature
+}
+
+// extraContent is Google's extra_content carrying a thought signature.
+func extraContent(signature string) map[string]any {
+	return map[string]any{"google": map[string]any{"thought_signature": signature}}
 }
 
 // pick chooses the reply for a request.
@@ -501,14 +590,21 @@ func (a answer) complete(w http.ResponseWriter) {
 	if a.reply.Content != "" || len(a.reply.ToolCalls) == 0 {
 		msg["content"] = a.reply.Content
 	}
+	if a.reply.ThoughtSignature != "" {
+		msg["extra_content"] = extraContent(a.reply.ThoughtSignature)
+	}
 	if len(a.reply.ToolCalls) > 0 {
 		var calls []map[string]any
 		for _, tc := range a.reply.ToolCalls {
-			calls = append(calls, map[string]any{
+			call := map[string]any{
 				"id":       tc.ID,
 				"type":     "function",
 				"function": map[string]any{"name": tc.Name, "arguments": tc.Arguments},
-			})
+			}
+			if tc.ThoughtSignature != "" {
+				call["extra_content"] = extraContent(tc.ThoughtSignature)
+			}
+			calls = append(calls, call)
 		}
 		msg["tool_calls"] = calls
 	}
@@ -551,17 +647,41 @@ func (a answer) stream(ctx context.Context, w http.ResponseWriter, includeUsage 
 		}
 		return c
 	}
-	events = append(events, chunk(map[string]any{"role": "assistant", "content": "", "refusal": nil}, nil))
-	for _, piece := range splitText(a.reply.Content, a.reply.Chunks, true) {
-		events = append(events, chunk(map[string]any{"content": piece}, nil))
+	role := map[string]any{"role": "assistant", "content": "", "refusal": nil}
+	events = append(events, chunk(role, nil))
+	for i, piece := range splitText(a.reply.Content, a.reply.Chunks, true) {
+		delta := map[string]any{"content": piece}
+		if i == 0 && a.reply.ThoughtSignature != "" {
+			delta["extra_content"] = extraContent(a.reply.ThoughtSignature) // Gemini signs the first text part
+		}
+		events = append(events, chunk(delta, nil))
+	}
+	if a.reply.Content == "" && a.reply.ThoughtSignature != "" {
+		role["extra_content"] = extraContent(a.reply.ThoughtSignature)
 	}
 	for i, tc := range a.reply.ToolCalls {
-		events = append(events, chunk(map[string]any{"tool_calls": []any{map[string]any{
+		head := map[string]any{
 			"index":    i,
 			"id":       tc.ID,
 			"type":     "function",
 			"function": map[string]any{"name": tc.Name, "arguments": ""},
-		}}}, nil))
+		}
+		if tc.ThoughtSignature != "" {
+			head["extra_content"] = extraContent(tc.ThoughtSignature)
+		}
+		if a.reply.IndexMode != IndexOpenAI {
+			// Ollama and Gemini send each call whole, in one chunk.
+			head["function"] = map[string]any{"name": tc.Name, "arguments": tc.Arguments}
+			switch a.reply.IndexMode {
+			case IndexZero:
+				head["index"] = 0
+			case IndexOmit:
+				delete(head, "index")
+			}
+			events = append(events, chunk(map[string]any{"tool_calls": []any{head}}, nil))
+			continue
+		}
+		events = append(events, chunk(map[string]any{"tool_calls": []any{head}}, nil))
 		n := a.reply.Chunks
 		if n == 0 {
 			n = 3
@@ -684,6 +804,12 @@ func writeError(w http.ResponseWriter, status int, typ, code, msg, param string)
 		e["param"] = param
 	}
 	writeJSON(w, status, map[string]any{"error": e})
+}
+
+// writeGeminiError writes an error as Gemini's OpenAI-compatible endpoint
+// does: a list of one {"error": {"code", "message", "status"}}.
+func writeGeminiError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, []any{map[string]any{"error": map[string]any{"code": status, "message": msg, "status": code}}})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
