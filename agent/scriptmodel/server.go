@@ -23,6 +23,9 @@ type Server struct {
 	used     []int // replies used, per rule
 	requests []RecordedRequest
 	seq      int
+	// thinking is what Anthropic's double sent with each tool_use id
+	// (anthropic.go): a replay must carry it back unchanged.
+	thinking map[string]issuedThinking
 }
 
 // New returns a server for script.
@@ -120,6 +123,10 @@ func (s *Server) Handler() http.Handler {
 }
 
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("anthropic-version") != "" {
+		s.anthropicModels(w, r)
+		return
+	}
 	if !s.authorized(r) {
 		writeUnauthorized(w)
 		return
