@@ -207,7 +207,15 @@ func (w *anthropicWire) attempt(ctx context.Context, req Request, s sink) (*Resp
 		return nil, err
 	}
 	var fail *failure
-	stream := w.msgs.NewStreaming(ctx, params, captureAnthropicFailure(&fail))
+	// The SDK swallows Anthropic's ping events; the body's reads prove the
+	// stream alive all the same, pings included.
+	stream := w.msgs.NewStreaming(ctx, params, captureAnthropicFailure(&fail), option.WithMiddleware(func(r *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+		res, err := next(r)
+		if err == nil {
+			res.Body = aliveBody{ReadCloser: res.Body, alive: s.alive}
+		}
+		return res, err
+	}))
 	defer stream.Close()
 	var acc anthropic.Message
 	stopped := false
@@ -239,6 +247,20 @@ func (w *anthropicWire) attempt(ctx context.Context, req Request, s sink) (*Resp
 		return nil, providerErrorf(w.provider, 0, true, "the stream ended before the model finished its answer")
 	}
 	return w.response(&acc)
+}
+
+// aliveBody calls alive on every read of a response body.
+type aliveBody struct {
+	io.ReadCloser
+	alive func()
+}
+
+func (b aliveBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		b.alive()
+	}
+	return n, err
 }
 
 // anthropicState is the State.Data of an assistant message: its content
