@@ -218,6 +218,10 @@ func (w *anthropicWire) attempt(ctx context.Context, req Request, s sink) (*Resp
 	}))
 	defer stream.Close()
 	var acc anthropic.Message
+	// args keeps each tool call's input as the model wrote it: the
+	// accumulator replaces input that is not JSON with {}, and the model
+	// should hear that its JSON was invalid, not that arguments are missing.
+	args := map[int64]*strings.Builder{}
 	stopped := false
 	for stream.Next() {
 		s.alive()
@@ -227,8 +231,16 @@ func (w *anthropicWire) attempt(ctx context.Context, req Request, s sink) (*Resp
 		}
 		switch ev.Type {
 		case "content_block_delta":
-			if ev.Delta.Type == "text_delta" && ev.Delta.Text != "" {
-				s.text(ev.Delta.Text)
+			switch ev.Delta.Type {
+			case "text_delta":
+				if ev.Delta.Text != "" {
+					s.text(ev.Delta.Text)
+				}
+			case "input_json_delta":
+				if args[ev.Index] == nil {
+					args[ev.Index] = &strings.Builder{}
+				}
+				args[ev.Index].WriteString(ev.Delta.PartialJSON)
 			}
 		case "message_stop":
 			stopped = true
@@ -246,7 +258,7 @@ func (w *anthropicWire) attempt(ctx context.Context, req Request, s sink) (*Resp
 		}
 		return nil, providerErrorf(w.provider, 0, true, "the stream ended before the model finished its answer")
 	}
-	return w.response(&acc)
+	return w.response(&acc, args)
 }
 
 // aliveBody calls alive on every read of a response body.
@@ -269,17 +281,20 @@ type anthropicState struct {
 	Content []json.RawMessage `json:"content"`
 }
 
-func (w *anthropicWire) response(acc *anthropic.Message) (*Response, error) {
+func (w *anthropicWire) response(acc *anthropic.Message, streamed map[int64]*strings.Builder) (*Response, error) {
 	msg := Message{Role: RoleAssistant}
 	var text strings.Builder
 	st := anthropicState{}
-	for _, b := range acc.Content {
+	for i, b := range acc.Content {
 		st.Content = append(st.Content, json.RawMessage(b.RawJSON()))
 		switch b.Type {
 		case "text":
 			text.WriteString(b.Text)
 		case "tool_use":
 			args := string(b.Input)
+			if raw, ok := streamed[int64(i)]; ok && strings.TrimSpace(raw.String()) != "" {
+				args = raw.String()
+			}
 			if strings.TrimSpace(args) == "" {
 				args = "{}"
 			}

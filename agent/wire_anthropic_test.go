@@ -551,3 +551,30 @@ func TestAnthropicModels(t *testing.T) {
 		t.Errorf("wrong key: %v", err)
 	}
 }
+
+// A call whose input is not JSON reaches the caller as the model wrote it
+// (so the model is told its JSON was invalid) and goes back as {}.
+func TestAnthropicInvalidToolInput(t *testing.T) {
+	t.Parallel()
+	b := anthropicSetup(t, scriptmodel.Script{Rules: []scriptmodel.Rule{
+		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Sorry."}}},
+		{Replies: []scriptmodel.Reply{{ToolCalls: []scriptmodel.ScriptToolCall{{ID: "toolu_bad", Name: "read_file", Arguments: `{"path": "a.md"`}}}}},
+	}}, nil)
+	tools := []agent.ToolSpec{{Name: "read_file"}}
+	msgs := []agent.Message{agent.UserMessage("read a")}
+	resp, err := b.model.Complete(context.Background(), agent.Request{Messages: msgs, Tools: tools}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := resp.Message.ToolCalls[0]
+	if call.Arguments != `{"path": "a.md"` {
+		t.Errorf("arguments = %q, want the model's text", call.Arguments)
+	}
+	msgs = append(msgs, roundTrip(t, resp.Message), agent.ToolResult(call, "invalid JSON", true))
+	if _, err := b.model.Complete(context.Background(), agent.Request{Messages: msgs, Tools: tools}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if use := lastBody(t, b.server).Messages[1].Content[0]; use["type"] != "tool_use" || !reflect.DeepEqual(use["input"], map[string]any{}) {
+		t.Errorf("replayed as %v", use)
+	}
+}
