@@ -315,6 +315,7 @@ func (w *anthropicWire) response(acc *anthropic.Message, streamed map[int64]*str
 			CompletionTokens: u.OutputTokens,
 			CacheReadTokens:  u.CacheReadInputTokens,
 			CacheWriteTokens: u.CacheCreationInputTokens,
+			ReasoningTokens:  u.OutputTokensDetails.ThinkingTokens,
 		},
 		FinishReason: anthropicFinish(acc.StopReason),
 	}, nil

@@ -103,6 +103,7 @@ func TestAnthropicToolLoop(t *testing.T) {
 			ToolCalls:        []scriptmodel.ScriptToolCall{{ID: "toolu_1", Name: "read_file", Arguments: `{"path":"menu.md"}`}},
 			Usage:            &scriptmodel.Usage{PromptTokens: 20, CompletionTokens: 9},
 			CacheWriteTokens: 200,
+			ThinkingTokens:   4,
 		}}},
 	}}, nil)
 	tools := []agent.ToolSpec{{Name: "read_file", Description: "Read a file", Parameters: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}`)}}
@@ -121,7 +122,7 @@ func TestAnthropicToolLoop(t *testing.T) {
 	if resp.FinishReason != "tool_calls" || resp.Message.Content != "Let me read it." {
 		t.Errorf("response = %+v", resp)
 	}
-	if got, want := resp.Usage, (agent.Usage{PromptTokens: 20, CompletionTokens: 9, CacheWriteTokens: 200}); got != want {
+	if got, want := resp.Usage, (agent.Usage{PromptTokens: 20, CompletionTokens: 9, CacheWriteTokens: 200, ReasoningTokens: 4}); got != want {
 		t.Errorf("usage = %+v, want %+v", got, want)
 	}
 	if resp.Message.State == nil || resp.Message.State.Wire != agent.WireAnthropic {

@@ -444,12 +444,16 @@ func (a anthropicAnswer) stopReason() string {
 }
 
 func (a anthropicAnswer) usageJSON(output int64) map[string]any {
-	return map[string]any{
+	u := map[string]any{
 		"input_tokens":                a.usage.PromptTokens,
 		"cache_creation_input_tokens": a.reply.CacheWriteTokens,
 		"cache_read_input_tokens":     a.reply.CacheReadTokens,
 		"output_tokens":               output,
 	}
+	if a.reply.ThinkingTokens > 0 && output >= a.reply.ThinkingTokens {
+		u["output_tokens_details"] = map[string]any{"thinking_tokens": a.reply.ThinkingTokens}
+	}
+	return u
 }
 
 // message is the Message object: whole (full) or as message_start carries
