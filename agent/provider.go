@@ -47,7 +47,9 @@ func (p Provider) WireFor(model string, getenv func(string) string) (string, err
 // Providers lists the supported providers, in the order to show them.
 var Providers = []Provider{
 	{Name: "openai", Label: "OpenAI", DefaultBaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY", APIKeyRequired: true, BaseURLEnv: "OPENAI_BASE_URL"},
-	{Name: "anthropic", Label: "Anthropic", DefaultBaseURL: "https://api.anthropic.com/v1/", APIKeyEnv: "ANTHROPIC_API_KEY", APIKeyRequired: true, BaseURLEnv: "ANTHROPIC_BASE_URL"},
+	// Anthropic's Messages API: ANTHROPIC_API_KEY (x-api-key) or
+	// ANTHROPIC_AUTH_TOKEN (bearer), so the key alone is not required.
+	{Name: "anthropic", Label: "Anthropic", DefaultBaseURL: DefaultAnthropicBaseURL, APIKeyEnv: "ANTHROPIC_API_KEY", APIKeyRequired: false, BaseURLEnv: "ANTHROPIC_BASE_URL", Env: []string{"ANTHROPIC_AUTH_TOKEN"}, Wire: WireAnthropic},
 	{Name: "gemini", Label: "Google Gemini", DefaultBaseURL: "https://generativelanguage.googleapis.com/v1beta/openai/", APIKeyEnv: "GEMINI_API_KEY", APIKeyRequired: true, BaseURLEnv: "GEMINI_BASE_URL"},
 	{Name: "bedrock", Label: "Amazon Bedrock", DefaultBaseURL: "https://bedrock-runtime.{region}.amazonaws.com/openai/v1", APIKeyEnv: "AWS_BEARER_TOKEN_BEDROCK", APIKeyRequired: true, BaseURLEnv: "BEDROCK_BASE_URL"},
 	{Name: "openrouter", Label: "OpenRouter", DefaultBaseURL: "https://openrouter.ai/api/v1", APIKeyEnv: "OPENROUTER_API_KEY", APIKeyRequired: true, BaseURLEnv: "OPENROUTER_BASE_URL"},

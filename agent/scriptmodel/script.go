@@ -103,6 +103,22 @@ type Reply struct {
 	// Usage is the usage reported; nil estimates it (4 bytes a token).
 	Usage *Usage `json:"usage,omitempty"`
 
+	// Anthropic's Messages API (anthropic.go). Thinking, when set, is sent
+	// as a thinking block before the text, signed with ThinkingSignature
+	// (default: one the server makes up); RedactedThinking, when set, as a
+	// redacted_thinking block of that data. The server then refuses, as
+	// Anthropic does, a later request that replays this reply's tool_use
+	// blocks without that thinking block, signature byte for byte.
+	// CacheReadTokens and CacheWriteTokens are reported as
+	// cache_read_input_tokens and cache_creation_input_tokens,
+	// ThinkingTokens as output_tokens_details.thinking_tokens.
+	Thinking          string `json:"thinking,omitempty"`
+	ThinkingSignature string `json:"thinking_signature,omitempty"`
+	RedactedThinking  string `json:"redacted_thinking,omitempty"`
+	CacheReadTokens   int64  `json:"cache_read_tokens,omitempty"`
+	CacheWriteTokens  int64  `json:"cache_write_tokens,omitempty"`
+	ThinkingTokens    int64  `json:"thinking_tokens,omitempty"`
+
 	// Hold, when not nil, makes the server wait until it is closed (or the
 	// client goes away) before answering. For tests; not in JSON.
 	Hold chan struct{} `json:"-"`

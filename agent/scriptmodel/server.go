@@ -26,6 +26,9 @@ type Server struct {
 	// signed maps the id of each tool call answered with a thought
 	// signature to it: a request replaying the call must carry it back.
 	signed map[string]string
+	// thinking is what Anthropic's double sent with each tool_use id
+	// (anthropic.go): a replay must carry it back unchanged.
+	thinking map[string]issuedThinking
 }
 
 // New returns a server for script.
@@ -104,6 +107,7 @@ func (s *Server) Reset() {
 	s.requests = nil
 	clear(s.used)
 	clear(s.signed)
+	clear(s.thinking)
 }
 
 // Handler serves POST /v1/chat/completions (and /chat/completions) and
@@ -129,6 +133,10 @@ func (s *Server) Handler() http.Handler {
 }
 
 func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("anthropic-version") != "" {
+		s.anthropicModels(w, r)
+		return
+	}
 	if !s.authorized(r) {
 		writeUnauthorized(w)
 		return
