@@ -38,6 +38,19 @@ func (p Provider) WireFor(model string, getenv func(string) string) (string, err
 	if getenv == nil {
 		getenv = os.Getenv
 	}
+	switch p.Name {
+	case "openai":
+		// OpenAI's current models take function tools with reasoning on
+		// the Responses API only; Chat Completions stays available.
+		switch api := strings.ToLower(strings.TrimSpace(getenv("OPENAI_API"))); api {
+		case "", WireResponses:
+			return WireResponses, nil
+		case WireChat:
+			return WireChat, nil
+		default:
+			return "", fmt.Errorf("OPENAI_API %q is not one of OpenAI's APIs: want %q (the default) or %q", api, WireResponses, WireChat)
+		}
+	}
 	if p.Wire == "" {
 		return WireChat, nil
 	}
@@ -46,7 +59,7 @@ func (p Provider) WireFor(model string, getenv func(string) string) (string, err
 
 // Providers lists the supported providers, in the order to show them.
 var Providers = []Provider{
-	{Name: "openai", Label: "OpenAI", DefaultBaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY", APIKeyRequired: true, BaseURLEnv: "OPENAI_BASE_URL"},
+	{Name: "openai", Label: "OpenAI", DefaultBaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY", APIKeyRequired: true, BaseURLEnv: "OPENAI_BASE_URL", Env: []string{"OPENAI_API"}, Wire: WireResponses},
 	{Name: "anthropic", Label: "Anthropic", DefaultBaseURL: "https://api.anthropic.com/v1/", APIKeyEnv: "ANTHROPIC_API_KEY", APIKeyRequired: true, BaseURLEnv: "ANTHROPIC_BASE_URL"},
 	{Name: "gemini", Label: "Google Gemini", DefaultBaseURL: "https://generativelanguage.googleapis.com/v1beta/openai/", APIKeyEnv: "GEMINI_API_KEY", APIKeyRequired: true, BaseURLEnv: "GEMINI_BASE_URL"},
 	{Name: "bedrock", Label: "Amazon Bedrock", DefaultBaseURL: "https://bedrock-runtime.{region}.amazonaws.com/openai/v1", APIKeyEnv: "AWS_BEARER_TOKEN_BEDROCK", APIKeyRequired: true, BaseURLEnv: "BEDROCK_BASE_URL"},
