@@ -106,6 +106,21 @@ type Reply struct {
 	// Hold, when not nil, makes the server wait until it is closed (or the
 	// client goes away) before answering. For tests; not in JSON.
 	Hold chan struct{} `json:"-"`
+
+	// OpenAI's Responses API (responses.go) only.
+	//
+	// ReasoningEncrypted, when set, makes the answer start with a reasoning
+	// item (id rs_...) whose encrypted_content is this text: returned only
+	// when the request's include has "reasoning.encrypted_content", and
+	// required back, unchanged, before each function call of this answer
+	// that a later request replays (OpenAI's 400 otherwise).
+	ReasoningEncrypted string `json:"reasoning_encrypted,omitempty"`
+	// ReasoningSummary is the reasoning item's summary text, streamed as
+	// response.reasoning_summary_text.delta events.
+	ReasoningSummary string `json:"reasoning_summary,omitempty"`
+	// Refusal answers with a refusal content part of this text instead of
+	// Content.
+	Refusal string `json:"refusal,omitempty"`
 }
 
 // ScriptToolCall is a tool call of a Reply.
@@ -182,6 +197,11 @@ func (r *Reply) UnmarshalJSON(data []byte) error {
 type Usage struct {
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
+	// CachedTokens are the part of PromptTokens read from the prompt cache,
+	// and ReasoningTokens the part of CompletionTokens spent reasoning, as
+	// OpenAI counts them (sent by the Responses API double).
+	CachedTokens    int64 `json:"cached_tokens,omitempty"`
+	ReasoningTokens int64 `json:"reasoning_tokens,omitempty"`
 }
 
 // LoadScript reads the JSON form of a Script, e.g.

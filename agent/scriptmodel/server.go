@@ -23,6 +23,10 @@ type Server struct {
 	used     []int // replies used, per rule
 	requests []RecordedRequest
 	seq      int
+
+	// sent is what the Responses double answered, to check what later
+	// requests send back (responses.go).
+	sent responsesSent
 }
 
 // New returns a server for script.
