@@ -370,14 +370,40 @@ func (a *responsesAnswer) hasMessage() bool {
 
 // Output items, in their order: reasoning, message, function calls.
 
-func (a *responsesAnswer) reasoningItem(done bool) map[string]any {
-	item := map[string]any{"id": a.reasoningID, "type": "reasoning", "summary": []any{}}
+// The items are structs, not maps, so that their fields come in OpenAI's
+// order rather than sorted: a client that keeps them must keep their text.
+type (
+	reasoningItemJSON struct {
+		ID               string  `json:"id"`
+		Type             string  `json:"type"`
+		EncryptedContent *string `json:"encrypted_content,omitempty"`
+		Summary          []any   `json:"summary"`
+	}
+	messageItemJSON struct {
+		ID      string `json:"id"`
+		Type    string `json:"type"`
+		Status  string `json:"status"`
+		Content []any  `json:"content"`
+		Role    string `json:"role"`
+	}
+	callItemJSON struct {
+		ID        string `json:"id"`
+		Type      string `json:"type"`
+		Status    string `json:"status"`
+		Arguments string `json:"arguments"`
+		CallID    string `json:"call_id"`
+		Name      string `json:"name"`
+	}
+)
+
+func (a *responsesAnswer) reasoningItem(done bool) reasoningItemJSON {
+	item := reasoningItemJSON{ID: a.reasoningID, Type: "reasoning", Summary: []any{}}
 	if done {
 		if a.reply.ReasoningSummary != "" {
-			item["summary"] = []any{map[string]any{"type": "summary_text", "text": a.reply.ReasoningSummary}}
+			item.Summary = []any{map[string]any{"type": "summary_text", "text": a.reply.ReasoningSummary}}
 		}
 		if a.req.includesEncrypted() {
-			item["encrypted_content"] = a.reply.ReasoningEncrypted
+			item.EncryptedContent = &a.reply.ReasoningEncrypted
 		}
 	}
 	return item
@@ -398,21 +424,21 @@ func (a *responsesAnswer) messagePart(done bool) map[string]any {
 	return map[string]any{"type": "output_text", "text": text, "annotations": []any{}, "logprobs": []any{}}
 }
 
-func (a *responsesAnswer) messageItem(done bool) map[string]any {
-	item := map[string]any{"id": a.messageID, "type": "message", "role": "assistant", "status": "in_progress", "content": []any{}}
+func (a *responsesAnswer) messageItem(done bool) messageItemJSON {
+	item := messageItemJSON{ID: a.messageID, Type: "message", Status: "in_progress", Content: []any{}, Role: "assistant"}
 	if done {
-		item["status"] = "completed"
-		item["content"] = []any{a.messagePart(true)}
+		item.Status = "completed"
+		item.Content = []any{a.messagePart(true)}
 	}
 	return item
 }
 
-func (a *responsesAnswer) callItem(i int, done bool) map[string]any {
+func (a *responsesAnswer) callItem(i int, done bool) callItemJSON {
 	tc := a.reply.ToolCalls[i]
-	item := map[string]any{"id": a.callIDs[i], "type": "function_call", "status": "in_progress", "arguments": "", "call_id": tc.ID, "name": tc.Name}
+	item := callItemJSON{ID: a.callIDs[i], Type: "function_call", Status: "in_progress", CallID: tc.ID, Name: tc.Name}
 	if done {
-		item["status"] = "completed"
-		item["arguments"] = tc.Arguments
+		item.Status = "completed"
+		item.Arguments = tc.Arguments
 	}
 	return item
 }
