@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/param"
@@ -26,6 +28,9 @@ type responsesWire struct {
 	// list is the Chat wire's model listing: GET /models is the same
 	// endpoint whichever API answers the turns.
 	list *chatWire
+	// noReasoning is set once the model refused to be asked for its
+	// encrypted reasoning: it does not reason.
+	noReasoning atomic.Bool
 }
 
 // newResponsesWire reads the provider's base URL and key through getenv,
@@ -64,7 +69,35 @@ type responsesState struct {
 }
 
 func (w *responsesWire) attempt(ctx context.Context, req Request, s sink) (*Response, error) {
-	params, err := w.params(req)
+	encrypted := !w.noReasoning.Load()
+	resp, err := w.send(ctx, req, s, encrypted)
+	if encrypted && encryptedRefused(err) {
+		// A model that does not reason (gpt-4.1, gpt-4o) refuses to be
+		// asked for encrypted reasoning: it has none to keep, so ask no
+		// more, and send again at once (the refusal came before any of
+		// the answer).
+		w.noReasoning.Store(true)
+		return w.send(ctx, req, s, false)
+	}
+	return resp, err
+}
+
+// encryptedRefused reports whether err is OpenAI's 400 for asking a model
+// without reasoning for its encrypted reasoning ("Encrypted content is not
+// supported with this model.", param include).
+func encryptedRefused(err error) bool {
+	var perr *ProviderError
+	if !errors.As(err, &perr) || perr.Status != http.StatusBadRequest {
+		return false
+	}
+	msg := strings.ToLower(perr.Message)
+	return strings.Contains(msg, "encrypted content") && strings.Contains(msg, "not supported")
+}
+
+// send makes one request; encrypted asks for the reasoning's encrypted
+// content.
+func (w *responsesWire) send(ctx context.Context, req Request, s sink, encrypted bool) (*Response, error) {
+	params, err := w.params(req, encrypted)
 	if err != nil {
 		return nil, err
 	}
@@ -242,7 +275,7 @@ func retryableCode(code string) bool {
 }
 
 // params converts a Request to the Responses API's form.
-func (w *responsesWire) params(req Request) (responses.ResponseNewParams, error) {
+func (w *responsesWire) params(req Request, encrypted bool) (responses.ResponseNewParams, error) {
 	var input responses.ResponseInputParam
 	for i, msg := range req.Messages {
 		switch msg.Role {
@@ -291,8 +324,10 @@ func (w *responsesWire) params(req Request) (responses.ResponseNewParams, error)
 		Input: responses.ResponseNewParamsInputUnion{OfInputItemList: input},
 		// Stateless: OpenAI keeps nothing, and returns the reasoning
 		// encrypted so that the next turn can send it back.
-		Store:   openai.Bool(false),
-		Include: []responses.ResponseIncludable{responses.ResponseIncludableReasoningEncryptedContent},
+		Store: openai.Bool(false),
+	}
+	if encrypted {
+		params.Include = []responses.ResponseIncludable{responses.ResponseIncludableReasoningEncryptedContent}
 	}
 	if req.System != "" {
 		params.Instructions = openai.String(req.System)

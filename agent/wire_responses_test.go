@@ -498,3 +498,46 @@ func TestResponsesModels(t *testing.T) {
 		t.Errorf("models = %s, want %s", got, want)
 	}
 }
+
+func TestResponsesModelWithoutReasoning(t *testing.T) {
+	t.Parallel()
+	// gpt-4.1 and gpt-4o refuse to be asked for encrypted reasoning.
+	b := setupOpenAI(t, scriptmodel.Script{NoReasoning: true}, nil)
+	ctx := context.Background()
+	for i, want := range []int{2, 3} {
+		resp, err := b.model.Complete(ctx, agent.Request{Messages: []agent.Message{agent.UserMessage("hi")}}, nil)
+		if err != nil {
+			t.Fatalf("call %d: %v", i+1, err)
+		}
+		if resp.Message.Content != "You said: hi" {
+			t.Errorf("call %d: content %q", i+1, resp.Message.Content)
+		}
+		if got := len(b.server.Requests()); got != want {
+			t.Errorf("after call %d: %d requests, want %d (one refusal, then no more include)", i+1, got, want)
+		}
+		if _, body := lastBody(t, b.server); len(body.Include) != 0 || body.Store == nil || *body.Store {
+			t.Errorf("call %d: include %v, store %v; want no include, still store false", i+1, body.Include, body.Store)
+		}
+	}
+}
+
+func TestResponsesWhereChatRefusesTools(t *testing.T) {
+	t.Parallel()
+	// OpenAI's newer models refuse function tools with reasoning on Chat
+	// Completions, and take them on the Responses API.
+	script := scriptmodel.Script{ToolsNeedResponses: true}
+	req := agent.Request{Messages: []agent.Message{agent.UserMessage("hi")}, Tools: []agent.ToolSpec{readFile}, Effort: "high"}
+
+	chat := setupOpenAI(t, script, map[string]string{"OPENAI_API": "chat"})
+	_, err := chat.model.Complete(context.Background(), req, nil)
+	var perr *agent.ProviderError
+	if !errors.As(err, &perr) || perr.Status != 400 || perr.Attempts != 1 ||
+		perr.Message != "Function tools with reasoning_effort are not supported for gpt-x in /v1/chat/completions. To use function tools, use /v1/responses or set reasoning_effort to 'none'." {
+		t.Fatalf("chat error = %v, want OpenAI's 400, shown and not retried", err)
+	}
+
+	resp, err := setupOpenAI(t, script, nil).model.Complete(context.Background(), req, nil)
+	if err != nil || resp.Message.Content != "You said: hi" {
+		t.Fatalf("responses = %+v, %v; want the answer", resp, err)
+	}
+}

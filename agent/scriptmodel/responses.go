@@ -240,6 +240,14 @@ func (s *Server) checkResponses(req responsesRequest, items []inputItem, rec Rec
 			return fmt.Sprintf("Invalid 'tools[%d]': a function tool needs type \"function\" and a name.", i), fmt.Sprintf("tools[%d]", i)
 		}
 	}
+	if s.script.NoReasoning {
+		if req.includesEncrypted() {
+			return "Encrypted content is not supported with this model.", "include"
+		}
+		if req.Reasoning != nil && req.Reasoning.Effort != "" {
+			return "Unsupported parameter: 'reasoning.effort' is not supported with this model.", "reasoning.effort"
+		}
+	}
 	if req.PreviousResponseID != "" {
 		// The double stores nothing, as OpenAI with store: false.
 		return fmt.Sprintf("Previous response with id '%s' not found.", req.PreviousResponseID), "previous_response_id"

@@ -39,6 +39,18 @@ type Script struct {
 	// RejectImages answers a request with image parts as a text-only model
 	// does: 400 "This model does not support image input."
 	RejectImages bool `json:"reject_images,omitempty"`
+
+	// OpenAI's model families, as their APIs refuse them.
+	//
+	// NoReasoning answers as a model without reasoning (gpt-4.1, gpt-4o)
+	// on the Responses API: a request that asks for
+	// reasoning.encrypted_content or sets reasoning.effort gets OpenAI's
+	// 400.
+	NoReasoning bool `json:"no_reasoning,omitempty"`
+	// ToolsNeedResponses answers as OpenAI's newer reasoning models on Chat
+	// Completions: function tools are refused (400) unless
+	// reasoning_effort is "none".
+	ToolsNeedResponses bool `json:"tools_need_responses,omitempty"`
 }
 
 // Rule answers the requests its Match fits.

@@ -155,11 +155,12 @@ func (s *Server) authorized(r *http.Request) bool {
 // wire types of the request.
 type (
 	chatRequest struct {
-		Model         string        `json:"model"`
-		Messages      []wireMessage `json:"messages"`
-		Tools         []wireTool    `json:"tools"`
-		Stream        bool          `json:"stream"`
-		StreamOptions *struct {
+		Model           string        `json:"model"`
+		Messages        []wireMessage `json:"messages"`
+		Tools           []wireTool    `json:"tools"`
+		Stream          bool          `json:"stream"`
+		ReasoningEffort string        `json:"reasoning_effort"`
+		StreamOptions   *struct {
 			IncludeUsage bool `json:"include_usage"`
 		} `json:"stream_options"`
 	}
@@ -351,6 +352,9 @@ func (s *Server) check(req chatRequest, rec RecordedRequest) string {
 	}
 	if s.script.RejectImages && hasImage(rec) {
 		return "This model does not support image input."
+	}
+	if s.script.ToolsNeedResponses && len(req.Tools) > 0 && req.ReasoningEffort != "none" {
+		return fmt.Sprintf("Function tools with reasoning_effort are not supported for %s in /v1/chat/completions. To use function tools, use /v1/responses or set reasoning_effort to 'none'.", req.Model)
 	}
 	if s.script.Lenient {
 		return ""
