@@ -333,9 +333,10 @@ func (w *responsesWire) params(req Request, encrypted bool) (responses.ResponseN
 		params.Instructions = openai.String(req.System)
 	}
 	if req.Effort != "" {
-		params.Reasoning = shared.ReasoningParam{
-			Effort:  shared.ReasoningEffort(req.Effort),
-			Summary: shared.ReasoningSummaryAuto,
+		params.Reasoning = shared.ReasoningParam{Effort: shared.ReasoningEffort(req.Effort)}
+		if req.Effort != "none" {
+			// A summary of the reasoning, kept with its items.
+			params.Reasoning.Summary = shared.ReasoningSummaryAuto
 		}
 	}
 	if req.MaxTokens > 0 {

@@ -360,6 +360,12 @@ func TestResponsesEffortAndMaxTokens(t *testing.T) {
 	if got, want := body.MaxOutputTokens, int64(2048); got != want {
 		t.Errorf("max_output_tokens = %d, want %d", got, want)
 	}
+	if _, err := b.model.Complete(context.Background(), agent.Request{Messages: []agent.Message{agent.UserMessage("hi")}, Effort: "none"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, body = lastBody(t, b.server); body.Reasoning == nil || body.Reasoning.Effort != "none" || body.Reasoning.Summary != "" {
+		t.Errorf("reasoning = %+v, want effort none without a summary", body.Reasoning)
+	}
 }
 
 func TestResponsesStopReasons(t *testing.T) {
