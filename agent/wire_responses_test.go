@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -545,5 +547,27 @@ func TestResponsesWhereChatRefusesTools(t *testing.T) {
 	resp, err := setupOpenAI(t, script, nil).model.Complete(context.Background(), req, nil)
 	if err != nil || resp.Message.Content != "You said: hi" {
 		t.Fatalf("responses = %+v, %v; want the answer", resp, err)
+	}
+}
+
+func TestResponsesErrorEvent(t *testing.T) {
+	t.Parallel()
+	// OpenAI's error event, mid-stream: a rate limit is retried, and the
+	// provider's words are what the user sees.
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "event: error\ndata: {\"type\":\"error\",\"code\":\"rate_limit_exceeded\",\"message\":\"Rate limit reached for gpt-x.\",\"param\":null,\"sequence_number\":0}\n\n")
+	}))
+	t.Cleanup(ts.Close)
+	env := map[string]string{"OPENAI_BASE_URL": ts.URL + "/v1", "OPENAI_API_KEY": "sk"}
+	m, err := agent.NewModel(agent.ModelSpec{Provider: "openai", Model: "gpt-x"}, func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Retry = fastRetry
+	_, err = m.Complete(context.Background(), agent.Request{Messages: []agent.Message{agent.UserMessage("hi")}}, nil)
+	var perr *agent.ProviderError
+	if !errors.As(err, &perr) || !perr.Retryable || perr.Attempts != fastRetry.Attempts || perr.Code != "rate_limit_exceeded" || perr.Message != "Rate limit reached for gpt-x." {
+		t.Fatalf("error = %#v, want the rate limit, retried", err)
 	}
 }
