@@ -155,14 +155,14 @@ func (s *Server) authorized(r *http.Request) bool {
 // wire types of the request.
 type (
 	chatRequest struct {
-		Model           string        `json:"model"`
-		Messages        []wireMessage `json:"messages"`
-		Tools           []wireTool    `json:"tools"`
-		Stream          bool          `json:"stream"`
-		ReasoningEffort string        `json:"reasoning_effort"`
-		StreamOptions   *struct {
+		Model         string        `json:"model"`
+		Messages      []wireMessage `json:"messages"`
+		Tools         []wireTool    `json:"tools"`
+		Stream        bool          `json:"stream"`
+		StreamOptions *struct {
 			IncludeUsage bool `json:"include_usage"`
 		} `json:"stream_options"`
+		ReasoningEffort string `json:"reasoning_effort"`
 	}
 	wireMessage struct {
 		Role       string          `json:"role"`
