@@ -38,6 +38,19 @@ func (p Provider) WireFor(model string, getenv func(string) string) (string, err
 	if getenv == nil {
 		getenv = os.Getenv
 	}
+	switch p.Name {
+	case "openai":
+		// OpenAI's current models take function tools with reasoning on
+		// the Responses API only; Chat Completions stays available.
+		switch api := strings.ToLower(strings.TrimSpace(getenv("OPENAI_API"))); api {
+		case "", WireResponses:
+			return WireResponses, nil
+		case WireChat:
+			return WireChat, nil
+		default:
+			return "", fmt.Errorf("OPENAI_API %q is not one of OpenAI's APIs: want %q (the default) or %q", api, WireResponses, WireChat)
+		}
+	}
 	if p.Wire == "" {
 		return WireChat, nil
 	}
@@ -46,7 +59,7 @@ func (p Provider) WireFor(model string, getenv func(string) string) (string, err
 
 // Providers lists the supported providers, in the order to show them.
 var Providers = []Provider{
-	{Name: "openai", Label: "OpenAI", DefaultBaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY", APIKeyRequired: true, BaseURLEnv: "OPENAI_BASE_URL"},
+	{Name: "openai", Label: "OpenAI", DefaultBaseURL: "https://api.openai.com/v1", APIKeyEnv: "OPENAI_API_KEY", APIKeyRequired: true, BaseURLEnv: "OPENAI_BASE_URL", Env: []string{"OPENAI_API"}, Wire: WireResponses},
 	// Anthropic's Messages API: ANTHROPIC_API_KEY (x-api-key) or
 	// ANTHROPIC_AUTH_TOKEN (bearer), so the key alone is not required.
 	{Name: "anthropic", Label: "Anthropic", DefaultBaseURL: DefaultAnthropicBaseURL, APIKeyEnv: "ANTHROPIC_API_KEY", APIKeyRequired: false, BaseURLEnv: "ANTHROPIC_BASE_URL", Env: []string{"ANTHROPIC_AUTH_TOKEN"}, Wire: WireAnthropic},

@@ -39,6 +39,18 @@ type Script struct {
 	// RejectImages answers a request with image parts as a text-only model
 	// does: 400 "This model does not support image input."
 	RejectImages bool `json:"reject_images,omitempty"`
+
+	// OpenAI's model families, as their APIs refuse them.
+	//
+	// NoReasoning answers as a model without reasoning (gpt-4.1, gpt-4o)
+	// on the Responses API: a request that asks for
+	// reasoning.encrypted_content or sets reasoning.effort gets OpenAI's
+	// 400.
+	NoReasoning bool `json:"no_reasoning,omitempty"`
+	// ToolsNeedResponses answers as OpenAI's newer reasoning models on Chat
+	// Completions: function tools are refused (400) unless
+	// reasoning_effort is "none".
+	ToolsNeedResponses bool `json:"tools_need_responses,omitempty"`
 }
 
 // Rule answers the requests its Match fits.
@@ -135,6 +147,21 @@ type Reply struct {
 	// extra_content.google.thought_signature, as Gemini signs text (a
 	// tool call's signature is ScriptToolCall.ThoughtSignature).
 	ThoughtSignature string `json:"thought_signature,omitempty"`
+
+	// OpenAI's Responses API (responses.go) only.
+	//
+	// ReasoningEncrypted, when set, makes the answer start with a reasoning
+	// item (id rs_...) whose encrypted_content is this text: returned only
+	// when the request's include has "reasoning.encrypted_content", and
+	// required back, unchanged, before each function call of this answer
+	// that a later request replays (OpenAI's 400 otherwise).
+	ReasoningEncrypted string `json:"reasoning_encrypted,omitempty"`
+	// ReasoningSummary is the reasoning item's summary text, streamed as
+	// response.reasoning_summary_text.delta events.
+	ReasoningSummary string `json:"reasoning_summary,omitempty"`
+	// Refusal answers with a refusal content part of this text instead of
+	// Content.
+	Refusal string `json:"refusal,omitempty"`
 }
 
 // The index modes of Reply.IndexMode.
@@ -225,6 +252,11 @@ func (r *Reply) UnmarshalJSON(data []byte) error {
 type Usage struct {
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
+	// CachedTokens are the part of PromptTokens read from the prompt cache,
+	// and ReasoningTokens the part of CompletionTokens spent reasoning, as
+	// OpenAI counts them (sent by the Responses API double).
+	CachedTokens    int64 `json:"cached_tokens,omitempty"`
+	ReasoningTokens int64 `json:"reasoning_tokens,omitempty"`
 }
 
 // LoadScript reads the JSON form of a Script, e.g.

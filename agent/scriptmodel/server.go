@@ -29,6 +29,10 @@ type Server struct {
 	// thinking is what Anthropic's double sent with each tool_use id
 	// (anthropic.go): a replay must carry it back unchanged.
 	thinking map[string]issuedThinking
+
+	// sent is what the Responses double answered, to check what later
+	// requests send back (responses.go).
+	sent responsesSent
 }
 
 // New returns a server for script.
@@ -175,6 +179,7 @@ type (
 		StreamOptions *struct {
 			IncludeUsage bool `json:"include_usage"`
 		} `json:"stream_options"`
+		ReasoningEffort string `json:"reasoning_effort"`
 	}
 	wireMessage struct {
 		Role       string          `json:"role"`
@@ -373,6 +378,9 @@ func (s *Server) check(req chatRequest, rec RecordedRequest) string {
 	}
 	if s.script.RejectImages && hasImage(rec) {
 		return "This model does not support image input."
+	}
+	if s.script.ToolsNeedResponses && len(req.Tools) > 0 && req.ReasoningEffort != "none" {
+		return fmt.Sprintf("Function tools with reasoning_effort are not supported for %s in /v1/chat/completions. To use function tools, use /v1/responses or set reasoning_effort to 'none'.", req.Model)
 	}
 	if s.script.Lenient {
 		return ""
