@@ -788,16 +788,18 @@ func (h *Handler) providerTest(ctx context.Context, pr agent.Provider) views.Pro
 		return res
 	}
 	key := strings.TrimSpace(getenv(pr.APIKeyEnv))
-	if key == "" && pr.APIKeyRequired {
-		res.Problem = "No key: " + h.keyVariable(ctx, pr) + " is not set in the server's environment. Set it, name another variable, or store a key, and save."
-		return res
-	}
 	spec := agent.ModelSpec{Provider: pr.Name, Model: testProviderModelID}
 	if def, err := agent.ParseModelSpec(h.runs.ModelSpec(ctx, h.pool)); err == nil && def.Provider == pr.Name {
 		spec = def
 	}
 	m, err := agent.NewModel(spec, getenv)
-	if err != nil {
+	switch {
+	case err != nil && key == "" && pr.APIKeyRequired:
+		// The wire decides which credentials do (a bearer token, an AWS
+		// profile): without the key it refused to build the client.
+		res.Problem = "No key: " + h.keyVariable(ctx, pr) + " is not set in the server's environment. Set it, name another variable, or store a key, and save."
+		return res
+	case err != nil:
 		res.Problem = scrub(err.Error(), key)
 		return res
 	}

@@ -75,7 +75,8 @@ func setupProviderTest(t *testing.T, env map[string]string) (*bundle, string) {
 // fragment or, without script, in the settings page's card.
 func TestProviderTest(t *testing.T) {
 	t.Parallel()
-	env := map[string]string{"COMPATIBLE_API_KEY": "sk-good", "OLLAMA_BASE_URL": "http://127.0.0.1:1/v1"}
+	env := map[string]string{"COMPATIBLE_API_KEY": "sk-good", "OLLAMA_BASE_URL": "http://127.0.0.1:1/v1",
+		"AWS_BEARER_TOKEN_BEDROCK": "bedrock-key", "AWS_REGION": "US-WEST-2"}
 	b, modelURL := setupProviderTest(t, env)
 	host := strings.TrimPrefix(modelURL, "http://")
 	test := func(provider string) *response {
@@ -121,6 +122,11 @@ func TestProviderTest(t *testing.T) {
 	b.post("carol", "/settings/providers/openai", form("key_env", "ACME_OPENAI_KEY")).wantStatus(http.StatusSeeOther)
 	if got := test("openai").text("provider-test-problem"); !strings.HasPrefix(got, "No key: ACME_OPENAI_KEY is not set") {
 		t.Errorf("no key from a named variable = %q", got)
+	}
+
+	// A region that is no region's name.
+	if got := test("bedrock").text("provider-test-problem"); !strings.Contains(got, "AWS_REGION") || !strings.Contains(got, `"US-WEST-2"`) {
+		t.Errorf("wrong region = %q", got)
 	}
 
 	// Nothing listens at Ollama's address.
