@@ -86,6 +86,22 @@ func TestUsageByKind(t *testing.T) {
 		t.Errorf("API total = %+v, want every kind and %d nanodollars", tot, cost)
 	}
 
+	var detail struct {
+		Usage struct {
+			PromptTokens     int64 `json:"prompt_tokens"`
+			CompletionTokens int64 `json:"completion_tokens"`
+			CacheReadTokens  int64 `json:"cache_read_tokens"`
+			CacheWriteTokens int64 `json:"cache_write_tokens"`
+			ReasoningTokens  int64 `json:"reasoning_tokens"`
+		}
+	}
+	if err := json.Unmarshal(b.get("alice", "/api/v1/threads/"+itoa(th.ID)).wantStatus(http.StatusOK).Body.Bytes(), &detail); err != nil {
+		t.Fatal(err)
+	}
+	if u := detail.Usage; u.PromptTokens != 1000 || u.CompletionTokens != 3000 || u.CacheReadTokens != 40_000 || u.CacheWriteTokens != 2000 || u.ReasoningTokens != 1200 {
+		t.Errorf("the thread's usage in the API = %+v", u)
+	}
+
 	thread := b.get("alice", "/threads/"+itoa(th.ID)).wantStatus(http.StatusOK)
 	if got, want := thread.text("thread-usage"), "1 step · 1,000 tokens in, 3,000 out (1,200 reasoning), 40,000 cache read, 2,000 cache write"; got != want {
 		t.Errorf("thread usage = %q, want %q", got, want)
