@@ -94,6 +94,20 @@ func TestUsageKindsPriced(t *testing.T) {
 		t.Errorf("a million cached tokens of gpt-4.1 = %d, %v, %v; want $0.50", c, ok, err)
 	}
 
+	// The default prices of issue 26's models with published prices.
+	for _, tt := range []struct {
+		spec string
+		t    db.Tokens
+		want db.USD
+	}{
+		{"bedrock:amazon.nova-pro-v1:0", db.Tokens{Prompt: 1_000_000, CacheRead: 1_000_000}, 1 * db.Dollar},     // $0.80 + $0.20
+		{"gemini:gemini-3-pro-preview", db.Tokens{Completion: 1_000_000, CacheRead: 1_000_000}, 12_200_000_000}, // $12 + $0.20
+	} {
+		if c, ok, err := db.ModelCost(ctx, pool, tt.spec, tt.t); err != nil || !ok || c != tt.want {
+			t.Errorf("%s %+v = %d, %v, %v; want %d", tt.spec, tt.t, c, ok, err, tt.want)
+		}
+	}
+
 	now := time.Now()
 	total, err := db.UsageTotal(ctx, pool, now.Add(-time.Hour), now.Add(time.Hour))
 	if err != nil {
