@@ -183,9 +183,13 @@ type User struct {
 
 // Usage is what a thread's model calls used, over the whole thread.
 type Usage struct {
-	Steps            int64 `json:"steps"`
+	Steps int64 `json:"steps"`
+	// The tokens by kind, as in UsageRow.
 	PromptTokens     int64 `json:"prompt_tokens"`
 	CompletionTokens int64 `json:"completion_tokens"`
+	CacheReadTokens  int64 `json:"cache_read_tokens"`
+	CacheWriteTokens int64 `json:"cache_write_tokens"`
+	ReasoningTokens  int64 `json:"reasoning_tokens"`
 	// CostUSD is what the thread's model calls cost (docs/team.md);
 	// UnpricedCalls counts those of models without a price, at 0.
 	CostUSD       float64 `json:"cost_usd"`

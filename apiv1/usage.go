@@ -23,11 +23,18 @@ type UsageReport struct {
 // Label). Key is the day, the user's id, the skill ("" for runs without
 // one) or the model spec; Label is the user's email.
 type UsageRow struct {
-	Key              string `json:"key,omitempty"`
-	Label            string `json:"label,omitempty"`
-	Calls            int64  `json:"calls"`
-	PromptTokens     int64  `json:"prompt_tokens"`
-	CompletionTokens int64  `json:"completion_tokens"`
+	Key   string `json:"key,omitempty"`
+	Label string `json:"label,omitempty"`
+	Calls int64  `json:"calls"`
+	// PromptTokens is the input not read from the provider's cache;
+	// CompletionTokens the output, ReasoningTokens included (never
+	// counted twice); CacheReadTokens and CacheWriteTokens the input read
+	// from and written to the cache, each priced at its own price.
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	CacheReadTokens  int64 `json:"cache_read_tokens"`
+	CacheWriteTokens int64 `json:"cache_write_tokens"`
+	ReasoningTokens  int64 `json:"reasoning_tokens"`
 	// CostUSD is the cost rounded to a millionth of a dollar.
 	CostUSD float64 `json:"cost_usd"`
 	// CostNanoUSD is the exact cost, in billionths of a dollar.

@@ -200,31 +200,43 @@ type Step struct {
 
 // insertStep records a step and, for a model call that reported tokens,
 // its usage with what it cost (model_usage, see usage.go), in one
-// statement.
+// statement. Reasoning tokens are inside the completion tokens: they are
+// kept for reports and priced as output, by model_cost, once.
 const insertStep = `WITH s AS (
-		INSERT INTO steps (thread_id, kind, model, prompt_tokens, completion_tokens, error, started_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING thread_id
+		INSERT INTO steps (thread_id, kind, model, prompt_tokens, completion_tokens,
+			cache_read_tokens, cache_write_tokens, reasoning_tokens, error, started_at)
+		VALUES ($1, $2, $3, $4, $5, $8, $9, $10, $6, $7) RETURNING thread_id
 	)
-	INSERT INTO model_usage (thread_id, user_id, skill, model, prompt_tokens, completion_tokens, cost_nanos)
-	SELECT t.id, t.user_id, t.skill, $3::text, $4::bigint, $5::bigint, model_cost($3::text, $4::bigint, $5::bigint)
+	INSERT INTO model_usage (thread_id, user_id, skill, model, prompt_tokens, completion_tokens,
+		cache_read_tokens, cache_write_tokens, reasoning_tokens, cost_nanos)
+	SELECT t.id, t.user_id, t.skill, $3::text, $4::bigint, $5::bigint, $8::bigint, $9::bigint, $10::bigint,
+		model_cost($3::text, $4::bigint, $5::bigint, $8::bigint, $9::bigint)
 	FROM s JOIN threads t ON t.id = s.thread_id
-	WHERE $2::text = 'model' AND ($4::bigint > 0 OR $5::bigint > 0)`
+	WHERE $2::text = 'model' AND ($4::bigint > 0 OR $5::bigint > 0 OR $8::bigint > 0 OR $9::bigint > 0)`
+
+func insertStepArgs(s Step) []any {
+	return []any{s.ThreadID, s.Kind, s.Model, s.PromptTokens, s.CompletionTokens, s.Error, s.StartedAt,
+		s.CacheReadTokens, s.CacheWriteTokens, s.ReasoningTokens}
+}
 
 // InsertStep records a finished step, and a model call's usage.
 func InsertStep(ctx context.Context, q Querier, s Step) error {
-	_, err := q.Exec(ctx, insertStep, s.ThreadID, s.Kind, s.Model, s.PromptTokens, s.CompletionTokens, s.Error, s.StartedAt)
+	_, err := q.Exec(ctx, insertStep, insertStepArgs(s)...)
 	if err != nil {
 		return fmt.Errorf("record step of thread %d: %w", s.ThreadID, err)
 	}
 	return nil
 }
 
-// Usage sums the tokens a thread's steps used, and what its model calls
-// cost (model_usage).
+// Usage sums the tokens a thread's steps used, by kind as in agent.Usage,
+// and what its model calls cost (model_usage).
 type Usage struct {
 	Steps            int64
-	PromptTokens     int64
-	CompletionTokens int64
+	PromptTokens     int64 // input, uncached
+	CompletionTokens int64 // output, reasoning included
+	CacheReadTokens  int64
+	CacheWriteTokens int64
+	ReasoningTokens  int64 // part of CompletionTokens
 	Cost             USD
 	// Unpriced counts its model calls of models without a price.
 	Unpriced int64
@@ -234,11 +246,13 @@ type Usage struct {
 func ThreadUsage(ctx context.Context, q Querier, userID, threadID int64) (Usage, error) {
 	var u Usage
 	err := q.QueryRow(ctx, `SELECT count(s.id), coalesce(sum(s.prompt_tokens), 0), coalesce(sum(s.completion_tokens), 0),
+			coalesce(sum(s.cache_read_tokens), 0), coalesce(sum(s.cache_write_tokens), 0), coalesce(sum(s.reasoning_tokens), 0),
 			(SELECT coalesce(sum(m.cost_nanos), 0) FROM model_usage m WHERE m.thread_id = t.id),
 			(SELECT count(*) FILTER (WHERE m.cost_nanos IS NULL) FROM model_usage m WHERE m.thread_id = t.id)
 		FROM threads t LEFT JOIN steps s ON s.thread_id = t.id
 		WHERE t.id = $2 AND `+readable("$1")+`
-		GROUP BY t.id`, userID, threadID).Scan(&u.Steps, &u.PromptTokens, &u.CompletionTokens, &u.Cost, &u.Unpriced)
+		GROUP BY t.id`, userID, threadID).Scan(&u.Steps, &u.PromptTokens, &u.CompletionTokens,
+		&u.CacheReadTokens, &u.CacheWriteTokens, &u.ReasoningTokens, &u.Cost, &u.Unpriced)
 	if isNoRows(err) {
 		return Usage{}, nil // not the user's to read: nothing, as before
 	}
@@ -328,6 +342,6 @@ func QueueHoldsLease(b *pgx.Batch, threadID, gen, jobID int64, c *LeaseCheck) {
 
 // QueueInsertStep queues InsertStep on b.
 func QueueInsertStep(b *pgx.Batch, s Step) {
-	b.Queue(insertStep, s.ThreadID, s.Kind, s.Model, s.PromptTokens, s.CompletionTokens, s.Error, s.StartedAt).
+	b.Queue(insertStep, insertStepArgs(s)...).
 		Exec(func(pgconn.CommandTag) error { return nil })
 }

@@ -15,7 +15,9 @@ import (
 // Usage accounting (migration 0026, docs/team.md#usage-and-budgets). Every
 // model call that reports tokens adds a row to model_usage in the
 // transaction that records its step (QueueInsertStep), priced then by
-// model_cost, the one definition of the price lookup. Reports aggregate
+// model_cost, the one definition of the price lookup, each kind of token
+// at its own price (migration 0029: input, output, cache reads and cache
+// writes; reasoning is output, priced once). Reports aggregate
 // model_usage over a time range by its index on time; nothing here is read
 // by the inbox's listings.
 
@@ -110,17 +112,50 @@ func allDigits(s string) bool {
 	return true
 }
 
-// ModelPrice is what a model's tokens cost, per million.
+// ModelPrice is what a model's tokens cost, per million, by kind.
 type ModelPrice struct {
-	Model     string    `db:"model"`
-	Input     USD       `db:"input_nanos"`
-	Output    USD       `db:"output_nanos"`
-	UpdatedAt time.Time `db:"updated_at"`
+	Model  string `db:"model"`
+	Input  USD    `db:"input_nanos"`  // uncached input
+	Output USD    `db:"output_nanos"` // output, reasoning included
+	// CacheRead and CacheWrite price the input read from and written to
+	// the provider's prompt cache; nil derives them from Input (see
+	// CacheReadPrice).
+	CacheRead  *USD      `db:"cache_read_nanos"`
+	CacheWrite *USD      `db:"cache_write_nanos"`
+	UpdatedAt  time.Time `db:"updated_at"`
+}
+
+// The default cache prices, in percent of the input price, of a model
+// whose cache prices are not set: Anthropic's published rule (a cache read
+// costs a tenth of the input, a five-minute cache write a quarter more).
+// model_cost (migration 0029) applies the same rule.
+const (
+	DefaultCacheReadPercent  = 10
+	DefaultCacheWritePercent = 125
+)
+
+// CacheReadPrice is the price of a million tokens read from the cache:
+// CacheRead, else DefaultCacheReadPercent of Input.
+func (p ModelPrice) CacheReadPrice() USD {
+	if p.CacheRead != nil {
+		return *p.CacheRead
+	}
+	return p.Input * DefaultCacheReadPercent / 100
+}
+
+// CacheWritePrice is the price of a million tokens written to the cache:
+// CacheWrite, else DefaultCacheWritePercent of Input.
+func (p ModelPrice) CacheWritePrice() USD {
+	if p.CacheWrite != nil {
+		return *p.CacheWrite
+	}
+	return p.Input * DefaultCacheWritePercent / 100
 }
 
 // ListModelPrices returns the prices by model.
 func ListModelPrices(ctx context.Context, q Querier) ([]ModelPrice, error) {
-	ps, err := all[ModelPrice](q.Query(ctx, `SELECT model, input_nanos, output_nanos, updated_at FROM model_prices ORDER BY model`))
+	ps, err := all[ModelPrice](q.Query(ctx, `SELECT model, input_nanos, output_nanos, cache_read_nanos, cache_write_nanos, updated_at
+		FROM model_prices ORDER BY model`))
 	if err != nil {
 		return nil, fmt.Errorf("list model prices: %w", err)
 	}
@@ -130,9 +165,11 @@ func ListModelPrices(ctx context.Context, q Querier) ([]ModelPrice, error) {
 // SaveModelPrice sets the price of a model, added or changed. Calls made
 // before keep the cost they had.
 func SaveModelPrice(ctx context.Context, q Querier, p ModelPrice) error {
-	_, err := q.Exec(ctx, `INSERT INTO model_prices (model, input_nanos, output_nanos) VALUES ($1, $2, $3)
-		ON CONFLICT (model) DO UPDATE SET input_nanos = EXCLUDED.input_nanos, output_nanos = EXCLUDED.output_nanos, updated_at = now()`,
-		p.Model, p.Input, p.Output)
+	_, err := q.Exec(ctx, `INSERT INTO model_prices (model, input_nanos, output_nanos, cache_read_nanos, cache_write_nanos)
+		VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (model) DO UPDATE SET input_nanos = EXCLUDED.input_nanos, output_nanos = EXCLUDED.output_nanos,
+			cache_read_nanos = EXCLUDED.cache_read_nanos, cache_write_nanos = EXCLUDED.cache_write_nanos, updated_at = now()`,
+		p.Model, p.Input, p.Output, p.CacheRead, p.CacheWrite)
 	if err != nil {
 		return fmt.Errorf("save the price of %s: %w", p.Model, err)
 	}
@@ -151,11 +188,19 @@ func DeleteModelPrice(ctx context.Context, q Querier, model string) error {
 	return nil
 }
 
+// Tokens counts a model call's tokens by kind, as agent.Usage does.
+type Tokens struct {
+	Prompt     int64 // input, uncached
+	Completion int64 // output, reasoning included
+	CacheRead  int64
+	CacheWrite int64
+}
+
 // ModelCost is what a call of the model spec with these token counts costs
 // at today's prices; ok is false when the model has no price.
-func ModelCost(ctx context.Context, q Querier, spec string, prompt, completion int64) (cost USD, ok bool, err error) {
+func ModelCost(ctx context.Context, q Querier, spec string, t Tokens) (cost USD, ok bool, err error) {
 	var c *USD
-	if err := q.QueryRow(ctx, `SELECT model_cost($1, $2, $3)`, spec, prompt, completion).Scan(&c); err != nil {
+	if err := q.QueryRow(ctx, `SELECT model_cost($1, $2, $3, $4, $5)`, spec, t.Prompt, t.Completion, t.CacheRead, t.CacheWrite).Scan(&c); err != nil {
 		return 0, false, fmt.Errorf("price of %s: %w", spec, err)
 	}
 	if c == nil {
@@ -195,8 +240,11 @@ type UsageRow struct {
 	// thread's owner and skill; "" when Key says it all.
 	Label            string `db:"label"`
 	Calls            int64  `db:"calls"`
-	PromptTokens     int64  `db:"prompt_tokens"`
-	CompletionTokens int64  `db:"completion_tokens"`
+	PromptTokens     int64  `db:"prompt_tokens"`     // input, uncached
+	CompletionTokens int64  `db:"completion_tokens"` // output, reasoning included
+	CacheReadTokens  int64  `db:"cache_read_tokens"`
+	CacheWriteTokens int64  `db:"cache_write_tokens"`
+	ReasoningTokens  int64  `db:"reasoning_tokens"` // part of CompletionTokens
 	Cost             USD    `db:"cost"`
 	// Unpriced counts the calls of models without a price, which cost 0.
 	Unpriced int64 `db:"unpriced"`
@@ -204,6 +252,9 @@ type UsageRow struct {
 
 const usageSums = `count(*) AS calls, coalesce(sum(u.prompt_tokens), 0)::bigint AS prompt_tokens,
 	coalesce(sum(u.completion_tokens), 0)::bigint AS completion_tokens,
+	coalesce(sum(u.cache_read_tokens), 0)::bigint AS cache_read_tokens,
+	coalesce(sum(u.cache_write_tokens), 0)::bigint AS cache_write_tokens,
+	coalesce(sum(u.reasoning_tokens), 0)::bigint AS reasoning_tokens,
 	coalesce(sum(u.cost_nanos), 0)::bigint AS cost, count(*) FILTER (WHERE u.cost_nanos IS NULL) AS unpriced`
 
 // UsageReport sums the model calls made in [from, to) by group, the

@@ -335,6 +335,7 @@ func (h *Handler) apiShowThread(w http.ResponseWriter, r *http.Request) error {
 		Pending:   []apiv1.Pending{},
 		Decisions: []apiv1.Decision{},
 		Usage: apiv1.Usage{Steps: v.Usage.Steps, PromptTokens: v.Usage.PromptTokens, CompletionTokens: v.Usage.CompletionTokens,
+			CacheReadTokens: v.Usage.CacheReadTokens, CacheWriteTokens: v.Usage.CacheWriteTokens, ReasoningTokens: v.Usage.ReasoningTokens,
 			CostUSD: math.Round(v.Usage.Cost.Dollars()*1e6) / 1e6, UnpricedCalls: v.Usage.Unpriced},
 
 		Attachments: toAPIAttachments(v.Attachments),

@@ -30,6 +30,7 @@ func (h *Handler) adminAPI(fn handlerFunc) http.Handler {
 func toAPIUsageRow(r db.UsageRow) apiv1.UsageRow {
 	return apiv1.UsageRow{
 		Key: r.Key, Label: r.Label, Calls: r.Calls, PromptTokens: r.PromptTokens, CompletionTokens: r.CompletionTokens,
+		CacheReadTokens: r.CacheReadTokens, CacheWriteTokens: r.CacheWriteTokens, ReasoningTokens: r.ReasoningTokens,
 		CostUSD: math.Round(r.Cost.Dollars()*1e6) / 1e6, CostNanoUSD: int64(r.Cost), UnpricedCalls: r.Unpriced,
 	}
 }

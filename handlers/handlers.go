@@ -116,6 +116,10 @@ type Runs interface {
 	// environment runs see (provider keys).
 	DefaultModel() string
 	Getenv(name string) string
+	// ProviderEnv is what a run's model client of the provider reads: the
+	// environment overlaid with the provider's settings (the settings
+	// page's Test).
+	ProviderEnv(ctx context.Context, provider string) (func(string) string, error)
 	// Skills are the skills now; Toolbox the tools runs may be offered.
 	Skills() agent.SkillSet
 	Toolbox() *tools.Toolbox

@@ -117,6 +117,7 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	mux.Handle("GET /settings", h.admin(h.showSettings))
 	mux.Handle("POST /settings/providers/{name}", h.admin(h.saveProvider))
 	mux.Handle("POST /settings/providers/{name}/reset", h.admin(h.resetProvider))
+	mux.Handle("POST /settings/providers/{name}/test", h.admin(h.testProvider))
 	mux.Handle("POST /settings/model", h.admin(h.saveDefaultModel))
 	mux.Handle("POST /settings/tool-policy", h.admin(h.saveToolPolicy))
 	mux.Handle("POST /settings/origins", h.admin(h.addOrigin))

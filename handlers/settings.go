@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -729,4 +730,145 @@ func skillFolder(p *views.SkillEdit, s *agent.Skill) {
 		p.Files = append(p.Files, row)
 	}
 	p.FilesTruncated = truncated
+}
+
+// providerTestTimeout bounds a provider's Test: the listing is one request.
+const providerTestTimeout = 15 * time.Second
+
+// providerTestShown is how many of the models a Test lists.
+const providerTestShown = 50
+
+// testProviderModelID is the model id a provider's Test builds its client
+// with when the default model is another provider's: listing the models
+// does not depend on it.
+const testProviderModelID = "settings-test"
+
+// testProvider lists the models the provider's credentials reach, with the
+// client a run would build from the stored settings and the environment,
+// or says what is wrong: POST /settings/providers/{name}/test. An htmx
+// request gets the result alone, swapped into the provider's card; a plain
+// form the settings page with it in the card.
+func (h *Handler) testProvider(w http.ResponseWriter, r *http.Request) error {
+	pr, ok := agent.LookupProvider(r.PathValue("name"))
+	if !ok {
+		return notFound
+	}
+	if err := parseForm(w, r); err != nil {
+		return err
+	}
+	res := h.providerTest(r.Context(), pr)
+	if wantsFragment(r) {
+		return h.render(w, r, http.StatusOK, views.ProviderTestResult(res))
+	}
+	p, err := h.loadSettings(r)
+	if err != nil {
+		return err
+	}
+	for i := range p.Providers {
+		if p.Providers[i].Name == pr.Name {
+			p.Providers[i].Test = &res
+		}
+	}
+	return h.render(w, r, http.StatusOK, views.SettingsPage(p))
+}
+
+// providerTest builds pr's client as runs do (jobs.Runtime.ProviderEnv and
+// agent.NewModel) and asks it for its models. What it shows never holds
+// the key: the provider's own message is scrubbed of it.
+func (h *Handler) providerTest(ctx context.Context, pr agent.Provider) views.ProviderTest {
+	res := views.ProviderTest{Provider: pr.Name}
+	if h.runs == nil {
+		res.Problem = "Runs are not served here: there is no model client to test."
+		return res
+	}
+	getenv, err := h.runs.ProviderEnv(ctx, pr.Name)
+	if err != nil {
+		h.log.WarnContext(ctx, "provider test: read the settings", "request_id", requestID(ctx), "provider", pr.Name, "err", err)
+		res.Problem = "The provider's stored settings could not be read: " + err.Error()
+		return res
+	}
+	key := strings.TrimSpace(getenv(pr.APIKeyEnv))
+	spec := agent.ModelSpec{Provider: pr.Name, Model: testProviderModelID}
+	if def, err := agent.ParseModelSpec(h.runs.ModelSpec(ctx, h.pool)); err == nil && def.Provider == pr.Name {
+		spec = def
+	}
+	m, err := agent.NewModel(spec, getenv)
+	switch {
+	case err != nil && key == "" && pr.APIKeyRequired:
+		// The wire decides which credentials do (a bearer token, an AWS
+		// profile): without the key it refused to build the client.
+		res.Problem = "No key: " + h.keyVariable(ctx, pr) + " is not set in the server's environment. Set it, name another variable, or store a key, and save."
+		return res
+	case err != nil:
+		res.Problem = scrub(err.Error(), key)
+		return res
+	}
+	if u, err := url.Parse(m.BaseURL); err == nil {
+		res.Host = u.Host
+	}
+	ctx, cancel := context.WithTimeout(ctx, providerTestTimeout)
+	defer cancel()
+	ids, err := m.Models(ctx)
+	if err != nil {
+		res.Problem = scrub(providerTestProblem(ctx, pr, getenv, res.Host, err), key)
+		return res
+	}
+	res.OK = true
+	res.Count = len(ids)
+	slices.Sort(ids)
+	res.Models = ids[:min(len(ids), providerTestShown)]
+	return res
+}
+
+// keyVariable names the variable the provider's key is read from: the one
+// its settings name, else its own.
+func (h *Handler) keyVariable(ctx context.Context, pr agent.Provider) string {
+	if s, err := db.GetProviderSetting(ctx, h.pool, pr.Name); err == nil && s.APIKeyEnv != "" {
+		return s.APIKeyEnv
+	}
+	return pr.APIKeyEnv
+}
+
+// providerTestProblem says why listing the models failed, for an admin:
+// the provider's answer with its status, or why it could not be reached.
+func providerTestProblem(ctx context.Context, pr agent.Provider, getenv func(string) string, host string, err error) string {
+	at := "The provider"
+	if host != "" {
+		at = host
+	}
+	var perr *agent.ProviderError
+	if !errors.As(err, &perr) {
+		if ctx.Err() != nil {
+			return fmt.Sprintf("%s did not answer within %s.", at, providerTestTimeout)
+		}
+		return err.Error()
+	}
+	msg := strings.TrimSuffix(perr.Message, ".")
+	switch {
+	case perr.Status == http.StatusUnauthorized:
+		return fmt.Sprintf("%s refused the key (HTTP 401): %s. Check the key, and that it is this provider's.", at, msg)
+	case perr.Status == http.StatusForbidden:
+		return fmt.Sprintf("%s refused access (HTTP 403): %s. The key may lack the permission to list models, or the account the access to this region or model.", at, msg)
+	case perr.Status == http.StatusNotFound:
+		return fmt.Sprintf("%s has no model list at this address (HTTP 404): %s. Check the base URL.", at, msg)
+	case perr.Status != 0:
+		return fmt.Sprintf("%s answered HTTP %d: %s.", at, perr.Status, msg)
+	case ctx.Err() != nil:
+		return fmt.Sprintf("%s did not answer within %s.", at, providerTestTimeout)
+	}
+	s := fmt.Sprintf("%s could not be reached: %s.", at, msg)
+	if pr.Name == "bedrock" {
+		if region, err := agent.AWSRegion(getenv, nil); err == nil {
+			s += " Is the region right? It is " + region + " (AWS_REGION, AWS_DEFAULT_REGION or the profile's)."
+		}
+	}
+	return s
+}
+
+// scrub removes a key from a message shown to people.
+func scrub(msg, key string) string {
+	if len(key) < 4 {
+		return msg
+	}
+	return strings.ReplaceAll(msg, key, "[the key]")
 }

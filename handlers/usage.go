@@ -332,9 +332,11 @@ var modelNamePattern = regexp.MustCompile(`^[^\s\x00-\x1f\x7f]+$`)
 // priceInput is a price form as submitted, checked.
 func priceInput(form url.Values) (db.ModelPrice, views.PriceForm) {
 	f := views.PriceForm{
-		Model:  views.Field{Value: strings.TrimSpace(form.Get("model"))},
-		Input:  views.Field{Value: strings.TrimSpace(form.Get("input"))},
-		Output: views.Field{Value: strings.TrimSpace(form.Get("output"))},
+		Model:      views.Field{Value: strings.TrimSpace(form.Get("model"))},
+		Input:      views.Field{Value: strings.TrimSpace(form.Get("input"))},
+		Output:     views.Field{Value: strings.TrimSpace(form.Get("output"))},
+		CacheRead:  views.Field{Value: strings.TrimSpace(form.Get("cache_read"))},
+		CacheWrite: views.Field{Value: strings.TrimSpace(form.Get("cache_write"))},
 	}
 	p := db.ModelPrice{Model: f.Model.Value}
 	switch {
@@ -350,6 +352,8 @@ func priceInput(form url.Values) (db.ModelPrice, views.PriceForm) {
 		switch {
 		case fl.Value == "":
 			fl.Error = "Enter the " + what + " price in US dollars per million tokens, e.g. " + example + "; 0 for free."
+		case strings.HasPrefix(strings.TrimSpace(strings.TrimPrefix(fl.Value, "$")), "-"):
+			fl.Error = "A price cannot be negative: enter the " + what + " price in US dollars per million tokens, e.g. " + example + "; 0 for free."
 		case err != nil:
 			fl.Error = "Enter the " + what + " price in US dollars per million tokens, e.g. " + example + ": “" + clip(fl.Value, 40) + "” is not an amount."
 		case v > maxPrice:
@@ -357,9 +361,31 @@ func priceInput(form url.Values) (db.ModelPrice, views.PriceForm) {
 		}
 		return v
 	}
+	// A cache price left empty is derived from the input price (nil).
+	cachePrice := func(fl *views.Field, what, example string, percent int) *db.USD {
+		if fl.Value == "" {
+			return nil
+		}
+		v := price(fl, what, example)
+		if fl.Error != "" {
+			fl.Error += fmt.Sprintf(" Leave it empty for %d%% of the input price.", percent)
+		}
+		return &v
+	}
 	p.Input = price(&f.Input, "input", "0.40")
 	p.Output = price(&f.Output, "output", "1.60")
+	p.CacheRead = cachePrice(&f.CacheRead, "cache read", "0.10", db.DefaultCacheReadPercent)
+	p.CacheWrite = cachePrice(&f.CacheWrite, "cache write", "0.40", db.DefaultCacheWritePercent)
 	return p, f
+}
+
+// cachePriceText is a cache price for the audit log: the price, or the
+// rule that derives it.
+func cachePriceText(p *db.USD, percent int) string {
+	if p == nil {
+		return fmt.Sprintf("%d%% of input", percent)
+	}
+	return p.Plain()
 }
 
 // savePrice sets a model's price.
@@ -369,7 +395,7 @@ func (h *Handler) savePrice(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	price, f := priceInput(r.PostForm)
-	if f.Model.Error != "" || f.Input.Error != "" || f.Output.Error != "" {
+	if f.Model.Error != "" || f.Input.Error != "" || f.Output.Error != "" || f.CacheRead.Error != "" || f.CacheWrite.Error != "" {
 		p, err := h.usagePage(r, url.Values{})
 		if err != nil {
 			return err
@@ -377,7 +403,9 @@ func (h *Handler) savePrice(w http.ResponseWriter, r *http.Request) error {
 		p.PriceForm = f
 		return h.render(w, r, http.StatusUnprocessableEntity, views.UsagePage(p))
 	}
-	detail := fmt.Sprintf("%s: %s in, %s out per million tokens", price.Model, price.Input.Plain(), price.Output.Plain())
+	detail := fmt.Sprintf("%s: %s in, %s out, %s cache read, %s cache write per million tokens", price.Model,
+		price.Input.Plain(), price.Output.Plain(),
+		cachePriceText(price.CacheRead, db.DefaultCacheReadPercent), cachePriceText(price.CacheWrite, db.DefaultCacheWritePercent))
 	err := h.audited(ctx, "price.save", detail, func(ctx context.Context, tx pgx.Tx) error {
 		return db.SaveModelPrice(ctx, tx, price)
 	})

@@ -178,7 +178,7 @@ func TestUsageForms(t *testing.T) {
 		{"price without a model", "/settings/usage/prices", form("model", "", "input", "1", "output", "2"), "Enter a model spec"},
 		{"price with a space", "/settings/usage/prices", form("model", "gpt 4", "input", "1", "output", "2"), "no spaces"},
 		{"price not a number", "/settings/usage/prices", form("model", "m", "input", "cheap", "output", "2"), "“cheap” is not an amount"},
-		{"negative price", "/settings/usage/prices", form("model", "m", "input", "1", "output", "-2"), "“-2” is not an amount"},
+		{"negative price", "/settings/usage/prices", form("model", "m", "input", "1", "output", "-2"), "A price cannot be negative"},
 		{"price without output", "/settings/usage/prices", form("model", "m", "input", "1", "output", ""), "Enter the output price"},
 		{"price too high", "/settings/usage/prices", form("model", "m", "input", "20000", "output", "1"), "at most $10,000.00"},
 		{"budget for nobody", "/settings/usage/budgets", form("subject", "", "period", "day", "limit", "5"), "Choose whom or which skill"},
@@ -232,7 +232,7 @@ func TestUsageForms(t *testing.T) {
 		actions = append(actions, e.Action+" "+e.Detail)
 	}
 	if got := strings.Join(actions, "\n"); !strings.Contains(got, "budget.save alice@example.com per day: $7.50") ||
-		!strings.Contains(got, "price.save compatible:scripted: 1.25 in, 2.00 out per million tokens") {
+		!strings.Contains(got, "price.save compatible:scripted: 1.25 in, 2.00 out, 10% of input cache read, 125% of input cache write per million tokens") {
 		t.Errorf("audit log:\n%s", got)
 	}
 }

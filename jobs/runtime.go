@@ -730,30 +730,10 @@ func (rt *Runtime) model(ctx context.Context, spec string) (*agent.Model, error)
 	if err != nil {
 		return nil, err
 	}
-	getenv := rt.cfg.Getenv
-	if getenv == nil {
-		getenv = func(string) string { return "" }
-	}
 	p, _ := agent.LookupProvider(ms.Provider)
-	if rt.cfg.ProviderSettings != nil {
-		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		baseURL, keyEnv, key, err := rt.cfg.ProviderSettings(ctx, p.Name)
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("read the settings of provider %s: %w", p.Name, err)
-		}
-		env := getenv
-		getenv = func(name string) string {
-			switch {
-			case name == p.BaseURLEnv && baseURL != "":
-				return baseURL
-			case name == p.APIKeyEnv && key != "":
-				return key
-			case name == p.APIKeyEnv && keyEnv != "":
-				return env(keyEnv)
-			}
-			return env(name)
-		}
+	getenv, err := rt.ProviderEnv(ctx, p.Name)
+	if err != nil {
+		return nil, err
 	}
 	vars := []string{getenv(p.BaseURLEnv), getenv(p.APIKeyEnv)}
 	for _, name := range p.Env {
@@ -777,6 +757,39 @@ func (rt *Runtime) model(ctx context.Context, spec string) (*agent.Model, error)
 	}
 	rt.models[spec] = cachedModel{fingerprint: fp, model: m}
 	return m, nil
+}
+
+// ProviderEnv returns the variables a run's model client of the provider
+// reads (agent.NewModel's getenv): the environment, overlaid with what an
+// admin stored for the provider on the settings page. The settings page's
+// Test builds its client from it, as runs do.
+func (rt *Runtime) ProviderEnv(ctx context.Context, provider string) (func(string) string, error) {
+	getenv := rt.cfg.Getenv
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	p, ok := agent.LookupProvider(provider)
+	if !ok || rt.cfg.ProviderSettings == nil {
+		return getenv, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	baseURL, keyEnv, key, err := rt.cfg.ProviderSettings(ctx, p.Name)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("read the settings of provider %s: %w", p.Name, err)
+	}
+	env := getenv
+	return func(name string) string {
+		switch {
+		case name == p.BaseURLEnv && baseURL != "":
+			return baseURL
+		case name == p.APIKeyEnv && key != "":
+			return key
+		case name == p.APIKeyEnv && keyEnv != "":
+			return env(keyEnv)
+		}
+		return env(name)
+	}, nil
 }
 
 // effort is how hard a run's model should think: the skill's effort, else

@@ -86,7 +86,28 @@ type ProviderRow struct {
 	KeyStored bool
 	// Configured reports settings stored for the provider.
 	Configured bool
+	// Test is the result of the provider's Test, when one was asked.
+	Test *ProviderTest
 }
+
+// ProviderTest is what a provider's Test found: the models its stored
+// settings and the environment reach, or what is wrong.
+type ProviderTest struct {
+	Provider string
+	OK       bool
+	// Host is the host the client talks to ("" when it could not be
+	// built).
+	Host string
+	// Models are the first model ids, in order; Count is how many there
+	// are in all.
+	Models []string
+	Count  int
+	// Problem says what is wrong, when not OK.
+	Problem string
+}
+
+// More is how many models the list leaves out.
+func (t ProviderTest) More() int { return t.Count - len(t.Models) }
 
 // SkillRow is one available skill.
 type SkillRow struct {

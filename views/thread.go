@@ -459,9 +459,26 @@ func thousands(n int64) string {
 	return b.String()
 }
 
-// usageText summarizes a run's token usage: "3 steps · 1,234 tokens in, 56 out".
+// usageText summarizes a run's token usage by kind: "3 steps · 1,234
+// tokens in, 56 out", then what of the output was reasoning and what was
+// read from and written to the provider's cache, when there was some:
+// "... 56 out (20 reasoning), 9,000 cache read, 400 cache write".
 func usageText(u db.Usage) string {
-	return plural(u.Steps, "step") + " · " + thousands(u.PromptTokens) + " tokens in, " + thousands(u.CompletionTokens) + " out"
+	return plural(u.Steps, "step") + " · " + tokenKinds(u.PromptTokens, u.CompletionTokens, u.ReasoningTokens,
+		u.CacheReadTokens, u.CacheWriteTokens, " tokens in, ")
+}
+
+// tokenKinds is "1,234<in>56 out", then " (20 reasoning)" and ", 9,000
+// cache read, 400 cache write" when there were some.
+func tokenKinds(in, out, reasoning, cacheRead, cacheWrite int64, inWord string) string {
+	s := thousands(in) + inWord + thousands(out) + " out"
+	if reasoning > 0 {
+		s += " (" + thousands(reasoning) + " reasoning)"
+	}
+	if cacheRead > 0 || cacheWrite > 0 {
+		s += ", " + thousands(cacheRead) + " cache read, " + thousands(cacheWrite) + " cache write"
+	}
+	return s
 }
 
 // costText is what a run's model calls cost: "$0.0123", with a note when

@@ -51,6 +51,17 @@ type BudgetForm struct {
 // PriceForm is the form that sets a model's price.
 type PriceForm struct {
 	Model, Input, Output Field
+	// CacheRead and CacheWrite are optional: empty derives them from
+	// Input.
+	CacheRead, CacheWrite Field
+}
+
+// optionalPrice is a set price as a form shows it again, "" when unset.
+func optionalPrice(p *db.USD) string {
+	if p == nil {
+		return ""
+	}
+	return p.Plain()
 }
 
 // BudgetSubject is the form value naming what a budget applies to.
@@ -181,9 +192,11 @@ func shortDay(day string) string {
 
 func num(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) }
 
-// tokensText is "1,234 in, 56 out".
+// tokensText is "1,234 in, 56 out", then the reasoning inside the output
+// and the cache reads and writes when there were some: "1,234 in, 56 out
+// (20 reasoning), 9,000 cache read, 400 cache write".
 func tokensText(r db.UsageRow) string {
-	return thousands(r.PromptTokens) + " in, " + thousands(r.CompletionTokens) + " out"
+	return tokenKinds(r.PromptTokens, r.CompletionTokens, r.ReasoningTokens, r.CacheReadTokens, r.CacheWriteTokens, " in, ")
 }
 
 // usageSkillLabel names a skill in a usage table.
