@@ -23,6 +23,7 @@ type Server struct {
 	used     []int // replies used, per rule
 	requests []RecordedRequest
 	seq      int
+	converse converseMemory // what ConverseStream sent, for its checks
 }
 
 // New returns a server for script.

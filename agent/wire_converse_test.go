@@ -1,0 +1,405 @@
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"pizzabot/agent"
+	"pizzabot/agent/scriptmodel"
+)
+
+// The Converse wire's tests run the real bedrockruntime client against the
+// ConverseStream double: the SDK's own event stream decoder and types read
+// what the double sends.
+
+const (
+	testAWSKeyID  = "AKIDSCRIPTEDTEST0001"
+	testAWSSecret = "scripted/secret/key/for/tests/only+0001"
+)
+
+// converseSetup starts the double and a Model of bedrock:model pointed at
+// it. With a Bedrock API key in env the server speaks TLS (the SDK sends a
+// bearer token over HTTPS only), its certificate given as AWS_CA_BUNDLE.
+func converseSetup(t *testing.T, script scriptmodel.Script, model string, env map[string]string) bundle {
+	t.Helper()
+	s := scriptmodel.New(script)
+	vars := map[string]string{}
+	for k, v := range env {
+		vars[k] = v
+	}
+	var ts *httptest.Server
+	if vars["AWS_BEARER_TOKEN_BEDROCK"] != "" {
+		ts = httptest.NewTLSServer(s.Handler())
+		bundle := filepath.Join(t.TempDir(), "ca.pem")
+		cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw})
+		if err := os.WriteFile(bundle, cert, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		vars["AWS_CA_BUNDLE"] = bundle
+	} else {
+		ts = httptest.NewServer(s.Handler())
+	}
+	t.Cleanup(ts.Close)
+	vars["AWS_ENDPOINT_URL_BEDROCK_RUNTIME"] = ts.URL
+	vars["AWS_ENDPOINT_URL_BEDROCK"] = ts.URL
+	m, err := agent.NewModel(agent.ModelSpec{Provider: "bedrock", Model: model}, func(k string) string { return vars[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Wire != agent.WireConverse {
+		t.Fatalf("wire = %q, want %q", m.Wire, agent.WireConverse)
+	}
+	m.Retry = fastRetry
+	return bundle{server: s, model: m}
+}
+
+// keys is the env of SigV4 with static keys.
+func keys(extra ...string) map[string]string {
+	env := map[string]string{"AWS_ACCESS_KEY_ID": testAWSKeyID, "AWS_SECRET_ACCESS_KEY": testAWSSecret, "AWS_REGION": "us-west-2"}
+	for i := 0; i+1 < len(extra); i += 2 {
+		env[extra[i]] = extra[i+1]
+	}
+	return env
+}
+
+func signedScript(rules ...scriptmodel.Rule) scriptmodel.Script {
+	return scriptmodel.Script{Rules: rules, AWSAccessKeyID: testAWSKeyID, AWSSecretAccessKey: testAWSSecret, AWSRegion: "us-west-2"}
+}
+
+var readTool = agent.ToolSpec{Name: "read_file", Description: "Reads a file.", Parameters: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}`)}
+
+// converseBody decodes a recorded ConverseStream request body.
+func converseBody(t *testing.T, rec scriptmodel.RecordedRequest) map[string]any {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(rec.Body))
+	dec.UseNumber() // numbers as sent, digit for digit
+	var v map[string]any
+	if err := dec.Decode(&v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestConverseToolLoop(t *testing.T) {
+	t.Parallel()
+	b := converseSetup(t, signedScript(
+		scriptmodel.Rule{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "The menu has three pizzas.", Usage: &scriptmodel.Usage{PromptTokens: 40, CompletionTokens: 6}, ConverseCacheReadTokens: 100, ConverseCacheWriteTokens: 20}}},
+		scriptmodel.Rule{Match: scriptmodel.Match{LastUserContains: "menu"}, Replies: []scriptmodel.Reply{{Content: "Let me look.", ToolCalls: []scriptmodel.ScriptToolCall{{Name: "read_file", Arguments: `{"path":"menu.md","limit":12345678901234567}`}}}}},
+	), "amazon.nova-pro-v1:0", keys())
+	ctx := context.Background()
+	var d deltas
+	req := agent.Request{System: "You are a pizza bot.", Messages: []agent.Message{agent.UserMessage("What is on the menu?")}, Tools: []agent.ToolSpec{readTool}, MaxTokens: 500}
+	first, err := b.model.Complete(ctx, req, d.add)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.FinishReason != "tool_calls" || first.Message.Content != "Let me look." || len(first.Message.ToolCalls) != 1 {
+		t.Fatalf("first answer = %+v", first)
+	}
+	call := first.Message.ToolCalls[0]
+	if call.Name != "read_file" || call.Arguments != `{"path":"menu.md","limit":12345678901234567}` || call.ID == "" {
+		t.Errorf("tool call = %+v", call)
+	}
+	if got := strings.Join(d.pieces, ""); got != "Let me look." {
+		t.Errorf("streamed %q", got)
+	}
+	if first.Message.State == nil || first.Message.State.Wire != agent.WireConverse {
+		t.Fatalf("state = %+v, want the converse wire's", first.Message.State)
+	}
+
+	req.Messages = append(req.Messages, first.Message, agent.ToolResult(call, "margherita, marinara, diavola", false))
+	second, err := b.model.Complete(ctx, req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.FinishReason != "stop" || second.Message.Content != "The menu has three pizzas." || len(second.Message.ToolCalls) != 0 {
+		t.Fatalf("second answer = %+v", second)
+	}
+	if want := (agent.Usage{PromptTokens: 40, CompletionTokens: 6, CacheReadTokens: 100, CacheWriteTokens: 20}); second.Usage != want {
+		t.Errorf("usage = %+v, want %+v", second.Usage, want)
+	}
+
+	reqs := b.server.Requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d requests, want 2", len(reqs))
+	}
+	if got, want := reqs[0].Path, "/model/amazon.nova-pro-v1:0/converse-stream"; got != want {
+		t.Errorf("path = %q, want %q", got, want)
+	}
+	if !strings.Contains(reqs[0].Authorization, "/us-west-2/bedrock/aws4_request") {
+		t.Errorf("authorization = %q, want a SigV4 scope for bedrock in us-west-2", reqs[0].Authorization)
+	}
+	body := converseBody(t, reqs[1])
+	raw, _ := json.Marshal(body)
+	for _, want := range []string{
+		`"system":[{"text":"You are a pizza bot."}]`,
+		`"inferenceConfig":{"maxTokens":500}`,
+		`"toolSpec":{"description":"Reads a file.","inputSchema":{"json":{"properties":{"path":{"type":"string"}},"required":["path"],"type":"object"}},"name":"read_file"}`,
+		`{"toolUse":{"input":{"limit":12345678901234567,"path":"menu.md"},"name":"read_file","toolUseId":"` + call.ID + `"}}`,
+		`{"content":[{"toolResult":{"content":[{"text":"margherita, marinara, diavola"}],"toolUseId":"` + call.ID + `"}}],"role":"user"}`,
+	} {
+		if !strings.Contains(string(raw), want) {
+			t.Errorf("second request lacks %s\n%s", want, raw)
+		}
+	}
+	if _, ok := body["additionalModelRequestFields"]; ok {
+		t.Errorf("a request to Nova sent additionalModelRequestFields: %s", raw)
+	}
+}
+
+func TestConverseParallelToolCalls(t *testing.T) {
+	t.Parallel()
+	b := converseSetup(t, signedScript(
+		scriptmodel.Rule{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Both read."}}},
+		scriptmodel.Rule{Replies: []scriptmodel.Reply{{Chunks: 4, ToolCalls: []scriptmodel.ScriptToolCall{
+			{ID: "tooluse_a", Name: "read_file", Arguments: `{"path":"a.md"}`},
+			{ID: "tooluse_b", Name: "read_file", Arguments: `{"path":"b.md"}`},
+		}}}},
+	), "us.meta.llama4-maverick-17b-instruct-v1:0", keys())
+	ctx := context.Background()
+	req := agent.Request{Messages: []agent.Message{agent.UserMessage("Read a and b.")}, Tools: []agent.ToolSpec{readTool}}
+	first, err := b.model.Complete(ctx, req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []agent.ToolCall{{ID: "tooluse_a", Name: "read_file", Arguments: `{"path":"a.md"}`}, {ID: "tooluse_b", Name: "read_file", Arguments: `{"path":"b.md"}`}}
+	if len(first.Message.ToolCalls) != 2 || first.Message.ToolCalls[0] != want[0] || first.Message.ToolCalls[1] != want[1] {
+		t.Fatalf("tool calls = %+v, want %+v", first.Message.ToolCalls, want)
+	}
+	// The two results go back in one user turn (the double refuses
+	// anything else: Bedrock wants the turns to alternate).
+	req.Messages = append(req.Messages, first.Message,
+		agent.ToolResult(first.Message.ToolCalls[0], "A", false),
+		agent.ToolResult(first.Message.ToolCalls[1], "no such file", true))
+	second, err := b.model.Complete(ctx, req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Message.Content != "Both read." {
+		t.Errorf("second answer = %+v", second.Message)
+	}
+	last, _ := b.server.LastRequest()
+	msgs := converseBody(t, last)["messages"].([]any)
+	if len(msgs) != 3 {
+		t.Fatalf("%d messages, want 3 (user, assistant, user with both results): %s", len(msgs), last.Body)
+	}
+	results, _ := json.Marshal(msgs[2])
+	if want := `{"content":[{"toolResult":{"content":[{"text":"A"}],"toolUseId":"tooluse_a"}},{"toolResult":{"content":[{"text":"Error: no such file"}],"status":"error","toolUseId":"tooluse_b"}}],"role":"user"}`; string(results) != want {
+		t.Errorf("results turn = %s\nwant %s", results, want)
+	}
+}
+
+// TestConverseReasoningReplayed: reasoning comes back with its tool use,
+// its signature exact, from the state the message kept (through JSON, as
+// the database keeps it); without it the double refuses, as Claude does.
+func TestConverseReasoningReplayed(t *testing.T) {
+	t.Parallel()
+	const signature = "EqQBCkYIARgCIkBsig+/=exact"
+	b := converseSetup(t, signedScript(
+		scriptmodel.Rule{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Done."}}},
+		scriptmodel.Rule{Replies: []scriptmodel.Reply{{
+			ConverseReasoning: "The user wants the menu; read it first.",
+			ConverseSignature: signature,
+			ConverseRedacted:  []byte{0, 1, 2, 0xfe},
+			ToolCalls:         []scriptmodel.ScriptToolCall{{ID: "tooluse_r", Name: "read_file", Arguments: `{"path":"menu.md"}`}},
+		}}},
+	), "us.anthropic.claude-sonnet-4-5-20250929-v1:0", keys())
+	ctx := context.Background()
+	req := agent.Request{Messages: []agent.Message{agent.UserMessage("Read the menu.")}, Tools: []agent.ToolSpec{readTool}, Effort: "medium"}
+	first, err := b.model.Complete(ctx, req, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstBody, _ := json.Marshal(converseBody(t, b.server.Requests()[0]))
+	for _, want := range []string{`"additionalModelRequestFields":{"thinking":{"budget_tokens":8192,"type":"enabled"}}`, `"inferenceConfig":{"maxTokens":16384}`} {
+		if !strings.Contains(string(firstBody), want) {
+			t.Errorf("a Claude request with effort medium lacks %s: %s", want, firstBody)
+		}
+	}
+	// The state goes through JSON, as jobs keep it in the database.
+	stored, err := json.Marshal(first.Message)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var replayed agent.Message
+	if err := json.Unmarshal(stored, &replayed); err != nil {
+		t.Fatal(err)
+	}
+	result := agent.ToolResult(first.Message.ToolCalls[0], "margherita", false)
+
+	bare := replayed
+	bare.State = nil
+	_, err = b.model.Complete(ctx, agent.Request{Messages: []agent.Message{req.Messages[0], bare, result}, Tools: req.Tools, Effort: "medium"}, nil)
+	var perr *agent.ProviderError
+	if !errors.As(err, &perr) || perr.Status != 400 || !strings.Contains(perr.Message, "Expected `thinking` or `redacted_thinking`") {
+		t.Fatalf("without the state: error = %v, want the double's 400", err)
+	}
+
+	second, err := b.model.Complete(ctx, agent.Request{Messages: []agent.Message{req.Messages[0], replayed, result}, Tools: req.Tools, Effort: "medium"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.Message.Content != "Done." {
+		t.Errorf("second answer = %+v", second.Message)
+	}
+	last, _ := b.server.LastRequest()
+	turn, _ := json.Marshal(converseBody(t, last)["messages"].([]any)[1])
+	want := `{"content":[{"reasoningContent":{"reasoningText":{"signature":"` + signature + `","text":"The user wants the menu; read it first."}}},{"reasoningContent":{"redactedContent":"AAEC/g=="}},{"toolUse":{"input":{"path":"menu.md"},"name":"read_file","toolUseId":"tooluse_r"}}],"role":"assistant"}`
+	if string(turn) != want {
+		t.Errorf("replayed turn = %s\nwant %s", turn, want)
+	}
+}
+
+func TestConverseThrottlingRetried(t *testing.T) {
+	t.Parallel()
+	b := converseSetup(t, signedScript(scriptmodel.Rule{Replies: []scriptmodel.Reply{
+		{Status: 429, ErrorMessage: "Too many requests, please wait before trying again.", RetryAfter: "0"},
+		{Content: "Hello.", StreamError: "The model is overloaded.", ConverseException: "ServiceUnavailableException"},
+		{Content: "Hello."},
+	}}), "amazon.nova-pro-v1:0", keys())
+	resets := 0
+	resp, err := b.model.Complete(context.Background(), agent.Request{Messages: []agent.Message{agent.UserMessage("hi")}, OnReset: func() { resets++ }}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Message.Content != "Hello." {
+		t.Errorf("answer = %+v", resp.Message)
+	}
+	if n := len(b.server.Requests()); n != 3 {
+		t.Errorf("%d requests, want 3 (a 429, an exception in the stream, the answer)", n)
+	}
+	if resets != 1 {
+		t.Errorf("%d resets, want 1 (the broken stream had sent text)", resets)
+	}
+}
+
+func TestConverseErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		reply     scriptmodel.Reply
+		status    int
+		retryable bool
+		want      string
+	}{
+		{name: "validation", reply: scriptmodel.Reply{Status: 400, ErrorMessage: "The provided model identifier is invalid."}, status: 400, want: "The provided model identifier is invalid."},
+		{name: "access denied", reply: scriptmodel.Reply{Status: 403, ErrorMessage: "You don't have access to the model with the specified model ID."}, status: 403, want: "no access to the model amazon.nova-pro-v1:0: You don't have access"},
+		{name: "not found", reply: scriptmodel.Reply{Status: 404, ErrorMessage: "Model not found."}, status: 404, want: "the model amazon.nova-pro-v1:0 was not found in region us-west-2"},
+		{name: "validation in the stream", reply: scriptmodel.Reply{Content: "x", StreamError: "Input is too long for the model.", ConverseException: "ValidationException"}, want: "Input is too long for the model."},
+		{name: "model not ready", reply: scriptmodel.Reply{Status: 429, ConverseException: "ModelNotReadyException", ErrorMessage: "Model is not ready."}, status: 429, retryable: true, want: "Model is not ready."},
+		{name: "internal", reply: scriptmodel.Reply{Status: 500, ErrorMessage: "Internal error."}, status: 500, retryable: true, want: "Internal error."},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := converseSetup(t, signedScript(scriptmodel.Rule{Replies: []scriptmodel.Reply{tt.reply}}), "amazon.nova-pro-v1:0", keys())
+			_, err := b.model.Complete(context.Background(), agent.Request{Messages: []agent.Message{agent.UserMessage("hi")}}, nil)
+			var perr *agent.ProviderError
+			if !errors.As(err, &perr) {
+				t.Fatalf("error = %v, want a *ProviderError", err)
+			}
+			if perr.Status != tt.status || perr.Retryable != tt.retryable || !strings.Contains(perr.Message, tt.want) {
+				t.Errorf("error = %+v, want status %d, retryable %v, message with %q", perr, tt.status, tt.retryable, tt.want)
+			}
+			attempts := 1
+			if tt.retryable {
+				attempts = fastRetry.Attempts
+			}
+			if n := len(b.server.Requests()); n != attempts {
+				t.Errorf("%d requests, want %d", n, attempts)
+			}
+		})
+	}
+}
+
+func TestConverseBedrockAPIKey(t *testing.T) {
+	t.Parallel()
+	script := scriptmodel.Script{APIKey: "ABSKbedrock-test-key", Rules: []scriptmodel.Rule{{Replies: []scriptmodel.Reply{{Content: "Keyed."}}}}}
+	b := converseSetup(t, script, "amazon.nova-pro-v1:0", map[string]string{"AWS_BEARER_TOKEN_BEDROCK": "ABSKbedrock-test-key", "AWS_REGION": "eu-west-3"})
+	resp, err := b.model.Complete(context.Background(), agent.Request{Messages: []agent.Message{agent.UserMessage("hi")}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Message.Content != "Keyed." {
+		t.Errorf("answer = %+v", resp.Message)
+	}
+	last, _ := b.server.LastRequest()
+	if last.Authorization != "Bearer ABSKbedrock-test-key" {
+		t.Errorf("authorization = %q, want the bearer key", last.Authorization)
+	}
+
+	wrong := converseSetup(t, script, "amazon.nova-pro-v1:0", map[string]string{"AWS_BEARER_TOKEN_BEDROCK": "ABSKwrong"})
+	_, err = wrong.model.Complete(context.Background(), agent.Request{Messages: []agent.Message{agent.UserMessage("hi")}}, nil)
+	var perr *agent.ProviderError
+	if !errors.As(err, &perr) || perr.Status != 403 || perr.Retryable || !strings.Contains(perr.Message, "API Key is valid") {
+		t.Errorf("with a wrong key: error = %v, want the 403 shown", err)
+	}
+}
+
+func TestConverseWrongSecretRefused(t *testing.T) {
+	t.Parallel()
+	b := converseSetup(t, signedScript(scriptmodel.Rule{Replies: []scriptmodel.Reply{{Content: "no"}}}), "amazon.nova-pro-v1:0",
+		keys("AWS_SECRET_ACCESS_KEY", "not-the-secret"))
+	_, err := b.model.Complete(context.Background(), agent.Request{Messages: []agent.Message{agent.UserMessage("hi")}}, nil)
+	var perr *agent.ProviderError
+	if !errors.As(err, &perr) || perr.Status != 403 || perr.Retryable || !strings.Contains(perr.Message, "AWS refused the credentials: The request signature we calculated does not match") {
+		t.Errorf("error = %v, want the signature refused", err)
+	}
+}
+
+// TestConverseAWSProfile signs with a profile of temporary config and
+// credentials files, in the profile's region. The SDK reads the files'
+// paths from the process environment: not parallel.
+func TestConverseAWSProfile(t *testing.T) {
+	dir := t.TempDir()
+	configFile := filepath.Join(dir, "config")
+	credsFile := filepath.Join(dir, "credentials")
+	if err := os.WriteFile(configFile, []byte("[default]\nregion = us-east-1\n\n[profile pizza]\nregion = eu-central-1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(credsFile, []byte("[pizza]\naws_access_key_id = "+testAWSKeyID+"\naws_secret_access_key = "+testAWSSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AWS_CONFIG_FILE", configFile)
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", credsFile)
+	script := signedScript(scriptmodel.Rule{Replies: []scriptmodel.Reply{{Content: "Signed."}}})
+	script.AWSRegion = "eu-central-1"
+	b := converseSetup(t, script, "amazon.nova-pro-v1:0", map[string]string{"AWS_PROFILE": "pizza"})
+	resp, err := b.model.Complete(context.Background(), agent.Request{Messages: []agent.Message{agent.UserMessage("hi")}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Message.Content != "Signed." {
+		t.Errorf("answer = %+v", resp.Message)
+	}
+	last, _ := b.server.LastRequest()
+	if !strings.HasPrefix(last.Authorization, "AWS4-HMAC-SHA256 Credential="+testAWSKeyID+"/") || !strings.Contains(last.Authorization, "/eu-central-1/bedrock/aws4_request") {
+		t.Errorf("authorization = %q, want SigV4 with the profile's key in its region", last.Authorization)
+	}
+
+	// AWS_REGION wins over the profile's region.
+	m, err := agent.NewModel(agent.ModelSpec{Provider: "bedrock", Model: "amazon.nova-pro-v1:0"}, func(k string) string {
+		return map[string]string{"AWS_PROFILE": "pizza", "AWS_REGION": "ap-south-1"}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "https://bedrock-runtime.ap-south-1.amazonaws.com"; m.BaseURL != want {
+		t.Errorf("base URL = %q, want %q", m.BaseURL, want)
+	}
+
+	_, err = agent.NewModel(agent.ModelSpec{Provider: "bedrock", Model: "amazon.nova-pro-v1:0"}, func(k string) string {
+		return map[string]string{"AWS_PROFILE": "nope"}[k]
+	})
+	if err == nil || !strings.Contains(err.Error(), `AWS_PROFILE "nope": no such profile`) {
+		t.Errorf("unknown profile: error = %v", err)
+	}
+}
