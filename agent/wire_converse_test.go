@@ -403,3 +403,54 @@ func TestConverseAWSProfile(t *testing.T) {
 		t.Errorf("unknown profile: error = %v", err)
 	}
 }
+
+func TestConverseModels(t *testing.T) {
+	t.Parallel()
+	script := signedScript()
+	script.Models = []string{"amazon.nova-pro-v1:0", "meta.llama3-70b-instruct-v1:0", "us.anthropic.claude-sonnet-4-5-20250929-v1:0", "global.amazon.nova-2-lite-v1:0"}
+	b := converseSetup(t, script, "amazon.nova-pro-v1:0", keys())
+	got, err := b.model.Models(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "amazon.nova-pro-v1:0,meta.llama3-70b-instruct-v1:0,us.anthropic.claude-sonnet-4-5-20250929-v1:0,global.amazon.nova-2-lite-v1:0"; strings.Join(got, ",") != want {
+		t.Errorf("models = %v, want %s", got, want)
+	}
+
+	refused := converseSetup(t, script, "amazon.nova-pro-v1:0", keys("AWS_ACCESS_KEY_ID", "AKIDUNKNOWN"))
+	_, err = refused.model.Models(context.Background())
+	var perr *agent.ProviderError
+	if !errors.As(err, &perr) || perr.Status != 403 || perr.Message != "AWS refused the credentials: The security token included in the request is invalid." {
+		t.Errorf("unknown key: error = %v", err)
+	}
+}
+
+// TestConverseNoCredentials: with no key, no profile and no role, a call
+// and the model list say that credentials are missing. The SDK reads the
+// shared files' paths and IMDS's switch from the process environment: not
+// parallel.
+func TestConverseNoCredentials(t *testing.T) {
+	empty := filepath.Join(t.TempDir(), "empty")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AWS_CONFIG_FILE", empty)
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", empty)
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	for _, k := range []string{"AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_BEARER_TOKEN_BEDROCK"} {
+		t.Setenv(k, "")
+	}
+	b := converseSetup(t, signedScript(), "amazon.nova-pro-v1:0", nil)
+	_, err := b.model.Complete(context.Background(), agent.Request{Messages: []agent.Message{agent.UserMessage("hi")}}, nil)
+	var perr *agent.ProviderError
+	if !errors.As(err, &perr) || perr.Retryable || !strings.Contains(perr.Message, "no AWS credentials were found") {
+		t.Errorf("Complete: error = %v, want no credentials said", err)
+	}
+	_, err = b.model.Models(context.Background())
+	if !errors.As(err, &perr) || !strings.Contains(perr.Message, "no AWS credentials were found") {
+		t.Errorf("Models: error = %v, want no credentials said", err)
+	}
+	if n := len(b.server.Requests()); n != 0 {
+		t.Errorf("%d requests reached Bedrock without credentials", n)
+	}
+}

@@ -633,3 +633,70 @@ func converseStopReason(a answer) string {
 		return fr
 	}
 }
+
+// bedrockModels answers Bedrock's control plane's ListFoundationModels
+// (GET /foundation-models) from Script.Models, inference profiles
+// (us., eu., apac., global. ...) left out; bedrockProfiles answers
+// ListInferenceProfiles (GET /inference-profiles) with those. Both
+// authenticate as ConverseStream does.
+func (s *Server) bedrockModels(w http.ResponseWriter, r *http.Request) {
+	if status, typ, msg := s.converseAuth(r, nil); status != 0 {
+		writeConverseError(w, status, typ, msg)
+		return
+	}
+	var list []map[string]any
+	for _, id := range s.bedrockIDs(false) {
+		list = append(list, map[string]any{
+			"modelId":                    id,
+			"modelArn":                   "arn:aws:bedrock:" + s.bedrockRegion() + "::foundation-model/" + id,
+			"modelName":                  id,
+			"providerName":               strings.SplitN(id, ".", 2)[0],
+			"inputModalities":            []string{"TEXT"},
+			"outputModalities":           []string{"TEXT"},
+			"responseStreamingSupported": true,
+			"inferenceTypesSupported":    []string{"ON_DEMAND"},
+			"modelLifecycle":             map[string]any{"status": "ACTIVE"},
+		})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"modelSummaries": list})
+}
+
+func (s *Server) bedrockProfiles(w http.ResponseWriter, r *http.Request) {
+	if status, typ, msg := s.converseAuth(r, nil); status != 0 {
+		writeConverseError(w, status, typ, msg)
+		return
+	}
+	list := []map[string]any{}
+	for _, id := range s.bedrockIDs(true) {
+		list = append(list, map[string]any{
+			"inferenceProfileId":   id,
+			"inferenceProfileName": id,
+			"inferenceProfileArn":  "arn:aws:bedrock:" + s.bedrockRegion() + ":123456789012:inference-profile/" + id,
+			"status":               "ACTIVE",
+			"type":                 "SYSTEM_DEFINED",
+			"models":               []any{},
+		})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"inferenceProfileSummaries": list})
+}
+
+// bedrockIDs returns the script's models that are inference profiles
+// (profiles) or not.
+func (s *Server) bedrockIDs(profiles bool) []string {
+	var ids []string
+	for _, id := range s.script.Models {
+		prefix, _, _ := strings.Cut(id, ".")
+		isProfile := slices.Contains([]string{"us", "eu", "apac", "us-gov", "ca", "jp", "au", "global"}, prefix)
+		if isProfile == profiles {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+func (s *Server) bedrockRegion() string {
+	if s.script.AWSRegion != "" {
+		return s.script.AWSRegion
+	}
+	return "us-west-2"
+}

@@ -114,6 +114,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /anthropic/v1/messages", s.anthropicMessages)
 	mux.HandleFunc("POST /v1/responses", s.responses)
 	mux.HandleFunc("POST /model/{model}/converse-stream", s.converseStream)
+	mux.HandleFunc("GET /foundation-models", s.bedrockModels) // Bedrock's control plane
+	mux.HandleFunc("GET /inference-profiles", s.bedrockProfiles)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "invalid_request_error", "unknown_url", fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path), "")
 	})
