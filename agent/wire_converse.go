@@ -42,6 +42,9 @@ type converseWire struct {
 	region   string
 	runtime  *bedrockruntime.Client
 	control  *bedrock.Client
+	// runtimeOverridden and controlOverridden: the endpoints were given
+	// (AWS_ENDPOINT_URL_BEDROCK_RUNTIME, AWS_ENDPOINT_URL_BEDROCK).
+	runtimeOverridden, controlOverridden bool
 	// claude: the model is of the Claude family (an inference profile or
 	// an ARN of one), whose thinking Effort sets.
 	claude bool
@@ -81,6 +84,9 @@ func newConverseWire(cfg wireConfig) (wire, string, error) {
 		model:    cfg.model,
 		region:   awsCfg.Region,
 		claude:   strings.Contains(cfg.model, "anthropic.claude"),
+
+		runtimeOverridden: runtimeEndpoint != "",
+		controlOverridden: controlEndpoint != "",
 		runtime: bedrockruntime.NewFromConfig(awsCfg, func(o *bedrockruntime.Options) {
 			o.BaseEndpoint = optional(runtimeEndpoint)
 			o.BearerAuthTokenProvider, o.AuthSchemePreference = auth(key)
@@ -231,7 +237,7 @@ func (c *converseWire) attempt(ctx context.Context, req Request, s sink) (*Respo
 	}
 	out, err := c.runtime.ConverseStream(ctx, in)
 	if err != nil {
-		return nil, c.failure(ctx, err)
+		return nil, c.failure(ctx, err, c.runtimeOverridden)
 	}
 	stream := out.GetStream()
 	defer stream.Close()
@@ -296,7 +302,7 @@ func (c *converseWire) attempt(ctx context.Context, req Request, s sink) (*Respo
 		}
 	}
 	if err := stream.Err(); err != nil {
-		return nil, c.failure(ctx, err)
+		return nil, c.failure(ctx, err, c.runtimeOverridden)
 	}
 	if !stopped {
 		if ctx.Err() != nil {
@@ -385,8 +391,8 @@ func (c *converseWire) input(req Request) (*bedrockruntime.ConverseStreamInput, 
 			in.System = append(in.System, &types.SystemContentBlockMemberText{Value: msg.Content})
 		case RoleUser:
 			var blocks []types.ContentBlock
-			if msg.Content != "" || len(msg.Images) == 0 {
-				blocks = append(blocks, &types.ContentBlockMemberText{Value: msg.Content})
+			if strings.TrimSpace(msg.Content) != "" || len(msg.Images) == 0 {
+				blocks = append(blocks, &types.ContentBlockMemberText{Value: nonBlank(msg.Content)})
 			}
 			for j, im := range msg.Images {
 				format, ok := converseImageFormat(im.MediaType)
@@ -404,11 +410,13 @@ func (c *converseWire) input(req Request) (*bedrockruntime.ConverseStreamInput, 
 			if err != nil {
 				return nil, fmt.Errorf("message %d: %w", i, err)
 			}
-			add(types.ConversationRoleAssistant, blocks...)
+			if len(blocks) > 0 { // an empty answer is no turn: Bedrock refuses empty ones
+				add(types.ConversationRoleAssistant, blocks...)
+			}
 		case RoleTool:
 			r := types.ToolResultBlock{
 				ToolUseId: aws.String(msg.ToolCallID),
-				Content:   []types.ToolResultContentBlock{&types.ToolResultContentBlockMemberText{Value: toolResultText(msg)}},
+				Content:   []types.ToolResultContentBlock{&types.ToolResultContentBlockMemberText{Value: nonBlank(toolResultText(msg))}},
 			}
 			if msg.IsError {
 				r.Status = types.ToolResultStatusError
@@ -452,6 +460,15 @@ func (c *converseWire) input(req Request) (*bedrockruntime.ConverseStreamInput, 
 	return in, nil
 }
 
+// nonBlank stands in for a blank text, which Bedrock refuses ("The text
+// field ... is blank").
+func nonBlank(s string) string {
+	if strings.TrimSpace(s) == "" {
+		return "(empty)"
+	}
+	return s
+}
+
 // assistantBlocks is an assistant message as content blocks: replayed from
 // its state when this wire wrote it (reasoning and signatures included),
 // otherwise its text and tool uses.
@@ -493,9 +510,6 @@ func (c *converseWire) assistantBlocks(msg Message) ([]types.ContentBlock, error
 		default:
 			return nil, fmt.Errorf("the stored Bedrock state has a block of unknown type %q", b.Type)
 		}
-	}
-	if len(blocks) == 0 { // an empty answer; Bedrock refuses an empty turn
-		blocks = append(blocks, &types.ContentBlockMemberText{Value: " "})
 	}
 	return blocks, nil
 }
@@ -550,8 +564,8 @@ var converseRetryable = []string{
 }
 
 // failure turns an AWS SDK error into a *ProviderError saying what is
-// wrong, or returns the context's cause when the caller gave up.
-func (c *converseWire) failure(ctx context.Context, err error) error {
+// wrong (overridden: the endpoint was given, not the region's), or returns the context's cause when the caller gave up.
+func (c *converseWire) failure(ctx context.Context, err error, overridden bool) error {
 	if ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
@@ -583,7 +597,7 @@ func (c *converseWire) failure(ctx context.Context, err error) error {
 		}
 		pe := transportError(c.provider, err)
 		var dnsErr *net.DNSError
-		if errors.As(err, &dnsErr) && dnsErr.IsNotFound {
+		if errors.As(err, &dnsErr) && dnsErr.IsNotFound && !overridden {
 			pe.Message = fmt.Sprintf("Bedrock's endpoint for region %s could not be resolved: is %s a region where Bedrock is offered?", c.region, c.region)
 		}
 		return pe
@@ -640,7 +654,7 @@ func (c *converseWire) models(ctx context.Context) ([]string, error) {
 }
 
 func (c *converseWire) listFailure(ctx context.Context, err error) error {
-	err = c.failure(ctx, err)
+	err = c.failure(ctx, err, c.controlOverridden)
 	var pe *ProviderError
 	if errors.As(err, &pe) && pe.Code == "AccessDeniedException" {
 		pe.Message = "the credentials may not list Bedrock's models (bedrock:ListFoundationModels, bedrock:ListInferenceProfiles): " + strings.TrimPrefix(pe.Message, "no access to the model "+c.model+": ")

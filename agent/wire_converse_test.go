@@ -454,3 +454,27 @@ func TestConverseNoCredentials(t *testing.T) {
 		t.Errorf("%d requests reached Bedrock without credentials", n)
 	}
 }
+
+// TestConverseBlankTurns: Bedrock refuses blank text and empty turns; an
+// empty answer from another turn and an empty tool result still go.
+func TestConverseBlankTurns(t *testing.T) {
+	t.Parallel()
+	b := converseSetup(t, signedScript(scriptmodel.Rule{Replies: []scriptmodel.Reply{{Content: "ok"}}}), "amazon.nova-pro-v1:0", keys())
+	call := agent.ToolCall{ID: "tooluse_1", Name: "read_file", Arguments: `not json`}
+	msgs := []agent.Message{
+		agent.UserMessage("hi"),
+		{Role: agent.RoleAssistant}, // an empty answer, kept in the transcript
+		agent.UserMessage("read it"),
+		{Role: agent.RoleAssistant, ToolCalls: []agent.ToolCall{call}},
+		agent.ToolResult(call, "", false),
+	}
+	if _, err := b.model.Complete(context.Background(), agent.Request{Messages: msgs, Tools: []agent.ToolSpec{readTool}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	last, _ := b.server.LastRequest()
+	raw, _ := json.Marshal(converseBody(t, last)["messages"])
+	want := `[{"content":[{"text":"hi"},{"text":"read it"}],"role":"user"},{"content":[{"toolUse":{"input":{},"name":"read_file","toolUseId":"tooluse_1"}}],"role":"assistant"},{"content":[{"toolResult":{"content":[{"text":"(empty)"}],"toolUseId":"tooluse_1"}}],"role":"user"}]`
+	if string(raw) != want {
+		t.Errorf("messages = %s\nwant %s", raw, want)
+	}
+}
