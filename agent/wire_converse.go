@@ -84,7 +84,7 @@ func newConverseWire(cfg wireConfig) (wire, string, error) {
 		model:    cfg.model,
 		region:   awsCfg.Region,
 		claude:   strings.Contains(cfg.model, "anthropic.claude"),
-
+		// The region's endpoints unless given.
 		runtimeOverridden: runtimeEndpoint != "",
 		controlOverridden: controlEndpoint != "",
 		runtime: bedrockruntime.NewFromConfig(awsCfg, func(o *bedrockruntime.Options) {
