@@ -460,6 +460,50 @@ func (c *converseWire) input(req Request) (*bedrockruntime.ConverseStreamInput, 
 	return in, nil
 }
 
+// replayState is the content blocks to send for an assistant message: its
+// stored state, or its content and tool calls when it has none of this
+// wire's. A state that does not decode (a row edited by hand) or whose
+// tool uses are not the message's calls gives way to the message, keeping
+// the reasoning it holds: the transcript's calls are what the tool results
+// answer.
+func replayState(msg Message) converseState {
+	var plain converseState
+	if msg.Content != "" {
+		plain.Blocks = append(plain.Blocks, converseBlock{Type: "text", Text: msg.Content})
+	}
+	for _, tc := range msg.ToolCalls {
+		plain.Blocks = append(plain.Blocks, converseBlock{Type: "tool_use", ID: tc.ID, Name: tc.Name, Input: tc.Arguments})
+	}
+	if msg.State == nil || msg.State.Wire != WireConverse {
+		return plain
+	}
+	var st converseState
+	if json.Unmarshal(msg.State.Data, &st) != nil {
+		return plain
+	}
+	var ids []string
+	for _, b := range st.Blocks {
+		if b.Type == "tool_use" {
+			ids = append(ids, b.ID)
+		}
+	}
+	same := len(ids) == len(msg.ToolCalls)
+	for i := 0; same && i < len(ids); i++ {
+		same = ids[i] == msg.ToolCalls[i].ID
+	}
+	if same {
+		return st
+	}
+	var kept converseState
+	for _, b := range st.Blocks {
+		if b.Type == "reasoning" || b.Type == "redacted" {
+			kept.Blocks = append(kept.Blocks, b)
+		}
+	}
+	kept.Blocks = append(kept.Blocks, plain.Blocks...)
+	return kept
+}
+
 // nonBlank stands in for a blank text, which Bedrock refuses ("The text
 // field ... is blank").
 func nonBlank(s string) string {
@@ -473,19 +517,7 @@ func nonBlank(s string) string {
 // its state when this wire wrote it (reasoning and signatures included),
 // otherwise its text and tool uses.
 func (c *converseWire) assistantBlocks(msg Message) ([]types.ContentBlock, error) {
-	var st converseState
-	if msg.State != nil && msg.State.Wire == WireConverse {
-		if err := json.Unmarshal(msg.State.Data, &st); err != nil {
-			return nil, fmt.Errorf("the stored Bedrock state does not decode: %w", err)
-		}
-	} else {
-		if msg.Content != "" {
-			st.Blocks = append(st.Blocks, converseBlock{Type: "text", Text: msg.Content})
-		}
-		for _, tc := range msg.ToolCalls {
-			st.Blocks = append(st.Blocks, converseBlock{Type: "tool_use", ID: tc.ID, Name: tc.Name, Input: tc.Arguments})
-		}
-	}
+	st := replayState(msg)
 	var blocks []types.ContentBlock
 	for _, b := range st.Blocks {
 		switch b.Type {

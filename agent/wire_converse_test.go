@@ -478,3 +478,63 @@ func TestConverseBlankTurns(t *testing.T) {
 		t.Errorf("messages = %s\nwant %s", raw, want)
 	}
 }
+
+// TestConverseStateFallback: a state of another wire, one that does not
+// decode, or one whose tool uses are not the message's calls gives way to
+// the message's content and calls (the reasoning it holds kept).
+func TestConverseStateFallback(t *testing.T) {
+	t.Parallel()
+	call := agent.ToolCall{ID: "tooluse_now", Name: "read_file", Arguments: `{"path":"a"}`}
+	other := `{"blocks":[{"type":"reasoning","text":"think","signature":"s1"},{"type":"tool_use","id":"tooluse_then","name":"read_file","input":"{}"}]}`
+	tests := []struct {
+		name  string
+		state *agent.State
+		want  string
+	}{
+		{name: "another wire", state: &agent.State{Wire: agent.WireAnthropic, Data: json.RawMessage(`[{"type":"thinking"}]`)},
+			want: `[{"text":"Reading."},{"toolUse":{"input":{"path":"a"},"name":"read_file","toolUseId":"tooluse_now"}}]`},
+		{name: "does not decode", state: &agent.State{Wire: agent.WireConverse, Data: json.RawMessage(`"blocks"`)},
+			want: `[{"text":"Reading."},{"toolUse":{"input":{"path":"a"},"name":"read_file","toolUseId":"tooluse_now"}}]`},
+		{name: "other calls", state: &agent.State{Wire: agent.WireConverse, Data: json.RawMessage(other)},
+			want: `[{"reasoningContent":{"reasoningText":{"signature":"s1","text":"think"}}},{"text":"Reading."},{"toolUse":{"input":{"path":"a"},"name":"read_file","toolUseId":"tooluse_now"}}]`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			b := converseSetup(t, signedScript(scriptmodel.Rule{Replies: []scriptmodel.Reply{{Content: "ok"}}}), "amazon.nova-pro-v1:0", keys())
+			msgs := []agent.Message{
+				agent.UserMessage("read a"),
+				{Role: agent.RoleAssistant, Content: "Reading.", ToolCalls: []agent.ToolCall{call}, State: tt.state},
+				agent.ToolResult(call, "A", false),
+			}
+			if _, err := b.model.Complete(context.Background(), agent.Request{Messages: msgs, Tools: []agent.ToolSpec{readTool}}, nil); err != nil {
+				t.Fatal(err)
+			}
+			last, _ := b.server.LastRequest()
+			turn := converseBody(t, last)["messages"].([]any)[1].(map[string]any)
+			raw, _ := json.Marshal(turn["content"])
+			if string(raw) != tt.want {
+				t.Errorf("assistant turn = %s\nwant %s", raw, tt.want)
+			}
+		})
+	}
+}
+
+// TestConverseLongRetryAfter: a throttled call whose Retry-After exceeds
+// what Complete waits is handed back at once, for the job to snooze.
+func TestConverseLongRetryAfter(t *testing.T) {
+	t.Parallel()
+	b := converseSetup(t, signedScript(scriptmodel.Rule{Replies: []scriptmodel.Reply{{Status: 429, RetryAfter: "120", ErrorMessage: "Too many requests."}}}), "amazon.nova-pro-v1:0", keys())
+	_, err := b.model.Complete(context.Background(), agent.Request{Messages: []agent.Message{agent.UserMessage("hi")}}, nil)
+	wait, long := b.model.LongWait(err)
+	if !long || wait.Seconds() != 120 {
+		t.Errorf("LongWait(%v) = %v, %v; want 2m0s, true", err, wait, long)
+	}
+	var perr *agent.ProviderError
+	if !errors.As(err, &perr) || perr.Code != "ThrottlingException" || !perr.Retryable {
+		t.Errorf("error = %+v, want a retryable ThrottlingException", err)
+	}
+	if n := len(b.server.Requests()); n != 1 {
+		t.Errorf("%d requests, want 1", n)
+	}
+}
