@@ -538,3 +538,21 @@ func TestConverseLongRetryAfter(t *testing.T) {
 		t.Errorf("%d requests, want 1", n)
 	}
 }
+
+// TestConverseIgnoresAmbientVariables: the AWS SDK reads a Bedrock API
+// key, an endpoint and a region from the process environment by itself;
+// getenv decides instead. Not parallel (t.Setenv).
+func TestConverseIgnoresAmbientVariables(t *testing.T) {
+	t.Setenv("AWS_BEARER_TOKEN_BEDROCK", "ambient-must-not-be-used")
+	t.Setenv("AWS_ENDPOINT_URL_BEDROCK_RUNTIME", "http://127.0.0.1:1/ambient-must-not-be-used")
+	t.Setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1/ambient-must-not-be-used")
+	t.Setenv("AWS_REGION", "ap-ambient-1")
+	b := converseSetup(t, signedScript(scriptmodel.Rule{Replies: []scriptmodel.Reply{{Content: "ok"}}}), "amazon.nova-pro-v1:0", keys())
+	if _, err := b.model.Complete(context.Background(), agent.Request{Messages: []agent.Message{agent.UserMessage("hi")}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	last, _ := b.server.LastRequest()
+	if !strings.Contains(last.Authorization, "/us-west-2/bedrock/aws4_request") {
+		t.Errorf("authorization = %q, want SigV4 in getenv's region, not the ambient key or region", last.Authorization)
+	}
+}
