@@ -48,7 +48,41 @@ type converseWire struct {
 	// claude: the model is of the Claude family (an inference profile or
 	// an ARN of one), whose thinking Effort sets.
 	claude bool
+	// cache: where the model takes prompt cache points (conversePromptCache).
+	cache promptCache
 }
+
+// promptCache says where a model takes Converse's cache points.
+type promptCache struct {
+	system, tools, messages bool
+}
+
+// conversePromptCache is where model takes cache points, as Bedrock's
+// prompt caching documents it: Claude 3.5 Haiku, 3.7 Sonnet and the
+// Claude 4 family in the system prompt, the tools and the messages;
+// Amazon Nova's text models in the system prompt and the messages. Other
+// models (older Claude 3 among them) get none: some refuse them.
+func conversePromptCache(model string) promptCache {
+	switch {
+	case strings.Contains(model, "anthropic.claude"):
+		if strings.Contains(model, "claude-3-") && !strings.Contains(model, "claude-3-5-haiku") && !strings.Contains(model, "claude-3-7-") {
+			return promptCache{}
+		}
+		return promptCache{system: true, tools: true, messages: true}
+	case strings.Contains(model, "amazon.nova-"):
+		for _, media := range []string{"sonic", "canvas", "reel"} {
+			if strings.Contains(model, "nova-"+media) {
+				return promptCache{}
+			}
+		}
+		return promptCache{system: true, messages: true}
+	}
+	return promptCache{}
+}
+
+// cachePoint is Converse's cache point: what comes before it is cached
+// (for five minutes, refreshed on each hit).
+var cachePoint = types.CachePointBlock{Type: types.CachePointTypeDefault}
 
 // The Bedrock variables read through getenv, beside the provider's key
 // and endpoint.
@@ -84,6 +118,7 @@ func newConverseWire(cfg wireConfig) (wire, string, error) {
 		model:    cfg.model,
 		region:   awsCfg.Region,
 		claude:   strings.Contains(cfg.model, "anthropic.claude"),
+		cache:    conversePromptCache(cfg.model),
 		// The region's endpoints unless given.
 		runtimeOverridden: runtimeEndpoint != "",
 		controlOverridden: controlEndpoint != "",
@@ -426,6 +461,21 @@ func (c *converseWire) input(req Request) (*bedrockruntime.ConverseStreamInput, 
 			return nil, fmt.Errorf("message %d: unknown role %q", i, msg.Role)
 		}
 	}
+	if c.cache.system && len(in.System) > 0 {
+		in.System = append(in.System, &types.SystemContentBlockMemberCachePoint{Value: cachePoint})
+	}
+	if c.cache.messages {
+		// The end of the conversation is cached for the next step, which
+		// reads it back up to the previous user turn's point (an agent
+		// sends its whole history again at every step).
+		marked := 0
+		for i := len(msgs) - 1; i >= 0 && marked < 2; i-- {
+			if i == len(msgs)-1 || msgs[i].Role == types.ConversationRoleUser {
+				msgs[i].Content = append(msgs[i].Content, &types.ContentBlockMemberCachePoint{Value: cachePoint})
+				marked++
+			}
+		}
+	}
 	in.Messages = msgs
 	if len(req.Tools) > 0 {
 		tc := &types.ToolConfiguration{}
@@ -439,6 +489,9 @@ func (c *converseWire) input(req Request) (*bedrockruntime.ConverseStreamInput, 
 				spec.Description = aws.String(t.Description)
 			}
 			tc.Tools = append(tc.Tools, &types.ToolMemberToolSpec{Value: spec})
+		}
+		if c.cache.tools {
+			tc.Tools = append(tc.Tools, &types.ToolMemberCachePoint{Value: cachePoint})
 		}
 		in.ToolConfig = tc
 	}

@@ -140,11 +140,11 @@ func TestConverseToolLoop(t *testing.T) {
 	body := converseBody(t, reqs[1])
 	raw, _ := json.Marshal(body)
 	for _, want := range []string{
-		`"system":[{"text":"You are a pizza bot."}]`,
+		`"system":[{"text":"You are a pizza bot."},{"cachePoint":{"type":"default"}}]`,
 		`"inferenceConfig":{"maxTokens":500}`,
 		`"toolSpec":{"description":"Reads a file.","inputSchema":{"json":{"properties":{"path":{"type":"string"}},"required":["path"],"type":"object"}},"name":"read_file"}`,
 		`{"toolUse":{"input":{"limit":12345678901234567,"path":"menu.md"},"name":"read_file","toolUseId":"` + call.ID + `"}}`,
-		`{"content":[{"toolResult":{"content":[{"text":"margherita, marinara, diavola"}],"toolUseId":"` + call.ID + `"}}],"role":"user"}`,
+		`{"content":[{"toolResult":{"content":[{"text":"margherita, marinara, diavola"}],"toolUseId":"` + call.ID + `"}},{"cachePoint":{"type":"default"}}],"role":"user"}`,
 	} {
 		if !strings.Contains(string(raw), want) {
 			t.Errorf("second request lacks %s\n%s", want, raw)
@@ -473,7 +473,7 @@ func TestConverseBlankTurns(t *testing.T) {
 	}
 	last, _ := b.server.LastRequest()
 	raw, _ := json.Marshal(converseBody(t, last)["messages"])
-	want := `[{"content":[{"text":"hi"},{"text":"read it"}],"role":"user"},{"content":[{"toolUse":{"input":{},"name":"read_file","toolUseId":"tooluse_1"}}],"role":"assistant"},{"content":[{"toolResult":{"content":[{"text":"(empty)"}],"toolUseId":"tooluse_1"}}],"role":"user"}]`
+	want := `[{"content":[{"text":"hi"},{"text":"read it"},{"cachePoint":{"type":"default"}}],"role":"user"},{"content":[{"toolUse":{"input":{},"name":"read_file","toolUseId":"tooluse_1"}}],"role":"assistant"},{"content":[{"toolResult":{"content":[{"text":"(empty)"}],"toolUseId":"tooluse_1"}},{"cachePoint":{"type":"default"}}],"role":"user"}]`
 	if string(raw) != want {
 		t.Errorf("messages = %s\nwant %s", raw, want)
 	}
@@ -554,5 +554,61 @@ func TestConverseIgnoresAmbientVariables(t *testing.T) {
 	last, _ := b.server.LastRequest()
 	if !strings.Contains(last.Authorization, "/us-west-2/bedrock/aws4_request") {
 		t.Errorf("authorization = %q, want SigV4 in getenv's region, not the ambient key or region", last.Authorization)
+	}
+}
+
+// TestConversePromptCache: cache points after the system prompt, the tools
+// (Claude) and on the last two user turns, where the model takes them; at
+// most four, which Bedrock allows.
+func TestConversePromptCache(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		model                   string
+		system, tools, messages int
+	}{
+		{model: "us.anthropic.claude-sonnet-4-5-20250929-v1:0", system: 1, tools: 1, messages: 2},
+		{model: "us.anthropic.claude-3-7-sonnet-20250219-v1:0", system: 1, tools: 1, messages: 2},
+		{model: "amazon.nova-pro-v1:0", system: 1, messages: 2},
+		{model: "us.amazon.nova-2-lite-v1:0", system: 1, messages: 2},
+		{model: "us.anthropic.claude-3-haiku-20240307-v1:0"},
+		{model: "meta.llama3-70b-instruct-v1:0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.model, func(t *testing.T) {
+			t.Parallel()
+			b := converseSetup(t, signedScript(scriptmodel.Rule{Replies: []scriptmodel.Reply{{Content: "ok", ConverseCacheReadTokens: 900}}}), tt.model, keys())
+			call := agent.ToolCall{ID: "tooluse_1", Name: "read_file", Arguments: `{"path":"a"}`}
+			msgs := []agent.Message{
+				agent.UserMessage("one"), {Role: agent.RoleAssistant, Content: "1"},
+				agent.UserMessage("two"), {Role: agent.RoleAssistant, ToolCalls: []agent.ToolCall{call}},
+				agent.ToolResult(call, "A", false),
+			}
+			resp, err := b.model.Complete(context.Background(), agent.Request{System: "Be brief.", Messages: msgs, Tools: []agent.ToolSpec{readTool}}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.Usage.CacheReadTokens != 900 {
+				t.Errorf("usage = %+v, want 900 tokens read from the cache", resp.Usage)
+			}
+			last, _ := b.server.LastRequest()
+			body := converseBody(t, last)
+			count := func(v any) int {
+				raw, _ := json.Marshal(v)
+				return strings.Count(string(raw), `{"cachePoint":{"type":"default"}}`)
+			}
+			got := [3]int{count(body["system"]), count(body["toolConfig"]), count(body["messages"])}
+			if want := [3]int{tt.system, tt.tools, tt.messages}; got != want {
+				t.Errorf("cache points in system, tools, messages = %v, want %v", got, want)
+			}
+			if tt.messages > 0 {
+				turns := body["messages"].([]any)
+				for _, i := range []int{2, 4} { // the last two user turns
+					raw, _ := json.Marshal(turns[i])
+					if !strings.HasSuffix(string(raw), `{"cachePoint":{"type":"default"}}],"role":"user"}`) {
+						t.Errorf("turn %d = %s, want it to end with a cache point", i, raw)
+					}
+				}
+			}
+		})
 	}
 }

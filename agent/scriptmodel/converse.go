@@ -46,11 +46,13 @@ type (
 	converseRequest struct {
 		Messages []converseMessage `json:"messages"`
 		System   []struct {
-			Text *string `json:"text"`
+			Text       *string          `json:"text"`
+			CachePoint *converseCacheAt `json:"cachePoint"`
 		} `json:"system"`
 		ToolConfig *struct {
 			Tools []struct {
-				ToolSpec *struct {
+				CachePoint *converseCacheAt `json:"cachePoint"`
+				ToolSpec   *struct {
 					Name        string `json:"name"`
 					Description string `json:"description"`
 					InputSchema struct {
@@ -68,9 +70,14 @@ type (
 		Role    string            `json:"role"`
 		Content []converseContent `json:"content"`
 	}
+	// converseCacheAt is a cache point: {"type": "default"}.
+	converseCacheAt struct {
+		Type string `json:"type"`
+	}
 	converseContent struct {
-		Text  *string `json:"text"`
-		Image *struct {
+		CachePoint *converseCacheAt `json:"cachePoint"`
+		Text       *string          `json:"text"`
+		Image      *struct {
 			Format string `json:"format"`
 			Source struct {
 				Bytes []byte `json:"bytes"`
@@ -102,7 +109,7 @@ type (
 // members counts the members of a content block set (Bedrock wants one).
 func (c converseContent) members() int {
 	n := 0
-	for _, set := range []bool{c.Text != nil, c.Image != nil, c.ToolUse != nil, c.ToolResult != nil, c.ReasoningContent != nil} {
+	for _, set := range []bool{c.CachePoint != nil, c.Text != nil, c.Image != nil, c.ToolUse != nil, c.ToolResult != nil, c.ReasoningContent != nil} {
 		if set {
 			n++
 		}
@@ -257,6 +264,9 @@ func recordConverse(r *http.Request, body []byte, model string, req converseRequ
 
 // checkConverse makes the checks Bedrock makes on a conversation and
 // returns Bedrock's kind of message for the first failure.
+// converseMaxCachePoints is the most cache points a request may carry.
+const converseMaxCachePoints = 4
+
 func (s *Server) checkConverse(req converseRequest) string {
 	if len(req.Messages) == 0 {
 		return "A conversation must start with a user message. Try again with a conversation that starts with a user message."
@@ -264,12 +274,32 @@ func (s *Server) checkConverse(req converseRequest) string {
 	if req.InferenceConfig != nil && req.InferenceConfig.MaxTokens != nil && *req.InferenceConfig.MaxTokens < 1 {
 		return "The maximum tokens you requested must be at least 1."
 	}
+	points := 0 // cache points
+	for _, b := range req.System {
+		if b.CachePoint != nil {
+			points++
+		}
+	}
 	if req.ToolConfig != nil {
 		for i, t := range req.ToolConfig.Tools {
+			if t.CachePoint != nil && t.ToolSpec == nil {
+				points++
+				continue
+			}
 			if t.ToolSpec == nil || t.ToolSpec.Name == "" || len(t.ToolSpec.InputSchema.JSON) == 0 {
 				return fmt.Sprintf("The toolConfig.tools.%d field needs a toolSpec with a name and an inputSchema.", i)
 			}
 		}
+	}
+	for _, m := range req.Messages {
+		for _, c := range m.Content {
+			if c.CachePoint != nil {
+				points++
+			}
+		}
+	}
+	if points > converseMaxCachePoints {
+		return fmt.Sprintf("The number of cache points (%d) exceeds the maximum of %d. Remove cache points and try again.", points, converseMaxCachePoints)
 	}
 	if s.script.RejectImages && slices.ContainsFunc(req.Messages, func(m converseMessage) bool {
 		return slices.ContainsFunc(m.Content, func(c converseContent) bool { return c.Image != nil })

@@ -176,6 +176,7 @@ func TestConverseConversationChecks(t *testing.T) {
 		{name: "blank text", body: `{"messages":[{"role":"user","content":[{"text":" "}]}]}`, want: "is blank"},
 		{name: "tool use without tools", body: `{"messages":[` + user + `,` + use + `,{"role":"user","content":[{"toolResult":{"toolUseId":"t1","content":[{"text":"r"}]}}]}]}`, want: "toolConfig field must be defined"},
 		{name: "tool use unanswered", body: `{"messages":[` + user + `,` + use + `,` + user + `],` + tools + `}`, want: "Expected toolResult blocks at messages.2.content for the following Ids: t1"},
+		{name: "five cache points", body: `{"system":[{"text":"s"},{"cachePoint":{"type":"default"}}],"messages":[{"role":"user","content":[{"text":"a"},{"cachePoint":{"type":"default"}},{"text":"b"},{"cachePoint":{"type":"default"}},{"text":"c"},{"cachePoint":{"type":"default"}},{"cachePoint":{"type":"default"}}]}]}`, want: "exceeds the maximum of 4"},
 		{name: "tool result unasked", body: `{"messages":[{"role":"user","content":[{"toolResult":{"toolUseId":"t9","content":[{"text":"r"}]}}]}],` + tools + `}`, want: "exceeds the number of toolUse blocks"},
 	}
 	for _, tt := range tests {
