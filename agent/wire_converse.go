@@ -711,9 +711,10 @@ func (c *converseWire) failure(ctx context.Context, err error, overridden bool) 
 	return pe
 }
 
-// models lists the foundation models offered on demand with text output
-// and the inference profiles of the region, through Bedrock's control
-// plane (the runtime has no listing).
+// models lists the foundation models with text output offered on demand
+// (and Claude's, which bedrock-mantle serves) and the inference profiles
+// of the region, through Bedrock's control plane (the runtime has no
+// listing): both catalogs a bedrock: model id may name.
 func (c *converseWire) models(ctx context.Context) ([]string, error) {
 	fm, err := c.control.ListFoundationModels(ctx, &bedrock.ListFoundationModelsInput{ByOutputModality: bedrocktypes.ModelModalityText})
 	if err != nil {
@@ -721,8 +722,12 @@ func (c *converseWire) models(ctx context.Context) ([]string, error) {
 	}
 	var ids []string
 	for _, m := range fm.ModelSummaries {
-		if slices.Contains(m.InferenceTypesSupported, bedrocktypes.InferenceTypeOnDemand) {
-			ids = append(ids, aws.ToString(m.ModelId))
+		id := aws.ToString(m.ModelId)
+		// Claude with a Bedrock id is reached through bedrock-mantle
+		// (WireFor), on demand or not; other models need on-demand
+		// throughput here, or an inference profile (listed below).
+		if slices.Contains(m.InferenceTypesSupported, bedrocktypes.InferenceTypeOnDemand) || strings.HasPrefix(id, "anthropic.claude-") {
+			ids = append(ids, id)
 		}
 	}
 	pager := bedrock.NewListInferenceProfilesPaginator(c.control, &bedrock.ListInferenceProfilesInput{})

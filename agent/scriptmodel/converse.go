@@ -666,7 +666,8 @@ func converseStopReason(a answer) string {
 
 // bedrockModels answers Bedrock's control plane's ListFoundationModels
 // (GET /foundation-models) from Script.Models, inference profiles
-// (us., eu., apac., global. ...) left out; bedrockProfiles answers
+// (us., eu., apac., global. ...) left out (Claude's offered through
+// inference profiles only, ids ending in ":provisioned" provisioned only); bedrockProfiles answers
 // ListInferenceProfiles (GET /inference-profiles) with those. Both
 // authenticate as ConverseStream does.
 func (s *Server) bedrockModels(w http.ResponseWriter, r *http.Request) {
@@ -676,6 +677,13 @@ func (s *Server) bedrockModels(w http.ResponseWriter, r *http.Request) {
 	}
 	var list []map[string]any
 	for _, id := range s.bedrockIDs(false) {
+		inference := []string{"ON_DEMAND"}
+		if strings.HasPrefix(id, "anthropic.claude-") {
+			inference = []string{"INFERENCE_PROFILE"} // as Bedrock lists recent Claude models
+		}
+		if strings.HasSuffix(id, ":provisioned") {
+			inference = []string{"PROVISIONED"}
+		}
 		list = append(list, map[string]any{
 			"modelId":                    id,
 			"modelArn":                   "arn:aws:bedrock:" + s.bedrockRegion() + "::foundation-model/" + id,
@@ -684,7 +692,7 @@ func (s *Server) bedrockModels(w http.ResponseWriter, r *http.Request) {
 			"inputModalities":            []string{"TEXT"},
 			"outputModalities":           []string{"TEXT"},
 			"responseStreamingSupported": true,
-			"inferenceTypesSupported":    []string{"ON_DEMAND"},
+			"inferenceTypesSupported":    inference,
 			"modelLifecycle":             map[string]any{"status": "ACTIVE"},
 		})
 	}
