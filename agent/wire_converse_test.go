@@ -613,3 +613,78 @@ func TestConversePromptCache(t *testing.T) {
 		})
 	}
 }
+
+// TestConverseARN: an inference profile's ARN is a model id with slashes
+// and colons, escaped in the path and signed as escaped.
+func TestConverseARN(t *testing.T) {
+	t.Parallel()
+	const arn = "arn:aws:bedrock:us-west-2:123456789012:inference-profile/us.amazon.nova-pro-v1:0"
+	b := converseSetup(t, signedScript(scriptmodel.Rule{Match: scriptmodel.Match{Model: arn}, Replies: []scriptmodel.Reply{{Content: "By ARN."}}}), arn, keys())
+	resp, err := b.model.Complete(context.Background(), agent.Request{Messages: []agent.Message{agent.UserMessage("hi")}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Message.Content != "By ARN." {
+		t.Errorf("answer = %+v, want the ARN's rule", resp.Message)
+	}
+}
+
+// TestConverseEffort: Effort is Claude's thinking budget on Converse, the
+// answer's maxTokens above it; other models ignore it.
+func TestConverseEffort(t *testing.T) {
+	t.Parallel()
+	const claude = "us.anthropic.claude-sonnet-4-5-20250929-v1:0"
+	tests := []struct {
+		model, effort     string
+		maxTokens         int64
+		budget, wantMaxTk int
+	}{
+		{model: claude, effort: ""},
+		{model: claude, effort: "none"},
+		{model: claude, effort: "minimal", budget: 1024, wantMaxTk: 9216},
+		{model: claude, effort: "low", budget: 2048, wantMaxTk: 10240},
+		{model: claude, effort: "high", budget: 16384, wantMaxTk: 24576},
+		{model: claude, effort: "max", budget: 24576, wantMaxTk: 32000},
+		{model: claude, effort: "high", maxTokens: 4000, budget: 2976, wantMaxTk: 4000},
+		{model: claude, effort: "low", maxTokens: 1500, wantMaxTk: 1500}, // no room for Claude's least budget
+		{model: "amazon.nova-pro-v1:0", effort: "high"},
+		{model: "amazon.nova-pro-v1:0", effort: "high", maxTokens: 300, wantMaxTk: 300},
+	}
+	for _, tt := range tests {
+		t.Run(tt.model+"/"+tt.effort, func(t *testing.T) {
+			t.Parallel()
+			b := converseSetup(t, signedScript(scriptmodel.Rule{Replies: []scriptmodel.Reply{{Content: "ok"}}}), tt.model, keys())
+			if _, err := b.model.Complete(context.Background(), agent.Request{Messages: []agent.Message{agent.UserMessage("hi")}, Effort: tt.effort, MaxTokens: tt.maxTokens}, nil); err != nil {
+				t.Fatal(err)
+			}
+			last, _ := b.server.LastRequest()
+			var body struct {
+				AdditionalModelRequestFields *struct {
+					Thinking struct {
+						Type         string `json:"type"`
+						BudgetTokens int    `json:"budget_tokens"`
+					} `json:"thinking"`
+				} `json:"additionalModelRequestFields"`
+				InferenceConfig *struct {
+					MaxTokens int `json:"maxTokens"`
+				} `json:"inferenceConfig"`
+			}
+			if err := json.Unmarshal(last.Body, &body); err != nil {
+				t.Fatal(err)
+			}
+			budget, maxTokens := 0, 0
+			if f := body.AdditionalModelRequestFields; f != nil {
+				if f.Thinking.Type != "enabled" {
+					t.Errorf("thinking type = %q", f.Thinking.Type)
+				}
+				budget = f.Thinking.BudgetTokens
+			}
+			if body.InferenceConfig != nil {
+				maxTokens = body.InferenceConfig.MaxTokens
+			}
+			if budget != tt.budget || maxTokens != tt.wantMaxTk {
+				t.Errorf("budget %d, maxTokens %d; want %d, %d", budget, maxTokens, tt.budget, tt.wantMaxTk)
+			}
+		})
+	}
+}
