@@ -16,7 +16,7 @@ type Provider struct {
 	Label string
 	// DefaultBaseURL is used when BaseURLEnv is not set. Empty means the
 	// base URL must be given. For bedrock it contains "{region}", replaced by
-	// AWS_REGION (or AWS_DEFAULT_REGION, default us-east-1).
+	// the region AWSRegion gives.
 	DefaultBaseURL string
 	// APIKeyEnv is the environment variable holding the API key.
 	APIKeyEnv string
@@ -50,6 +50,14 @@ func (p Provider) WireFor(model string, getenv func(string) string) (string, err
 		default:
 			return "", fmt.Errorf("OPENAI_API %q is not one of OpenAI's APIs: want %q (the default) or %q", api, WireResponses, WireChat)
 		}
+	case "bedrock":
+		// Claude with a Bedrock model id is served by bedrock-mantle's
+		// Anthropic Messages route; every other model, and inference
+		// profiles (us.anthropic.claude-...) and ARNs, by Converse.
+		if strings.HasPrefix(model, "anthropic.claude-") {
+			return WireAnthropic, nil
+		}
+		return WireConverse, nil
 	}
 	if p.Wire == "" {
 		return WireChat, nil
@@ -64,7 +72,11 @@ var Providers = []Provider{
 	// ANTHROPIC_AUTH_TOKEN (bearer), so the key alone is not required.
 	{Name: "anthropic", Label: "Anthropic", DefaultBaseURL: DefaultAnthropicBaseURL, APIKeyEnv: "ANTHROPIC_API_KEY", APIKeyRequired: false, BaseURLEnv: "ANTHROPIC_BASE_URL", Env: []string{"ANTHROPIC_AUTH_TOKEN"}, Wire: WireAnthropic},
 	{Name: "gemini", Label: "Google Gemini", DefaultBaseURL: "https://generativelanguage.googleapis.com/v1beta/openai/", APIKeyEnv: "GEMINI_API_KEY", APIKeyRequired: true, BaseURLEnv: "GEMINI_BASE_URL"},
-	{Name: "bedrock", Label: "Amazon Bedrock", DefaultBaseURL: "https://bedrock-runtime.{region}.amazonaws.com/openai/v1", APIKeyEnv: "AWS_BEARER_TOKEN_BEDROCK", APIKeyRequired: true, BaseURLEnv: "BEDROCK_BASE_URL"},
+	// Bedrock: a Bedrock API key, or else the AWS credential chain; the
+	// Converse wire, Claude with a Bedrock id on bedrock-mantle's Messages.
+	{Name: "bedrock", Label: "Amazon Bedrock", DefaultBaseURL: "https://bedrock-runtime.{region}.amazonaws.com", APIKeyEnv: "AWS_BEARER_TOKEN_BEDROCK", APIKeyRequired: false, BaseURLEnv: "AWS_ENDPOINT_URL_BEDROCK_RUNTIME",
+		Env:  []string{"AWS_PROFILE", "AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "ANTHROPIC_BEDROCK_MANTLE_BASE_URL", "AWS_ENDPOINT_URL_BEDROCK", "AWS_CA_BUNDLE"},
+		Wire: WireConverse},
 	{Name: "openrouter", Label: "OpenRouter", DefaultBaseURL: "https://openrouter.ai/api/v1", APIKeyEnv: "OPENROUTER_API_KEY", APIKeyRequired: true, BaseURLEnv: "OPENROUTER_BASE_URL"},
 	{Name: "ollama", Label: "Ollama", DefaultBaseURL: "http://127.0.0.1:11434/v1", APIKeyEnv: "OLLAMA_API_KEY", APIKeyRequired: false, BaseURLEnv: "OLLAMA_BASE_URL"},
 	{Name: "compatible", Label: "OpenAI-compatible endpoint", DefaultBaseURL: "", APIKeyEnv: "COMPATIBLE_API_KEY", APIKeyRequired: false, BaseURLEnv: "COMPATIBLE_BASE_URL"},

@@ -70,10 +70,16 @@ func TestNewModelEnvironment(t *testing.T) {
 		{name: "anthropic bearer", spec: "anthropic:claude-sonnet-4-5", env: map[string]string{"ANTHROPIC_AUTH_TOKEN": "t"}, wantBaseURL: "https://api.anthropic.com"},
 		{name: "anthropic old base URL with /v1", spec: "anthropic:claude-sonnet-4-5", env: map[string]string{"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": "https://api.anthropic.com/v1/"}, wantBaseURL: "https://api.anthropic.com"},
 		{name: "anthropic missing key", spec: "anthropic:claude-sonnet-4-5", wantErr: "neither ANTHROPIC_API_KEY nor ANTHROPIC_AUTH_TOKEN is set"},
-		{name: "bedrock default region", spec: "bedrock:openai.gpt-oss-120b-1:0", env: map[string]string{"AWS_BEARER_TOKEN_BEDROCK": "k"}, wantBaseURL: "https://bedrock-runtime.us-west-2.amazonaws.com/openai/v1"},
-		{name: "bedrock region", spec: "bedrock:openai.gpt-oss-120b-1:0", env: map[string]string{"AWS_BEARER_TOKEN_BEDROCK": "k", "AWS_REGION": "eu-west-3"}, wantBaseURL: "https://bedrock-runtime.eu-west-3.amazonaws.com/openai/v1"},
-		{name: "bedrock bad region", spec: "bedrock:m", env: map[string]string{"AWS_BEARER_TOKEN_BEDROCK": "k", "AWS_REGION": "eu/west"}, wantErr: `AWS_REGION "eu/west" is not a valid AWS region name`},
-		{name: "bedrock missing key", spec: "bedrock:m", wantErr: "AWS_BEARER_TOKEN_BEDROCK is not set"},
+		{name: "bedrock default region", spec: "bedrock:openai.gpt-oss-120b-1:0", env: map[string]string{"AWS_BEARER_TOKEN_BEDROCK": "k"}, wantBaseURL: "https://bedrock-runtime.us-west-2.amazonaws.com"},
+		{name: "bedrock region", spec: "bedrock:amazon.nova-pro-v1:0", env: map[string]string{"AWS_BEARER_TOKEN_BEDROCK": "k", "AWS_REGION": "eu-west-3"}, wantBaseURL: "https://bedrock-runtime.eu-west-3.amazonaws.com"},
+		{name: "bedrock default region variable", spec: "bedrock:amazon.nova-pro-v1:0", env: map[string]string{"AWS_ACCESS_KEY_ID": "AKID", "AWS_SECRET_ACCESS_KEY": "s", "AWS_DEFAULT_REGION": "ca-central-1"}, wantBaseURL: "https://bedrock-runtime.ca-central-1.amazonaws.com"},
+		{name: "bedrock endpoint override", spec: "bedrock:amazon.nova-pro-v1:0", env: map[string]string{"AWS_ENDPOINT_URL_BEDROCK_RUNTIME": "https://vpce-1.bedrock-runtime.us-west-2.vpce.amazonaws.com"}, wantBaseURL: "https://vpce-1.bedrock-runtime.us-west-2.vpce.amazonaws.com"},
+		{name: "bedrock bad endpoint", spec: "bedrock:amazon.nova-pro-v1:0", env: map[string]string{"AWS_ENDPOINT_URL_BEDROCK_RUNTIME": "bedrock.internal"}, wantErr: `AWS_ENDPOINT_URL_BEDROCK_RUNTIME: "bedrock.internal" is not an http(s) URL`},
+		{name: "bedrock bad region", spec: "bedrock:amazon.nova-pro-v1:0", env: map[string]string{"AWS_BEARER_TOKEN_BEDROCK": "k", "AWS_REGION": "eu/west"}, wantErr: `AWS_REGION "eu/west" is not a valid AWS region name`},
+		{name: "bedrock half a key pair", spec: "bedrock:amazon.nova-pro-v1:0", env: map[string]string{"AWS_ACCESS_KEY_ID": "AKID"}, wantErr: "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY go together"},
+		// No key is no error: the AWS credential chain is the alternative,
+		// and a call without credentials says so (TestConverseNoCredentials).
+		{name: "bedrock without a key", spec: "bedrock:amazon.nova-pro-v1:0", wantBaseURL: "https://bedrock-runtime.us-west-2.amazonaws.com"},
 		{name: "compatible needs a base URL", spec: "compatible:m", wantErr: "COMPATIBLE_BASE_URL is not set"},
 		{name: "compatible", spec: "compatible:m", env: map[string]string{"COMPATIBLE_BASE_URL": "http://127.0.0.1:8000/v1"}, wantBaseURL: "http://127.0.0.1:8000/v1"},
 		{name: "bad base URL", spec: "compatible:m", env: map[string]string{"COMPATIBLE_BASE_URL": "127.0.0.1:8000"}, wantErr: `COMPATIBLE_BASE_URL: "127.0.0.1:8000" is not an http(s) URL`},
@@ -102,6 +108,42 @@ func TestNewModelEnvironment(t *testing.T) {
 				t.Errorf("spec = %+v, want %+v", m.Spec, spec)
 			}
 		})
+	}
+}
+
+// TestBedrockWireFor: Claude with a Bedrock id goes to bedrock-mantle's
+// Messages; other models, inference profiles and ARNs to Converse.
+func TestBedrockWireFor(t *testing.T) {
+	t.Parallel()
+	p, ok := agent.LookupProvider("bedrock")
+	if !ok {
+		t.Fatal("no bedrock provider")
+	}
+	tests := []struct{ model, want string }{
+		{"anthropic.claude-sonnet-5", agent.WireAnthropic},
+		{"anthropic.claude-3-5-haiku-20241022-v1:0", agent.WireAnthropic},
+		{"amazon.nova-pro-v1:0", agent.WireConverse},
+		{"us.anthropic.claude-sonnet-4-5-20250929-v1:0", agent.WireConverse},
+		{"global.anthropic.claude-sonnet-4-5-20250929-v1:0", agent.WireConverse},
+		{"arn:aws:bedrock:us-west-2:123456789012:inference-profile/us.anthropic.claude-sonnet-4-5-20250929-v1:0", agent.WireConverse},
+		{"meta.llama3-70b-instruct-v1:0", agent.WireConverse},
+		{"openai.gpt-oss-120b-1:0", agent.WireConverse},
+	}
+	for _, tt := range tests {
+		got, err := p.WireFor(tt.model, func(string) string { return "" })
+		if err != nil || got != tt.want {
+			t.Errorf("WireFor(%q) = %q, %v; want %q", tt.model, got, err, tt.want)
+		}
+	}
+	// NewModel routes by the same rule.
+	m, err := agent.NewModel(agent.ModelSpec{Provider: "bedrock", Model: "amazon.nova-pro-v1:0"}, func(k string) string {
+		return map[string]string{"AWS_BEARER_TOKEN_BEDROCK": "k"}[k]
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Wire != agent.WireConverse {
+		t.Errorf("bedrock:amazon.nova-pro-v1:0 wire = %q, want %q", m.Wire, agent.WireConverse)
 	}
 }
 

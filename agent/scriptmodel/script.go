@@ -51,6 +51,16 @@ type Script struct {
 	// Completions: function tools are refused (400) unless
 	// reasoning_effort is "none".
 	ToolsNeedResponses bool `json:"tools_need_responses,omitempty"`
+
+	// Bedrock's ConverseStream (converse.go) authenticates with APIKey
+	// (a Bedrock API key, bearer) or with SigV4 for the service "bedrock":
+	// AWSAccessKeyID and AWSSecretAccessKey, when set, are the keys a
+	// signature must verify with, and AWSRegion, when set, the region its
+	// scope must name. With none of APIKey and the keys set, any bearer
+	// token or well-formed signature is taken.
+	AWSAccessKeyID     string `json:"aws_access_key_id,omitempty"`
+	AWSSecretAccessKey string `json:"aws_secret_access_key,omitempty"`
+	AWSRegion          string `json:"aws_region,omitempty"`
 }
 
 // Rule answers the requests its Match fits.
@@ -130,6 +140,26 @@ type Reply struct {
 	CacheReadTokens   int64  `json:"cache_read_tokens,omitempty"`
 	CacheWriteTokens  int64  `json:"cache_write_tokens,omitempty"`
 	ThinkingTokens    int64  `json:"thinking_tokens,omitempty"`
+
+	// Bedrock's ConverseStream (converse.go) only.
+	//
+	// ConverseReasoning is reasoning text streamed before the answer as a
+	// reasoningContent block, with ConverseSignature as its signature
+	// (empty: one the server makes up). The tool uses of such a reply must
+	// come back next turn after that block, text and signature exact, as
+	// Claude with thinking requires.
+	ConverseReasoning string `json:"converse_reasoning,omitempty"`
+	ConverseSignature string `json:"converse_signature,omitempty"`
+	// ConverseRedacted is streamed as a redactedContent reasoning block.
+	ConverseRedacted []byte `json:"converse_redacted,omitempty"`
+	// ConverseException names the exception of an error Status (default:
+	// the status's, e.g. ThrottlingException for 429) or of StreamError,
+	// sent as an exception frame (default ModelStreamErrorException).
+	ConverseException string `json:"converse_exception,omitempty"`
+	// ConverseCacheReadTokens and ConverseCacheWriteTokens are reported in
+	// the usage beside Usage's.
+	ConverseCacheReadTokens  int64 `json:"converse_cache_read_tokens,omitempty"`
+	ConverseCacheWriteTokens int64 `json:"converse_cache_write_tokens,omitempty"`
 
 	// Hold, when not nil, makes the server wait until it is closed (or the
 	// client goes away) before answering. For tests; not in JSON.

@@ -32,7 +32,8 @@ type Server struct {
 
 	// sent is what the Responses double answered, to check what later
 	// requests send back (responses.go).
-	sent responsesSent
+	sent     responsesSent
+	converse converseMemory // what ConverseStream sent, for its checks
 }
 
 // New returns a server for script.
@@ -130,6 +131,8 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("POST /anthropic/v1/messages", s.anthropicMessages)
 	mux.HandleFunc("POST /v1/responses", s.responses)
 	mux.HandleFunc("POST /model/{model}/converse-stream", s.converseStream)
+	mux.HandleFunc("GET /foundation-models", s.bedrockModels) // Bedrock's control plane
+	mux.HandleFunc("GET /inference-profiles", s.bedrockProfiles)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "invalid_request_error", "unknown_url", fmt.Sprintf("Invalid URL (%s %s)", r.Method, r.URL.Path), "")
 	})
