@@ -1,6 +1,10 @@
 // Package scriptmodel is a scripted model server: a real HTTP server that
-// speaks the OpenAI Chat Completions wire format, streaming and not, and
-// answers from a script instead of a model. Tests point a provider at it
+// speaks each wire format Pizza Bot uses as its provider documents it,
+// streaming and not, with the checks the provider makes on a conversation:
+// OpenAI's Chat Completions (also as Gemini and Ollama stream it, server.go),
+// OpenAI's Responses API (responses.go), Anthropic's Messages API
+// (anthropic.go, also at bedrock-mantle's path) and Bedrock's ConverseStream
+// (converse.go). It answers from a script instead of a model. Tests point a provider at it
 // (httptest.NewServer(s.Handler())); cmd/scripted-model runs it standalone
 // for manual testing of Pizza Bot without a model provider.
 //
