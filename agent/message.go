@@ -49,6 +49,11 @@ type Message struct {
 	// message is then sent as content parts. Models that do not accept
 	// images refuse such a request (see ImagesRefused).
 	Images []Image `json:"images,omitempty"`
+	// Documents are PDFs shown to the model with the text (role user
+	// only), on the wire formats that read them: Anthropic's (document
+	// blocks, for anthropic and Claude on Bedrock). Other wire formats
+	// leave them out; the attachment tools read a PDF's text for them.
+	Documents []Document `json:"documents,omitempty"`
 	// State is what the provider needs back with this assistant message
 	// next turn; nil when it needs nothing.
 	State *State `json:"state,omitempty"`
@@ -62,6 +67,14 @@ func UserMessage(text string) Message {
 // ToolResult returns the tool message that answers call.
 func ToolResult(call ToolCall, content string, isError bool) Message {
 	return Message{Role: RoleTool, Content: content, ToolCallID: call.ID, Name: call.Name, IsError: isError}
+}
+
+// Document is a PDF sent inline with a user message.
+type Document struct {
+	// Name is the file's name, shown to the model as the document's title.
+	Name string `json:"name"`
+	// Data is the PDF file's bytes.
+	Data []byte `json:"data"`
 }
 
 // State is what a provider needs back with an assistant message on the next

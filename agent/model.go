@@ -410,6 +410,9 @@ func checkRequest(req Request) error {
 		if len(msg.Images) > 0 && msg.Role != RoleUser {
 			return fmt.Errorf("message %d: only user messages carry images, not %q", i, msg.Role)
 		}
+		if len(msg.Documents) > 0 && msg.Role != RoleUser {
+			return fmt.Errorf("message %d: only user messages carry documents, not %q", i, msg.Role)
+		}
 		switch msg.Role {
 		case RoleSystem, RoleUser, RoleAssistant, RoleTool:
 		default:

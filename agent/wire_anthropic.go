@@ -455,6 +455,13 @@ func (w *anthropicWire) params(req Request) (anthropic.MessageNewParams, error) 
 			for _, im := range msg.Images {
 				blocks = append(blocks, anthropic.NewImageBlockBase64(im.MediaType, base64.StdEncoding.EncodeToString(im.Data)))
 			}
+			for _, d := range msg.Documents {
+				doc := anthropic.NewDocumentBlock(anthropic.Base64PDFSourceParam{Data: base64.StdEncoding.EncodeToString(d.Data)})
+				if d.Name != "" {
+					doc.OfDocument.Title = anthropic.String(d.Name)
+				}
+				blocks = append(blocks, doc)
+			}
 			add(roleUser, blocks...)
 		case RoleAssistant:
 			blocks, err := assistantBlocks(msg)

@@ -38,6 +38,35 @@ func (rt *Runtime) attachImages(ctx context.Context, t db.Thread, msgs []agent.M
 	return nil
 }
 
+// PDFs attached to a thread are shown to the models whose wire format reads
+// them (Anthropic's document blocks, for anthropic and Claude on Bedrock) in
+// the same way, on the first user message: the model reads the pages as
+// they are, figures and tables included, and the prompt cache keeps them
+// after the first step. Other models read a PDF's text through
+// read_attachment, which works on these models too.
+const (
+	// maxDocuments and maxDocumentSize bound what is sent: Anthropic
+	// takes requests up to 32 MB.
+	maxDocuments    = 5
+	maxDocumentSize = 8 << 20
+)
+
+// attachDocuments puts the thread's PDFs on the first user message of msgs.
+func (rt *Runtime) attachDocuments(ctx context.Context, t db.Thread, msgs []agent.Message) error {
+	first := slices.IndexFunc(msgs, func(m agent.Message) bool { return m.Role == agent.RoleUser })
+	if first < 0 {
+		return nil
+	}
+	as, err := db.ThreadImages(ctx, rt.cfg.Pool, t.UserID, t.ID, []string{"application/pdf"}, maxDocumentSize, maxDocuments)
+	if err != nil {
+		return err
+	}
+	for _, a := range as {
+		msgs[first].Documents = append(msgs[first].Documents, agent.Document{Name: a.Name, Data: a.Content})
+	}
+	return nil
+}
+
 // stepShowingImages takes the step; when the provider refuses the images,
 // it takes it once more without them, telling the model why it cannot see
 // them.

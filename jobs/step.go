@@ -315,6 +315,11 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 			return err
 		}
 	}
+	if model.Wire == agent.WireAnthropic {
+		if err := rt.attachDocuments(ctx, t, in.Messages); err != nil { // see images.go
+			return err
+		}
+	}
 	if rt.cfg.OnDelta != nil {
 		// Every model call starts its stream with a reset: receivers tell
 		// its text from text a previous call sent after its commit.
