@@ -39,6 +39,14 @@ type Script struct {
 	// RejectImages answers a request with image parts as a text-only model
 	// does: 400 "This model does not support image input."
 	RejectImages bool `json:"reject_images,omitempty"`
+
+	// Context window (issue 28). ContextWindow, when > 0, is the model's
+	// window in tokens, estimated at 4 bytes a token as Usage is: a Chat
+	// Completions request whose messages pass it is refused as OpenAI
+	// refuses one, 400 with code context_length_exceeded and "This
+	// model's maximum context length is N tokens. However, your messages
+	// resulted in M tokens. ...". The other wire formats do not check it.
+	ContextWindow int64 `json:"context_window,omitempty"`
 }
 
 // Rule answers the requests its Match fits.
