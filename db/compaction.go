@@ -115,3 +115,20 @@ func LearnWindow(ctx context.Context, q Querier, model string, tokens int64) err
 	}
 	return nil
 }
+
+// SubagentCompactions returns the compactions of the sub-agents of a thread
+// the user may read, by sub-agent, oldest first.
+func SubagentCompactions(ctx context.Context, q Querier, userID, parentID int64) (map[int64][]Compaction, error) {
+	cs, err := all[Compaction](q.Query(ctx, `SELECT `+compactionColumns+`
+		FROM compactions c JOIN threads t ON t.id = c.thread_id
+		WHERE t.parent_thread_id = $2 AND `+readableParent("$1", "$2")+`
+		ORDER BY c.thread_id, c.through_message_id`, userID, parentID))
+	if err != nil {
+		return nil, fmt.Errorf("compactions of the sub-agents of thread %d: %w", parentID, err)
+	}
+	out := map[int64][]Compaction{}
+	for _, c := range cs {
+		out[c.ThreadID] = append(out[c.ThreadID], c)
+	}
+	return out, nil
+}
