@@ -51,6 +51,10 @@ const defaultLargeResultTokens = 20_000
 // resultPreviewBytes is how much of a result kept as a file the model sees.
 const resultPreviewBytes = 2000
 
+// imageTokens is what an image shown to the model is counted for, as
+// agent.EstimateMessage counts it.
+const imageTokens = 1600
+
 // resultDir is the scratch folder of the results kept as files.
 const resultDir = "tool-results"
 
@@ -189,7 +193,8 @@ func (rt *Runtime) fitContext(ctx context.Context, jobID int64, a StepArgs, v db
 		}
 	}
 	sent, from := conversationAfter(v.Messages, msgs, head, state.Compaction)
-	est := contextTokens(in, sent, state)
+	// The images shown with the task are attached after (images.go).
+	est := contextTokens(in, sent, state) + int64(v.Images)*imageTokens
 	if est <= w.limit() && !force {
 		return sent, nil
 	}

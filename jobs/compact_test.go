@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"pizzabot/agent"
@@ -113,9 +114,23 @@ func (b *compactBundle) startRuntime(t *testing.T) *jobstest.Harness {
 		Config:   jobs.Config{Pool: b.pool, Getenv: b.env},
 		ModelURL: b.url,
 		Tools:    b.tools,
+		Skills:   compactSkills(t),
 	})
 	b.rt, b.model = h.Runtime, b.srv
 	return h
+}
+
+// compactSkills are the skills of the compaction tests: early compacts at
+// 30% of the window.
+func compactSkills(t *testing.T) agent.SkillSet {
+	t.Helper()
+	skills := agent.LoadSkills(fstest.MapFS{
+		"early/SKILL.md": {Data: []byte("---\nname: early\ndescription: Reads reports, compacting early.\ncompactAt: 0.3\n---\nRead the pages.\n")},
+	}, "")
+	if len(skills.Errors) > 0 {
+		t.Fatalf("skills: %v", skills.Errors)
+	}
+	return skills
 }
 
 // pageTool returns, for {"n": N}, a page of about tokens tokens whose text
@@ -478,4 +493,21 @@ func readBody(r *http.Request) (string, error) {
 	raw, err := io.ReadAll(r.Body)
 	r.Body = io.NopCloser(bytes.NewReader(raw))
 	return string(raw), err
+}
+
+// A skill's compactAt compacts its runs earlier than the default 80%.
+func TestSkillCompactAt(t *testing.T) {
+	t.Parallel()
+	const window = 65536
+	b := compactSetup(t, pageScript(3, window), "scripted=65536", "", pageTool(12_000))
+	plain := b.start(t, "Read the report's three pages.", "")
+	b.wait(t, plain.ID, db.StatusDone)
+	early := b.start(t, "Read the report's three pages.", "early")
+	b.wait(t, early.ID, db.StatusDone)
+	if n := len(compactions(t, b, plain.ID)); n != 0 {
+		t.Errorf("%d compactions at about 36k tokens of a 64k window, want none by default", n)
+	}
+	if n := len(compactions(t, b, early.ID)); n == 0 {
+		t.Error("no compaction past 30% of the window, the skill's compactAt")
+	}
 }
