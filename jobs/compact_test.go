@@ -511,3 +511,35 @@ func TestSkillCompactAt(t *testing.T) {
 		t.Error("no compaction past 30% of the window, the skill's compactAt")
 	}
 }
+
+// A sub-agent compacts its own conversation, by its skill's compactAt, and
+// its parent's page shows the compaction in the sub-agent's transcript.
+func TestSubagentCompactsOnItsOwn(t *testing.T) {
+	t.Parallel()
+	const window = 65536
+	script := pageScript(3, window)
+	parent := []scriptmodel.Rule{
+		{Match: withRole(parentRun, "user"), Replies: calls(task("t1", "early", "Read the report's three pages."))},
+		{Match: withRole(parentRun, "tool"), Replies: say("The sub-agent read the pages.")},
+	}
+	// After the summary's rule, whose system prompt names a background
+	// agent too.
+	script.Rules = append(script.Rules[:1], append(parent, script.Rules[1:]...)...)
+	b := compactSetup(t, script, "scripted=65536", "", pageTool(12_000))
+	th := b.start(t, "Have the report read.", "")
+	b.wait(t, th.ID, db.StatusDone)
+	kids := b.children(t, th.ID)
+	if len(kids) != 1 {
+		t.Fatalf("%d sub-agents, want 1", len(kids))
+	}
+	if n := len(compactions(t, b, th.ID)); n != 0 {
+		t.Errorf("the parent compacted %d times, want none", n)
+	}
+	cs := compactions(t, b, kids[0].ID)
+	if len(cs) == 0 {
+		t.Fatal("the sub-agent did not compact past its skill's 30%")
+	}
+	if page := threadPage(t, b.bundle, th.ID); strings.Count(page, `data-testid="compaction"`) != len(cs) {
+		t.Errorf("the parent's page does not show the sub-agent's %d compactions", len(cs))
+	}
+}
