@@ -53,6 +53,11 @@ func ListCompactions(ctx context.Context, q Querier, userID, threadID int64) ([]
 	return cs, nil
 }
 
+// SettingContextWindows is the server setting holding the context windows
+// of models set in the settings page, in PIZZA_CONTEXT_WINDOWS's form
+// ("my-model=65536,*=131072"), over it key by key.
+const SettingContextWindows = "context_windows"
+
 // ContextState is what a model step reads to fit its conversation in its
 // model's window (jobs/compact.go), in one round trip: the compaction it
 // uses, the last model call's usage and the window a provider taught.
@@ -65,6 +70,8 @@ type ContextState struct {
 	LastStartedAt time.Time
 	// LearnedWindow is the window a provider named for the model (0: none).
 	LearnedWindow int64
+	// Windows is the setting SettingContextWindows ("" when not set).
+	Windows string
 }
 
 // ReadContextState reads a thread's context state for model, by thread id
@@ -93,6 +100,14 @@ func ReadContextState(ctx context.Context, q Batcher, threadID int64, model stri
 	b.Queue(`SELECT tokens FROM model_windows WHERE model = $1`, model).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			if err := rows.Scan(&s.LearnedWindow); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	})
+	b.Queue(`SELECT value FROM server_settings WHERE key = $1`, SettingContextWindows).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			if err := rows.Scan(&s.Windows); err != nil {
 				return err
 			}
 		}

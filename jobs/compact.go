@@ -106,15 +106,20 @@ func (w window) largeResult(getenv func(string) string) int64 {
 	return min(n, w.limit()*3/4)
 }
 
-// contextWindows parses PIZZA_CONTEXT_WINDOWS (checked at start: a bad
-// value here is the empty table).
-func (rt *Runtime) contextWindows() agent.WindowTable {
-	if rt.cfg.Getenv == nil {
-		return agent.WindowTable{}
+// contextWindows is the table of windows set: PIZZA_CONTEXT_WINDOWS (checked
+// at start) with the settings page's (checked when saved) over it, entry by
+// entry. A value that does not parse counts as empty.
+func (rt *Runtime) contextWindows(setting string) agent.WindowTable {
+	t := agent.WindowTable{}
+	if rt.cfg.Getenv != nil {
+		if env, err := agent.ParseContextWindows(rt.cfg.Getenv("PIZZA_CONTEXT_WINDOWS")); err == nil {
+			t = env
+		}
 	}
-	t, err := agent.ParseContextWindows(rt.cfg.Getenv("PIZZA_CONTEXT_WINDOWS"))
-	if err != nil {
-		return agent.WindowTable{}
+	if set, err := agent.ParseContextWindows(setting); err == nil {
+		for k, n := range set {
+			t[k] = n
+		}
 	}
 	return t
 }
@@ -129,7 +134,7 @@ func (rt *Runtime) stepInWindow(ctx context.Context, jobID int64, a StepArgs, v 
 	if err != nil {
 		return nil, &contextError{err}
 	}
-	w := window{tokens: rt.contextWindows().For(in.Model.Spec), compactAt: defaultCompactAt}
+	w := window{tokens: rt.contextWindows(state.Windows).For(in.Model.Spec), compactAt: defaultCompactAt}
 	if state.LearnedWindow > 0 && state.LearnedWindow < w.tokens {
 		w.tokens = state.LearnedWindow
 	}

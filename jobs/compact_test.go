@@ -543,3 +543,22 @@ func TestSubagentCompactsOnItsOwn(t *testing.T) {
 		t.Errorf("the parent's page does not show the sub-agent's %d compactions", len(cs))
 	}
 }
+
+// A window set in the settings page wins over PIZZA_CONTEXT_WINDOWS: the
+// run compacts for it, and the model never refuses a request.
+func TestContextWindowFromSettings(t *testing.T) {
+	t.Parallel()
+	const window = 65536
+	b := compactSetup(t, pageScript(4, window), "scripted=200000", "40000", pageTool(30_000))
+	if err := db.SetServerSetting(context.Background(), b.pool, db.SettingContextWindows, "compatible:scripted=65536"); err != nil {
+		t.Fatal(err)
+	}
+	th := b.start(t, "Read the report's four pages.", "")
+	b.wait(t, th.ID, db.StatusDone)
+	if _, refused := requestKinds(b.srv.Requests(), window); refused != 0 {
+		t.Errorf("%d requests refused, want none", refused)
+	}
+	if len(compactions(t, b, th.ID)) == 0 {
+		t.Error("no compaction")
+	}
+}
