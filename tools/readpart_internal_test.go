@@ -30,7 +30,7 @@ func TestFilePart(t *testing.T) {
 		{name: "past the end", content: "hello", args: map[string]any{"offset": num(10)}, wantErr: "offset 10 is past the end of f.txt, which is 5 bytes"},
 	}
 	for _, tt := range tests {
-		got, err := filePart("f.txt", tt.content, tt.args)
+		got, err := filePart("f.txt", tt.content, tt.args, maxReadPart)
 		if tt.wantErr != "" {
 			if err == nil || err.Error() != tt.wantErr {
 				t.Errorf("%s: error = %v, want %q", tt.name, err, tt.wantErr)
@@ -53,5 +53,9 @@ func TestFilePart(t *testing.T) {
 		if !utf8.ValidString(part) {
 			t.Errorf("%s: the part cuts a character", tt.name)
 		}
+	}
+	// A script's read (run_js) gets a large file whole.
+	if got, err := filePart("f.txt", big, map[string]any{}, maxScratchFile); err != nil || got != big {
+		t.Errorf("a script's read: %d bytes, %v; want the whole %d", len(got), err, len(big))
 	}
 }

@@ -280,7 +280,7 @@ func builtinTools() []Tool {
 		{
 			Spec: agent.ToolSpec{
 				Name:        "read_file",
-				Description: "Read a file from this thread's scratch space. A file of up to 64 KiB is returned whole; a larger one in parts: give offset and length (bytes) to read the part you want, the answer says which bytes it holds and what follows. Paths under /skills/<name>/ read the run's skill's own files (read-only).",
+				Description: "Read a file from this thread's scratch space. A file of up to 64 KiB is returned whole; a larger one in parts (in run_js scripts, whole): give offset and length (bytes) to read the part you want, the answer says which bytes it holds and what follows. Paths under /skills/<name>/ read the run's skill's own files (read-only).",
 				Parameters: schema(`{"type":"object","properties":{
 					"path":{"type":"string","description":"File path, e.g. notes/plan.md"},
 					"offset":{"type":"integer","minimum":0,"description":"Optional: the first byte to read (default 0)"},
@@ -318,7 +318,13 @@ func builtinTools() []Tool {
 				if err != nil {
 					return "", err
 				}
-				return filePart(p, content, args)
+				if run.Call.Name == RunJSTool {
+					// A script's read: its result does not go to
+					// the model, so a file comes whole unless it
+					// asks for a part.
+					return filePart(p, content, args, maxScratchFile)
+				}
+				return filePart(p, content, args, maxReadPart)
 			},
 		},
 		{
@@ -437,12 +443,12 @@ func writeScratch(ctx context.Context, tx pgx.Tx, threadID int64, p, content str
 const maxReadPart = 64 << 10
 
 // filePart is the part of a file's content that read_file's offset and
-// length ask for (args; both optional), moved to whole UTF-8 characters.
-// A part that is not the whole file says which bytes it holds, and how to
-// read on.
-func filePart(p, content string, args map[string]any) (string, error) {
+// length ask for (args; both optional, length def by default), moved to
+// whole UTF-8 characters. A part that is not the whole file says which
+// bytes it holds, and how to read on.
+func filePart(p, content string, args map[string]any, def int) (string, error) {
 	offset := int(intArg(args, "offset", 0, 0, 1<<31))
-	length := int(intArg(args, "length", maxReadPart, 1, 1<<31))
+	length := int(intArg(args, "length", int64(def), 1, 1<<31))
 	size := len(content)
 	if offset == 0 && length >= size {
 		return content, nil
