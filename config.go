@@ -110,6 +110,8 @@ var envVars = []envVar{
 	{"DATABASE_URL", "(unset: private PostgreSQL under the data root)", "PostgreSQL URL, e.g. postgres://user:pass@host/db"},
 	{"PIZZA_MODEL", "(none)", "default model as <provider>:<model-id>, e.g. openai:gpt-4.1-mini"},
 	{"PIZZA_EFFORT", "(the model's)", "how hard models think: one effort (none, minimal, low, medium, high, xhigh, max) or per model, e.g. claude-sonnet-5=high,openai:gpt-5.6=medium,*=low; a skill's effort key wins"},
+	{"PIZZA_CONTEXT_WINDOWS", "(known models', else 32768)", "context windows in tokens per model, e.g. my-model=65536,openai:gpt-4.1=1047576,*=131072; runs compact before they fill 80% of it (docs/context.md)"},
+	{"PIZZA_LARGE_RESULT_TOKENS", "20000", "a tool result larger than this (estimated at 4 bytes a token) is kept as a scratch file and the model reads it in parts"},
 	{"PIZZA_LOG_LEVEL", "info", "debug, info, warn or error"},
 	{"PIZZA_LOG_FORMAT", "text", "text or json"},
 	{"PIZZA_SHUTDOWN_TIMEOUT", "30s", "how long a stopping server waits for requests and running steps"},
@@ -214,6 +216,14 @@ func loadConfig(getenv func(string) string) (config, error) {
 	}
 	if _, err := agent.ParseEfforts(getenv("PIZZA_EFFORT")); err != nil {
 		errs = append(errs, err)
+	}
+	if _, err := agent.ParseContextWindows(getenv("PIZZA_CONTEXT_WINDOWS")); err != nil {
+		errs = append(errs, err)
+	}
+	if v := strings.TrimSpace(getenv("PIZZA_LARGE_RESULT_TOKENS")); v != "" {
+		if n, err := strconv.ParseInt(v, 10, 64); err != nil || n < 1000 {
+			errs = append(errs, fmt.Errorf("PIZZA_LARGE_RESULT_TOKENS: %q is not a number of tokens of at least 1000", v))
+		}
 	}
 
 	switch lvl := strings.ToLower(strings.TrimSpace(getenv("PIZZA_LOG_LEVEL"))); lvl {

@@ -10,6 +10,7 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -65,6 +66,7 @@ const SkillFile = "SKILL.md"
 //	schedule: "0 9 * * 1-5"   # or {cron: ..., prompt: ..., timezone: Europe/Paris}
 //	model: anthropic:claude-sonnet-4-5   # this skill's runs use this model
 //	effort: high              # how hard its model thinks (Efforts)
+//	compactAt: 0.6            # compact its runs at 60% of the model's window
 type Skill struct {
 	Name          string               `json:"name"`
 	Description   string               `json:"description"`
@@ -84,6 +86,10 @@ type Skill struct {
 	// Effort is how hard the skill's model thinks (front matter "effort",
 	// one of Efforts); empty: PIZZA_EFFORT's, else the model's default.
 	Effort string `json:"effort,omitempty"`
+	// CompactAt is the share of the model's context window past which the
+	// skill's runs compact their conversation (front matter "compactAt",
+	// above 0 and at most 0.95); 0: the default, 0.8 (docs/context.md).
+	CompactAt float64 `json:"compact_at,omitempty"`
 	// Schedule, when set, starts runs of the skill on a cron schedule.
 	Schedule *Schedule `json:"schedule,omitempty"`
 	// Body is the Markdown instructions after the front matter.
@@ -393,7 +399,7 @@ func ParseSkill(folder string, data []byte) (*Skill, error) {
 
 // knownFields are the front matter keys we read; near misses of them
 // ("allowed_tools", "interrupt_on") are reported instead of ignored.
-var knownFields = []string{"name", "description", "license", "compatibility", "metadata", "allowed-tools", "interruptOn", "schedule", "model", "effort"}
+var knownFields = []string{"name", "description", "license", "compatibility", "metadata", "allowed-tools", "interruptOn", "schedule", "model", "effort", "compactAt"}
 
 // guardedFields are our own keys whose misspelling is refused rather than
 // ignored: a misspelt interruptOn would run tools without the approval the
@@ -469,6 +475,8 @@ func (p *skillParser) parse(root *yaml.Node, folder string) {
 					p.skill.Effort = e
 				}
 			}
+		case "compactAt":
+			p.compactAt(v)
 		default:
 			want := nearMiss(key)
 			switch {
@@ -546,6 +554,24 @@ func (p *skillParser) scalar(field string, v *yaml.Node) (string, bool) {
 	}
 	p.errorf(v, "%s must be a string, not %s", field, kindName(v))
 	return "", false
+}
+
+// MaxCompactAt is the largest compactAt a skill may set: above it a
+// request and its answer would not fit the window left.
+const MaxCompactAt = 0.95
+
+// compactAt reads "compactAt: 0.6", a share of the context window.
+func (p *skillParser) compactAt(v *yaml.Node) {
+	s, ok := p.scalar("compactAt", v)
+	if !ok || strings.TrimSpace(s) == "" {
+		return
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || f <= 0 || f > MaxCompactAt {
+		p.errorf(v, "compactAt %q is not a share of the context window above 0 and at most %v, e.g. 0.6", s, MaxCompactAt)
+		return
+	}
+	p.skill.CompactAt = f
 }
 
 // model reads "model: <provider>:<model-id>", checked against the known

@@ -18,6 +18,9 @@ type ThreadView struct {
 	Messages []Message
 	// Calls is every tool call of the thread with its state and decision.
 	Calls []ToolCallRow
+	// Compactions are the summaries that stand for older messages in what
+	// the run sends its model, oldest first (compaction.go).
+	Compactions []Compaction
 	// Usage is what the run used so far.
 	Usage Usage
 	// Attachments are the files attached to the thread.
@@ -43,10 +46,11 @@ type ThreadView struct {
 
 // SubagentView is a sub-agent's part of its parent's ThreadView.
 type SubagentView struct {
-	Thread   Thread
-	Messages []Message
-	Calls    []ToolCallRow
-	Usage    Usage
+	Thread      Thread
+	Messages    []Message
+	Calls       []ToolCallRow
+	Compactions []Compaction
+	Usage       Usage
 }
 
 // ReadThreadView reads a thread the user may read with everything that
@@ -64,6 +68,9 @@ func ReadThreadView(ctx context.Context, pool *pgxpool.Pool, userID, threadID in
 			return err
 		}
 		if v.Calls, err = ListToolCalls(ctx, tx, userID, threadID); err != nil {
+			return err
+		}
+		if v.Compactions, err = ListCompactions(ctx, tx, userID, threadID); err != nil {
 			return err
 		}
 		if v.Usage, err = ThreadUsage(ctx, tx, userID, threadID); err != nil {
@@ -124,9 +131,13 @@ func readSubagents(ctx context.Context, q Querier, userID, parentID int64) ([]Su
 	if err != nil {
 		return nil, err
 	}
+	compactions, err := SubagentCompactions(ctx, q, userID, parentID)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]SubagentView, 0, len(kids))
 	for _, k := range kids {
-		out = append(out, SubagentView{Thread: k, Messages: msgs[k.ID], Calls: calls[k.ID], Usage: usage[k.ID]})
+		out = append(out, SubagentView{Thread: k, Messages: msgs[k.ID], Calls: calls[k.ID], Compactions: compactions[k.ID], Usage: usage[k.ID]})
 	}
 	return out, nil
 }

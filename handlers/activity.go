@@ -23,7 +23,7 @@ func (h *Handler) subagentViews(parent views.ThreadView, subs []db.SubagentView)
 	out := make([]views.ThreadView, 0, len(subs))
 	for _, k := range subs {
 		s := views.ThreadView{
-			Thread: k.Thread, Messages: k.Messages, Calls: k.Calls, Usage: k.Usage,
+			Thread: k.Thread, Messages: k.Messages, Calls: k.Calls, Compactions: k.Compactions, Usage: k.Usage,
 			Back: parent.Back, Parent: &parent.Thread, Embedded: true, Deciders: parent.Deciders,
 			Undecidable: parent.Undecidable, Admin: parent.Admin,
 		}

@@ -119,6 +119,7 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	mux.Handle("POST /settings/providers/{name}/reset", h.admin(h.resetProvider))
 	mux.Handle("POST /settings/providers/{name}/test", h.admin(h.testProvider))
 	mux.Handle("POST /settings/model", h.admin(h.saveDefaultModel))
+	mux.Handle("POST /settings/context-windows", h.admin(h.saveContextWindows))
 	mux.Handle("POST /settings/tool-policy", h.admin(h.saveToolPolicy))
 	mux.Handle("POST /settings/origins", h.admin(h.addOrigin))
 	mux.Handle("POST /settings/origins/delete", h.admin(h.deleteOrigin))

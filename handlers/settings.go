@@ -49,6 +49,7 @@ var settingsNotices = map[string]string{
 	"provider":         "Provider settings saved.",
 	"provider-reset":   "The provider is configured by the environment again.",
 	"model":            "Default model saved.",
+	"context-windows":  "Context windows saved.",
 	"tool-policy":      "Tool policy saved: it applies to every call decided from now on.",
 	"origin":           "Origin allowed.",
 	"origin-removed":   "Origin removed.",
@@ -123,6 +124,10 @@ func (h *Handler) loadSettings(r *http.Request) (views.Settings, error) {
 	if h.runs != nil {
 		p.EnvModel = h.runs.DefaultModel()
 	}
+	if p.ContextWindows.Value, err = db.GetServerSetting(ctx, h.pool, db.SettingContextWindows); err != nil {
+		return p, err
+	}
+	p.EnvContextWindows = h.getenv("PIZZA_CONTEXT_WINDOWS")
 	if p.ToolPolicy.Value, err = db.GetServerSetting(ctx, h.pool, db.SettingToolPolicy); err != nil {
 		return p, err
 	}
@@ -313,6 +318,30 @@ func (h *Handler) saveDefaultModel(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	return settingsDone(w, r, "model", "model")
+}
+
+// saveContextWindows sets the context windows of models (jobs/compact.go),
+// checked as PIZZA_CONTEXT_WINDOWS is; empty removes them.
+func (h *Handler) saveContextWindows(w http.ResponseWriter, r *http.Request) error {
+	ctx := r.Context()
+	if err := parseForm(w, r); err != nil {
+		return err
+	}
+	raw := strings.TrimSpace(r.PostForm.Get("windows"))
+	if _, err := agent.ParseContextWindows(raw); err != nil {
+		p, lerr := h.loadSettings(r)
+		if lerr != nil {
+			return lerr
+		}
+		p.ContextWindows = views.Field{Value: raw, Error: strings.Replace(err.Error(), "PIZZA_CONTEXT_WINDOWS: ", "", 1)}
+		return h.render(w, r, http.StatusUnprocessableEntity, views.SettingsPage(p))
+	}
+	if err := h.audited(ctx, "context windows set", orDefault(raw), func(ctx context.Context, tx pgx.Tx) error {
+		return db.SetServerSetting(ctx, tx, db.SettingContextWindows, raw)
+	}); err != nil {
+		return err
+	}
+	return settingsDone(w, r, "context-windows", "context-windows")
 }
 
 // saveToolPolicy stores the server's tool policy (jobs/gate.go) after

@@ -242,6 +242,7 @@ func TestSettingsAreForAdmins(t *testing.T) {
 		{"POST", "/settings/providers/openai"},
 		{"POST", "/settings/providers/openai/reset"},
 		{"POST", "/settings/model"},
+		{"POST", "/settings/context-windows"},
 		{"POST", "/settings/tool-policy"},
 		{"POST", "/settings/origins"},
 		{"POST", "/settings/origins/delete"},

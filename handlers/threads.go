@@ -60,7 +60,7 @@ func (h *Handler) loadThreadView(ctx context.Context, user db.User, id int64, ba
 		return views.ThreadView{}, err
 	}
 	v := views.ThreadView{
-		Thread: tv.Thread, Messages: tv.Messages, Calls: tv.Calls, Usage: tv.Usage,
+		Thread: tv.Thread, Messages: tv.Messages, Calls: tv.Calls, Compactions: tv.Compactions, Usage: tv.Usage,
 		Attachments: tv.Attachments, Parent: tv.Parent, Back: back, Deciders: tv.Deciders,
 		Undecidable: tv.Undecidable,
 	}

@@ -309,17 +309,8 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 		return err
 	}
 	tools := rules.offered(rt.offerTask(t, rt.cfg.Tools.Offer(skill)))
-	in := agent.StepInput{Model: model, System: system, Messages: toAgent(v.Messages), Tools: tools, Effort: rt.effort(model.Spec, skill)}
-	if v.Images > 0 {
-		if err := rt.attachImages(ctx, t, in.Messages); err != nil { // see images.go
-			return err
-		}
-	}
-	if model.Wire == agent.WireAnthropic {
-		if err := rt.attachDocuments(ctx, t, in.Messages); err != nil { // see images.go
-			return err
-		}
-	}
+	// The conversation, fitted to the model's window, is stepInWindow's.
+	in := agent.StepInput{Model: model, System: system, Tools: tools, Effort: rt.effort(model.Spec, skill)}
 	if rt.cfg.OnDelta != nil {
 		// Every model call starts its stream with a reset: receivers tell
 		// its text from text a previous call sent after its commit.
@@ -328,7 +319,7 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 		in.OnReset = func() { rt.cfg.OnDelta(t.ID, "", true) }
 	}
 	called := time.Now()
-	out, err := rt.stepShowingImages(ctx, t.ID, in)
+	out, err := rt.stepInWindow(ctx, jobID, a, v, skill, in) // compact.go
 	var usage agent.Usage
 	if out != nil {
 		usage = out.Usage
@@ -337,6 +328,9 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if ce := (*contextError)(nil); errors.As(err, &ce) {
+			return ce.err // the database's: River retries the step
 		}
 		var pe *agent.ProviderError
 		if errors.As(err, &pe) {

@@ -280,9 +280,11 @@ func builtinTools() []Tool {
 		{
 			Spec: agent.ToolSpec{
 				Name:        "read_file",
-				Description: "Read a file from this thread's scratch space and return its whole content. Paths under /skills/<name>/ read the run's skill's own files (read-only).",
+				Description: "Read a file from this thread's scratch space. A file of up to 64 KiB is returned whole; a larger one in parts (in run_js scripts, whole): give offset and length (bytes) to read the part you want, the answer says which bytes it holds and what follows. Paths under /skills/<name>/ read the run's skill's own files (read-only).",
 				Parameters: schema(`{"type":"object","properties":{
-					"path":{"type":"string","description":"File path, e.g. notes/plan.md"}},
+					"path":{"type":"string","description":"File path, e.g. notes/plan.md"},
+					"offset":{"type":"integer","minimum":0,"description":"Optional: the first byte to read (default 0)"},
+					"length":{"type":"integer","minimum":1,"description":"Optional: how many bytes to read (default: the rest, at most 64 KiB)"}},
 					"required":["path"],"additionalProperties":false}`),
 			},
 			Tx: func(ctx context.Context, tx pgx.Tx, run Run, args map[string]any) (string, error) {
@@ -313,7 +315,16 @@ func builtinTools() []Tool {
 					}
 					return "", fmt.Errorf("no file %q in the scratch space (use ls to list files)", p)
 				}
-				return content, err
+				if err != nil {
+					return "", err
+				}
+				if run.Call.Name == RunJSTool {
+					// A script's read: its result does not go to
+					// the model, so a file comes whole unless it
+					// asks for a part.
+					return filePart(p, content, args, maxScratchFile)
+				}
+				return filePart(p, content, args, maxReadPart)
 			},
 		},
 		{
@@ -425,6 +436,45 @@ func writeScratch(ctx context.Context, tx pgx.Tx, threadID int64, p, content str
 		}
 	}
 	return db.WriteScratch(ctx, tx, threadID, p, content)
+}
+
+// maxReadPart is the most read_file returns at once: a part of a large
+// file, so that reading it whole does not fill the model's context.
+const maxReadPart = 64 << 10
+
+// filePart is the part of a file's content that read_file's offset and
+// length ask for (args; both optional, length def by default), moved to
+// whole UTF-8 characters. A part that is not the whole file says which
+// bytes it holds, and how to read on.
+func filePart(p, content string, args map[string]any, def int) (string, error) {
+	offset := int(intArg(args, "offset", 0, 0, 1<<31))
+	length := int(intArg(args, "length", int64(def), 1, 1<<31))
+	size := len(content)
+	if offset == 0 && length >= size {
+		return content, nil
+	}
+	if offset >= size && size > 0 {
+		return "", fmt.Errorf("offset %d is past the end of %s, which is %d bytes", offset, p, size)
+	}
+	start := offset
+	for start > 0 && start < size && !utf8.RuneStart(content[start]) {
+		start-- // the character that byte belongs to
+	}
+	end := min(start+length, size)
+	for end < size && !utf8.RuneStart(content[end]) {
+		end-- // stop before a cut character
+	}
+	if end <= start {
+		end = min(start+utf8.UTFMax, size)
+	}
+	part := content[start:end]
+	note := fmt.Sprintf("[%s: bytes %d to %d of %d", p, start, end, size)
+	if end < size {
+		note += fmt.Sprintf("; %d more: read_file with offset %d]", size-end, end)
+	} else {
+		note += ", the end]"
+	}
+	return note + "\n" + part, nil
 }
 
 // scratchPath cleans a scratch file path: relative, no "..", no empty parts.

@@ -23,6 +23,10 @@ type Settings struct {
 	EnvModel     string
 	// ModelExamples are "<provider>:<model-id>" suggestions.
 	ModelExamples []string
+	// ContextWindows are the models' context windows set here, over
+	// EnvContextWindows (PIZZA_CONTEXT_WINDOWS) entry by entry.
+	ContextWindows    Field
+	EnvContextWindows string
 
 	// ToolPolicy is the server's tool policy as stored (JSON), or the
 	// admin's refused text with its Error.

@@ -40,6 +40,9 @@ type ThreadView struct {
 	// Calls is every tool call of the thread with its state and decision
 	// (db.ListToolCalls).
 	Calls []db.ToolCallRow
+	// Compactions are where the run summarized its older messages to fit
+	// its model's window (db.ListCompactions), shown among the messages.
+	Compactions []db.Compaction
 	// Usage is the tokens the run used so far and their cost
 	// (db.ThreadUsage).
 	Usage db.Usage
@@ -221,6 +224,32 @@ func conversation(msgs []db.Message, rows []db.ToolCallRow) []turn {
 		turns = append(turns, t)
 	}
 	return turns
+}
+
+// compactionsBefore are the compactions shown before turns[i] (i ==
+// len(turns): after the last): those whose range ends between the previous
+// turn's message and this one's.
+func compactionsBefore(cs []db.Compaction, turns []turn, i int) []db.Compaction {
+	var out []db.Compaction
+	for _, c := range cs {
+		after := i == 0 || c.ThroughMessageID >= turns[i-1].ID
+		before := i == len(turns) || c.ThroughMessageID < turns[i].ID
+		if after && before {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// compactionLabel says what a compaction did, e.g. "Context compacted: the
+// model sees a summary of the messages above (about 61,000 tokens, now
+// 31,000)".
+func compactionLabel(c db.Compaction) string {
+	label := "Context compacted: from here on the model sees a summary of the work above instead of its messages"
+	if c.TokensBefore > 0 && c.TokensAfter > 0 {
+		label += " (about " + thousands(c.TokensBefore) + " tokens, now " + thousands(c.TokensAfter) + ")"
+	}
+	return label
 }
 
 // waitingCalls are the calls a person must decide, in the order the model

@@ -65,6 +65,14 @@ type Script struct {
 	AWSAccessKeyID     string `json:"aws_access_key_id,omitempty"`
 	AWSSecretAccessKey string `json:"aws_secret_access_key,omitempty"`
 	AWSRegion          string `json:"aws_region,omitempty"`
+
+	// Context window (issue 28). ContextWindow, when > 0, is the model's
+	// window in tokens, estimated at 4 bytes a token as Usage is: a Chat
+	// Completions request whose messages pass it is refused as OpenAI
+	// refuses one, 400 with code context_length_exceeded and "This
+	// model's maximum context length is N tokens. However, your messages
+	// resulted in M tokens. ...". The other wire formats do not check it.
+	ContextWindow int64 `json:"context_window,omitempty"`
 }
 
 // Rule answers the requests its Match fits.

@@ -246,6 +246,13 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	if n := estimateUsage(rec, Reply{}).PromptTokens; s.script.ContextWindow > 0 && n > s.script.ContextWindow {
+		writeError(w, http.StatusBadRequest, "invalid_request_error", "context_length_exceeded", fmt.Sprintf(
+			"This model's maximum context length is %d tokens. However, your messages resulted in %d tokens. Please reduce the length of the messages.",
+			s.script.ContextWindow, n), "messages")
+		return
+	}
+
 	reply := s.pick(rec)
 	if reply.Hold != nil {
 		select {
