@@ -87,8 +87,10 @@ func ReadContextState(ctx context.Context, q Batcher, threadID int64, model stri
 		}
 		return err
 	})
-	b.Queue(`SELECT prompt_tokens + completion_tokens, started_at FROM steps
-		WHERE thread_id = $1 AND kind = 'model' AND error = '' AND prompt_tokens > 0
+	// The whole input of the last call, cached or not (prompt_tokens
+	// counts the uncached part only), and its answer.
+	b.Queue(`SELECT prompt_tokens + cache_read_tokens + cache_write_tokens + completion_tokens, started_at FROM steps
+		WHERE thread_id = $1 AND kind = 'model' AND error = '' AND prompt_tokens + cache_read_tokens + cache_write_tokens > 0
 		ORDER BY id DESC LIMIT 1`, threadID).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			if err := rows.Scan(&s.LastTokens, &s.LastStartedAt); err != nil {
