@@ -124,7 +124,7 @@ func TestFailoverAfterSIGKILL(t *testing.T) {
 	tookOver := time.Since(killed)
 	t.Logf("%d runs of the killed process taken over in %v", len(victims), tookOver.Round(time.Millisecond))
 	// The goal is 5 s (issue 11); the bound here leaves room for a loaded
-	// CI machine, and the README reports the figure measured by this test.
+	// CI machine, and docs/benchmarks.md reports the figure measured by this test.
 	if tookOver > 15*time.Second {
 		t.Errorf("takeover took %v, want a few seconds", tookOver)
 	}

@@ -4,7 +4,7 @@
 // compose deployment and the metrics endpoint.
 //
 // They share one harness: the binary is built once per test process
-// (buildBinary), each server gets a fresh data root (dataRoot) and a free
+// (buildBinary, buildPkg for a second binary), each server gets a fresh data root (dataRoot) and a free
 // port (freeAddr), its database comes from dbtest or its own private
 // cluster, and the model is a scripted model server (scripted).
 package e2e
@@ -34,40 +34,68 @@ import (
 
 func TestMain(m *testing.M) {
 	code := dbtest.Main(m)
-	if build.dir != "" {
-		os.RemoveAll(build.dir)
+	if builds.dir != "" {
+		os.RemoveAll(builds.dir)
 	}
 	os.Exit(code)
 }
 
-// build is the binary every test of the process shares: go build runs once,
-// whichever test asks first, and the others wait for it.
-var build struct {
-	once sync.Once
+// builds are the binaries every test of the process shares: go build runs
+// once per package, whichever test asks first, and the others wait for it.
+var builds struct {
+	mu   sync.Mutex
 	dir  string
+	pkgs map[string]*built
+}
+
+type built struct {
+	once sync.Once
 	bin  string
 	err  error
 }
 
 // buildBinary returns the pizza-bot binary built from the repository.
-func buildBinary(t *testing.T) string {
+func buildBinary(t *testing.T) string { return buildPkg(t, ".") }
+
+// buildPkg returns the binary of the repository's package pkg (".",
+// "./cmd/scripted-model"), built once per test process.
+func buildPkg(t *testing.T, pkg string) string {
 	t.Helper()
-	build.once.Do(func() {
-		build.dir, build.err = os.MkdirTemp("", "pizza-e2e-")
-		if build.err != nil {
-			return
+	builds.mu.Lock()
+	if builds.pkgs == nil {
+		builds.pkgs = map[string]*built{}
+	}
+	b := builds.pkgs[pkg]
+	if b == nil {
+		b = &built{}
+		builds.pkgs[pkg] = b
+	}
+	if builds.dir == "" {
+		dir, err := os.MkdirTemp("", "pizza-e2e-")
+		if err != nil {
+			builds.mu.Unlock()
+			t.Fatal(err)
 		}
-		build.bin = filepath.Join(build.dir, "pizza-bot")
-		cmd := exec.Command("go", "build", "-o", build.bin, ".")
+		builds.dir = dir
+	}
+	dir := builds.dir
+	builds.mu.Unlock()
+	b.once.Do(func() {
+		name := "pizza-bot"
+		if pkg != "." {
+			name = filepath.Base(pkg)
+		}
+		b.bin = filepath.Join(dir, name)
+		cmd := exec.Command("go", "build", "-o", b.bin, pkg)
 		cmd.Dir = repoRoot
 		if out, err := cmd.CombinedOutput(); err != nil {
-			build.err = fmt.Errorf("go build: %v\n%s", err, out)
+			b.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 		}
 	})
-	if build.err != nil {
-		t.Fatal(build.err)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return build.bin
+	return b.bin
 }
 
 // repoRoot is the repository, from this package's directory: the files a
