@@ -1,6 +1,3 @@
-// Package docs is the user guide (Markdown, one page per topic) and its
-// tests: the examples people copy load with the real loaders, and every
-// relative link of the README and the guide resolves.
 package docs
 
 import (
