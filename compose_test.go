@@ -172,3 +172,22 @@ func TestComposeConfiguration(t *testing.T) {
 		}
 	}
 }
+
+// The demo's published keys serve localhost only: with any other public
+// URL the server refuses them, so a .env that forgets to replace them fails
+// loudly instead of signing cookies with a key everyone has.
+func TestDemoKeysRefusedBeyondLocalhost(t *testing.T) {
+	t.Parallel()
+	demo := readEnvFile(t, "deploy/demo.env")
+	demo["DATABASE_URL"] = "postgres://localhost/pizza"
+	demo["PIZZA_DATA_ROOT"] = t.TempDir()
+	demo["PIZZA_ADDR"] = "0.0.0.0:8081"
+	if _, err := loadConfig(env(demo)); err != nil {
+		t.Fatalf("the demo's configuration on localhost: %v", err)
+	}
+	demo["PIZZA_PUBLIC_URL"] = "https://pizza.example.com"
+	demo["PIZZA_ALLOWED_ORIGINS"] = "https://pizza.example.com"
+	if _, err := loadConfig(env(demo)); err == nil || !strings.Contains(err.Error(), "published demo key") {
+		t.Errorf("demo keys with a real public URL: %v", err)
+	}
+}

@@ -101,7 +101,8 @@ type config struct {
 // oidcEnabled reports whether people sign in with SSO.
 func (c config) oidcEnabled() bool { return c.OIDCIssuer != "" }
 
-// envVar documents one variable; the table drives --help and must match the README.
+// envVar documents one variable; the table drives --help and must match
+// docs/configuration.md (TestConfigurationTableMatchesHelp).
 type envVar struct{ name, def, help string }
 
 var envVars = []envVar{

@@ -53,6 +53,8 @@ func serve(ctx context.Context, cfg config) error {
 		return err
 	}
 	defer st.close()
+	// Compile PDFium now, not when the first PDF arrives (tools.StartPDFium).
+	tools.StartPDFium(log)
 	// Budgets and usage reports count days in PIZZA_TIMEZONE in SQL: the
 	// database's own zone database must know it too.
 	if err := db.CheckZone(ctx, st.pool, cfg.Zone); err != nil {

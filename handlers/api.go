@@ -14,6 +14,7 @@ import (
 	"strings"
 
 	"pizzabot/apiv1"
+	"pizzabot/docs"
 )
 
 // The JSON API under /api/v1 shares the web's handlers' shape: a handler
@@ -218,4 +219,13 @@ func (h *Handler) apiNotFound(mux *http.ServeMux) http.Handler {
 		}
 		return httpError{http.StatusNotFound, "no API endpoint " + r.Method + " " + r.URL.Path}
 	})
+}
+
+// apiOpenAPI serves the OpenAPI document of /api/v1. It describes the API,
+// not a user's data, so it needs no sign-in; clients may cache it briefly.
+func (h *Handler) apiOpenAPI(w http.ResponseWriter, r *http.Request) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "public, max-age=300")
+	_, _ = w.Write(docs.OpenAPI)
+	return nil
 }

@@ -135,6 +135,10 @@ func (h *Handler) apiCreateThread(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
+	// The run has started: its answer is not refused as busy once the
+	// start's admission deadline passes (counting a PDF's pages may take
+	// the rest of it).
+	ctx = context.WithoutCancel(ctx)
 	var as []db.Attachment
 	if len(uploads) > 0 {
 		if as, err = db.ListAttachments(ctx, h.pool, user.ID, t.ID); err != nil {

@@ -151,12 +151,12 @@ func authSetup(t *testing.T, o authOptions) *authBundle {
 		}
 		t.Cleanup(broker.Close)
 	}
-	h = handlers.New(handlers.Deps{
+	h = checkAPI(t, handlers.New(handlers.Deps{
 		Pool: pool, Logger: log, Auth: b.auth, Runs: b.runs,
 		AllowedOrigins: o.allowedOrigins, DataRoot: b.root, Secrets: b.secret, Extensions: b.ext,
 		JobsUI: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "river ui at "+r.URL.Path) }),
 		Live:   broker,
-	})
+	}))
 	return b
 }
 
@@ -755,7 +755,7 @@ func TestLocalUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	runs := jobstest.New(t, jobs.Config{Pool: pool}) // the built-in tools
-	srv := httptest.NewServer(handlers.New(handlers.Deps{Pool: pool, Auth: auth, Runs: runs}))
+	srv := httptest.NewServer(checkAPI(t, handlers.New(handlers.Deps{Pool: pool, Auth: auth, Runs: runs})))
 	t.Cleanup(srv.Close)
 	b := &authBundle{t: t, ctx: ctx, pool: pool, srv: srv}
 	c := b.browser()

@@ -68,7 +68,8 @@ func setup(t *testing.T, opts ...func(*handlers.Deps)) *bundle {
 	for _, o := range opts {
 		o(&deps)
 	}
-	b.srv = handlers.New(deps)
+	// Every /api/v1 answer is validated against docs/openapi.json.
+	b.srv = checkAPI(t, handlers.New(deps))
 	return b
 }
 

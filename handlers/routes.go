@@ -96,6 +96,8 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	mux.Handle("GET /api/v1/events", h.api(h.apiEvents))
 	// What the agents cost (api_usage.go), for admins only: 403 otherwise.
 	mux.Handle("GET /api/v1/usage", h.adminAPI(h.apiShowUsage))
+	// The API's OpenAPI document (docs/openapi.json), open to anyone.
+	mux.Handle("GET /api/v1/openapi.json", h.handle(h.apiOpenAPI))
 	mux.Handle("/api/v1/", h.apiNotFound(mux))
 
 	// Sign-in (oidc.go): open to anyone, mounted when SSO is configured.

@@ -92,8 +92,8 @@ func localServer(t *testing.T) (*authBundle, string) {
 		t.Fatal(err)
 	}
 	runs := jobstest.New(t, jobs.Config{Pool: pool}) // the built-in tools
-	srv := httptest.NewServer(handlers.New(handlers.Deps{Pool: pool, Auth: auth, Runs: runs, DataRoot: t.TempDir(),
-		JobsUI: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "river ui") })}))
+	srv := httptest.NewServer(checkAPI(t, handlers.New(handlers.Deps{Pool: pool, Auth: auth, Runs: runs, DataRoot: t.TempDir(),
+		JobsUI: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "river ui") })})))
 	t.Cleanup(srv.Close)
 	u, _ := url.Parse(srv.URL)
 	return &authBundle{t: t, ctx: ctx, pool: pool, srv: srv, auth: auth}, u.Port()

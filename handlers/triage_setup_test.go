@@ -168,7 +168,7 @@ func setupTriage(t *testing.T) *triageServer {
 	t.Cleanup(broker.Close)
 
 	users := map[string]db.User{"admin": ts.admin, "member": ts.member, "newcomer": ts.newcomer, "disabled": ts.disabled}
-	ts.srv = handlers.New(handlers.Deps{
+	ts.srv = checkAPI(t, handlers.New(handlers.Deps{
 		Pool: ts.pool, Logger: logger, Runs: rt, Live: broker, Extensions: ext,
 		Authenticate: func(r *http.Request) (db.User, error) {
 			u, ok := users[r.Header.Get("X-Test-User")]
@@ -177,7 +177,7 @@ func setupTriage(t *testing.T) *triageServer {
 			}
 			return u, nil
 		},
-	})
+	}))
 	for name := range users {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			r.Header.Set("X-Test-User", name)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/klippa-app/go-pdfium"
@@ -50,18 +51,38 @@ var ErrPDFEncrypted = errors.New("the PDF is encrypted with a password")
 var ErrPDFBroken = errors.New("the file is not a valid PDF or is damaged")
 
 var pdfPool struct {
-	once sync.Once
-	pool pdfium.Pool
-	err  error
+	once  sync.Once
+	ready atomic.Bool // once has run: pdfiumPool answers at once
+	pool  pdfium.Pool
+	err   error
 }
 
-// pdfiumPool starts PDFium once per process, on first use (openPDFium,
-// with the compile cache of pdfCacheDir).
+// pdfiumPool starts PDFium once per process, on first use or ahead of it
+// (StartPDFium), with the compile cache of pdfCacheDir (openPDFium).
 func pdfiumPool() (pdfium.Pool, error) {
 	pdfPool.once.Do(func() {
 		pdfPool.pool, pdfPool.err = openPDFium(pdfCacheDir())
+		pdfPool.ready.Store(true)
 	})
 	return pdfPool.pool, pdfPool.err
+}
+
+// StartPDFium starts PDFium in the background, so that no request waits
+// for its compilation: the server calls it at start. On a machine whose
+// cache holds no compiled PDFium yet (a fresh install, a new version of
+// the module) compiling takes seconds, and a run start with a PDF that
+// waited for it would outlive its admission deadline and be refused as if
+// the server were busy. Until PDFium is ready, a run start does not count
+// its PDFs' pages (NotePDFPages); a step that reads a PDF waits for it.
+func StartPDFium(log *slog.Logger) {
+	go func() {
+		start := time.Now()
+		if _, err := pdfiumPool(); err != nil {
+			log.Warn("PDFium did not start: PDF attachments cannot be read", "err", err)
+			return
+		}
+		log.Debug("PDFium ready", "took", time.Since(start).Round(time.Millisecond))
+	}()
 }
 
 // openPDFium starts PDFium. Compiling the module to machine code takes
@@ -193,15 +214,22 @@ func extractPDF(inst pdfium.Pdfium, content []byte, first, n, maxBytes int) (PDF
 }
 
 // NotePDFPages records the page count of the thread's PDFs that have none.
-// It runs after the transaction that attached them has committed: PDFium
-// takes a while (seconds for the first PDF a process reads, while it
-// compiles), and no transaction may wait on it, since a long transaction
-// holds back every live update and a connection. A PDF whose count is not
-// recorded here (a webhook's, an error) gets it when it is first read.
+// It runs after the transaction that attached them has committed, since no
+// transaction may wait on PDFium (a long transaction holds back every live
+// update and a connection), and within the run start's request: it never
+// waits for PDFium to compile (StartPDFium), and stops when ctx ends (the
+// start's admission deadline). A PDF whose count is not recorded here (a
+// webhook's, one attached while PDFium was starting, an error) gets it
+// when it is first read.
 func NotePDFPages(ctx context.Context, q db.Querier, log *slog.Logger, userID, threadID int64) {
+	if !pdfPool.ready.Load() {
+		return
+	}
 	as, err := db.ListAttachments(ctx, q, userID, threadID)
 	if err != nil {
-		log.WarnContext(ctx, "count PDF pages", "thread_id", threadID, "err", err)
+		if ctx.Err() == nil {
+			log.WarnContext(ctx, "count PDF pages", "thread_id", threadID, "err", err)
+		}
 		return
 	}
 	for _, a := range as {
@@ -216,7 +244,7 @@ func NotePDFPages(ctx context.Context, q db.Querier, log *slog.Logger, userID, t
 		if err != nil {
 			continue // a broken or encrypted PDF says so when it is read
 		}
-		if err := db.SetAttachmentPages(ctx, q, userID, a.ID, t.Pages); err != nil {
+		if err := db.SetAttachmentPages(ctx, q, userID, a.ID, t.Pages); err != nil && ctx.Err() == nil {
 			log.WarnContext(ctx, "record PDF pages", "attachment_id", a.ID, "err", err)
 		}
 	}

@@ -1,4 +1,4 @@
-package main
+package docs
 
 import (
 	"os"
@@ -49,8 +49,8 @@ func fences(t *testing.T, file string) []fence {
 // README, docs/ and the built-in skills (the guide shows examples too).
 func documented(t *testing.T) []string {
 	t.Helper()
-	files := []string{"README.md"}
-	for _, glob := range []string{"docs/*.md", "skills/*/SKILL.md"} {
+	files := []string{"../README.md"}
+	for _, glob := range []string{"*.md", "../skills/*/SKILL.md"} {
 		m, err := filepath.Glob(glob)
 		if err != nil {
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"html"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os/exec"
 	"path/filepath"
@@ -44,12 +43,11 @@ func TestBackupRestoreTeam(t *testing.T) {
 		},
 		Default: &scriptmodel.Reply{Content: "Scheduled run done."},
 	})
-	srv := httptest.NewServer(model.Handler())
-	t.Cleanup(srv.Close)
+	modelURL := scripted(t, model)
 	serve := func(dbURL string) replica {
 		root, addr := dataRoot(t), freeAddr(t)
 		p := startServe(t, bin, "DATABASE_URL="+dbURL, "PIZZA_ADDR="+addr, "PIZZA_DATA_ROOT="+root,
-			"PIZZA_MODEL=compatible:scripted", "COMPATIBLE_BASE_URL="+srv.URL+"/v1")
+			"PIZZA_MODEL=compatible:scripted", "COMPATIBLE_BASE_URL="+modelURL+"/v1")
 		waitReady(t, addr, p)
 		return replica{t: t, addr: addr, root: root, p: p}
 	}

@@ -1,8 +1,7 @@
-package main
+package e2e
 
 import (
 	"encoding/json"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -37,13 +36,12 @@ func TestClientApprovesScriptCall(t *testing.T) {
 		}}},
 		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Saved by the script."}}},
 	}})
-	modelSrv := httptest.NewServer(model.Handler())
-	t.Cleanup(modelSrv.Close)
+	modelURL := scripted(t, model)
 	root := dataRoot(t)
 	addSkill(t, root, "scriptclerk", scriptClerkSkill)
 	addr := freeAddr(t)
 	srv := startServe(t, bin, "DATABASE_URL="+dbtest.NewURL(t), "PIZZA_MODEL=compatible:scripted",
-		"COMPATIBLE_BASE_URL="+modelSrv.URL+"/v1", "PIZZA_DATA_ROOT="+root, "PIZZA_ADDR="+addr)
+		"COMPATIBLE_BASE_URL="+modelURL+"/v1", "PIZZA_DATA_ROOT="+root, "PIZZA_ADDR="+addr)
 	waitReady(t, addr, srv)
 	c := baseClient(t, bin).with("PIZZA_URL=http://" + addr)
 

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bufio"
@@ -6,9 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -30,45 +28,6 @@ import (
 )
 
 // The tests of issue 20: the private PostgreSQL takes care of itself.
-
-// privateEnv is the environment of a server on its private cluster.
-func privateEnv(root, addr, modelURL string, extra ...string) []string {
-	return append([]string{"PIZZA_DATA_ROOT=" + root, "PIZZA_ADDR=" + addr, "DATABASE_URL=",
-		"PIZZA_MODEL=compatible:scripted", "COMPATIBLE_BASE_URL=" + modelURL + "/v1", "PIZZA_LOG_LEVEL=info"}, extra...)
-}
-
-// call sends a request as a same-origin client would.
-func call(t *testing.T, addr, method, path, contentType, body string) (int, http.Header, []byte) {
-	t.Helper()
-	req, err := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	req.Header.Set("Origin", "http://"+addr)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, nil, []byte(err.Error())
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, b
-}
-
-func startRun(t *testing.T, addr, body string) int64 {
-	t.Helper()
-	status, _, b := call(t, addr, http.MethodPost, "/api/v1/threads", "application/json", body)
-	if status != http.StatusCreated {
-		t.Fatalf("start run: %d %s", status, b)
-	}
-	var th struct{ ID int64 }
-	if err := json.Unmarshal(b, &th); err != nil {
-		t.Fatal(err)
-	}
-	return th.ID
-}
 
 // privatePool connects the test to a server's private cluster, through
 // its socket, as pizza-bot backup does.
@@ -106,17 +65,6 @@ func restarted(root string, old int) bool {
 	var pid int
 	fmt.Sscan(string(b), &pid)
 	return pid > 0 && pid != old && syscall.Kill(pid, 0) == nil
-}
-
-// holds is cond for eventually.Ok: while cond does not hold it says what did
-// not happen, with the server's output.
-func (p *proc) holds(what string, cond func() bool) func() error {
-	return func() error {
-		if cond() {
-			return nil
-		}
-		return eventually.Lazy(func() string { return what + "; server output:\n" + p.out.String() })
-	}
 }
 
 // sseReader follows GET /events as a browser's EventSource does: when the
@@ -198,8 +146,7 @@ func TestPrivatePostgresKilled(t *testing.T) {
 
 	hold := make(chan struct{})
 	model := scriptmodel.New(scriptmodel.Script{Default: &scriptmodel.Reply{Content: "Done.", Hold: hold}})
-	srv := httptest.NewServer(model.Handler())
-	t.Cleanup(srv.Close)
+	modelURL := scripted(t, model)
 	released := false
 	release := func() {
 		if !released {
@@ -209,7 +156,7 @@ func TestPrivatePostgresKilled(t *testing.T) {
 	}
 	t.Cleanup(release)
 
-	p := startServe(t, bin, privateEnv(root, addr, srv.URL)...)
+	p := startServe(t, bin, privateEnv(root, addr, modelURL)...)
 	waitReady(t, addr, p)
 	pool := privatePool(t, root)
 
@@ -376,13 +323,12 @@ func TestBackupRestore(t *testing.T) {
 		}},
 		Default: &scriptmodel.Reply{ToolCalls: []scriptmodel.ScriptToolCall{{Name: "write_file", Arguments: `{"path": "notes.md", "content": "kept"}`}}},
 	})
-	srv := httptest.NewServer(model.Handler())
-	t.Cleanup(srv.Close)
+	modelURL := scripted(t, model)
 
 	rootA := dataRoot(t)
 	writeSkill(t, rootA)
 	addrA := freeAddr(t)
-	envA := privateEnv(rootA, addrA, srv.URL)
+	envA := privateEnv(rootA, addrA, modelURL)
 	a := startServe(t, bin, envA...)
 	waitReady(t, addrA, a)
 	id := startRun(t, addrA, `{"prompt": "Take notes", "skill": "notes"}`)
@@ -412,7 +358,7 @@ func TestBackupRestore(t *testing.T) {
 	rootB := dataRoot(t)
 	writeSkill(t, rootB)
 	addrB := freeAddr(t)
-	envB := privateEnv(rootB, addrB, srv.URL)
+	envB := privateEnv(rootB, addrB, modelURL)
 	if out, err := runCmd(t, bin, envB, "restore", file); err != nil {
 		t.Fatalf("restore into a fresh data root: %v\n%s", err, out)
 	}
@@ -491,9 +437,8 @@ func TestDiskFloor(t *testing.T) {
 	root := dataRoot(t)
 	addr := freeAddr(t)
 	model := scriptmodel.New(scriptmodel.Script{})
-	srv := httptest.NewServer(model.Handler())
-	t.Cleanup(srv.Close)
-	p := startServe(t, bin, privateEnv(root, addr, srv.URL, "PIZZA_DISK_FLOOR=1000TB")...)
+	modelURL := scripted(t, model)
+	p := startServe(t, bin, privateEnv(root, addr, modelURL, "PIZZA_DISK_FLOOR=1000TB")...)
 	waitReady(t, addr, p)
 
 	status, hdr, body := call(t, addr, http.MethodPost, "/api/v1/threads", "application/json", `{"prompt": "hi"}`)

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bytes"
@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"pizzabot/agent/scriptmodel"
@@ -45,12 +44,11 @@ func TestPluginSkillPinned(t *testing.T) {
 			ToolCalls: []scriptmodel.ScriptToolCall{{ID: "w1", Name: "write_file", Arguments: `{"path":"out.md","content":"x"}`}}}}},
 		{Match: scriptmodel.Match{SystemContains: "PLUGIN-V2"}, Replies: []scriptmodel.Reply{{Content: "Finished with plugin two."}}},
 	}})
-	srv := httptest.NewServer(model.Handler())
-	t.Cleanup(srv.Close)
+	modelURL := scripted(t, model)
 
 	root, addr := dataRoot(t), freeAddr(t)
 	p := startServe(t, bin, "DATABASE_URL="+dbURL, "PIZZA_ADDR="+addr, "PIZZA_DATA_ROOT="+root,
-		"PIZZA_MODEL=compatible:scripted", "COMPATIBLE_BASE_URL="+srv.URL+"/v1", "PIZZA_LOG_LEVEL=info")
+		"PIZZA_MODEL=compatible:scripted", "COMPATIBLE_BASE_URL="+modelURL+"/v1", "PIZZA_LOG_LEVEL=info")
 	waitReady(t, addr, p)
 	r := replica{t: t, addr: addr, root: root, p: p}
 

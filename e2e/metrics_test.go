@@ -1,11 +1,10 @@
-package main
+package e2e
 
 import (
 	"bufio"
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -32,11 +31,10 @@ func TestMetrics(t *testing.T) {
 		{Match: scriptmodel.Match{LastUserContains: "Write", LastRole: "user"}, Replies: []scriptmodel.Reply{{ToolCalls: []scriptmodel.ScriptToolCall{
 			{Name: "write_file", Arguments: `{"path": "notes.md", "content": "hello"}`}}}}},
 	}, Default: &scriptmodel.Reply{Content: "Done."}})
-	srv := httptest.NewServer(model.Handler())
-	t.Cleanup(srv.Close)
+	modelURL := scripted(t, model)
 	addr, maddr := freeAddr(t), freeAddr(t)
 	p := startServe(t, bin, "DATABASE_URL="+dbtest.NewURL(t), "PIZZA_ADDR="+addr, "PIZZA_DATA_ROOT="+dataRoot(t),
-		"PIZZA_METRICS_ADDR="+maddr, "PIZZA_MODEL=compatible:scripted", "COMPATIBLE_BASE_URL="+srv.URL+"/v1")
+		"PIZZA_METRICS_ADDR="+maddr, "PIZZA_MODEL=compatible:scripted", "COMPATIBLE_BASE_URL="+modelURL+"/v1")
 	waitReady(t, addr, p)
 	base := "http://" + addr
 	post := func(path, ctype, body string) *http.Response {

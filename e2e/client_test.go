@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"bytes"
@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/cookiejar"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
@@ -59,9 +58,8 @@ func clerkModel(t *testing.T) string {
 		}}},
 		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Saved the brief.", ChunkDelay: 40 * time.Millisecond}}},
 	}})
-	srv := httptest.NewServer(model.Handler())
-	t.Cleanup(srv.Close)
-	return srv.URL + "/v1"
+	modelURL := scripted(t, model)
+	return modelURL + "/v1"
 }
 
 // clerkRoot is a data root holding the clerk skill.

@@ -1,4 +1,4 @@
-package main
+package e2e
 
 import (
 	"archive/zip"
@@ -9,7 +9,6 @@ import (
 	"io"
 	"mime/multipart"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -208,14 +207,13 @@ func TestReplicasShareExtensions(t *testing.T) {
 		{Match: scriptmodel.Match{SystemContains: "MARK-V2"}, Replies: []scriptmodel.Reply{{Content: "Finished with version two."}}},
 		{Match: scriptmodel.Match{SystemContains: "MARK-PLUGIN"}, Replies: []scriptmodel.Reply{{Content: "The plugin's skill ran."}}},
 	}})
-	srv := httptest.NewServer(model.Handler())
-	t.Cleanup(srv.Close)
+	modelURL := scripted(t, model)
 
 	startReplica := func() replica {
 		root := dataRoot(t) // separate and empty: nothing is shared on disk
 		addr := freeAddr(t)
 		p := startServe(t, bin, "DATABASE_URL="+dbURL, "PIZZA_ADDR="+addr, "PIZZA_DATA_ROOT="+root,
-			"PIZZA_MODEL=compatible:scripted", "COMPATIBLE_BASE_URL="+srv.URL+"/v1", "PIZZA_LOG_LEVEL=info")
+			"PIZZA_MODEL=compatible:scripted", "COMPATIBLE_BASE_URL="+modelURL+"/v1", "PIZZA_LOG_LEVEL=info")
 		waitReady(t, addr, p)
 		return replica{t: t, addr: addr, root: root, p: p}
 	}
