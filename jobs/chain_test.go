@@ -2,7 +2,9 @@ package jobs_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,5 +124,62 @@ func TestLongRunDoesNotHoldTheWorker(t *testing.T) {
 	}
 	if n := stepsTaken(t, h.Pool, lt.ID); n != 2*longCalls-1 {
 		t.Fatalf("the long run took %d steps, want %d", n, 2*longCalls-1)
+	}
+}
+
+// A server killed during a chained step (the run's third, taken by the job
+// of its first) has its run taken over as soon as its death is seen, as
+// for a step of its own job: the rescue of dead processes' steps finds the
+// lease the job holds at a later generation than its own.
+func TestKillDuringChainedStepIsTakenOverAtOnce(t *testing.T) {
+	t.Parallel()
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	b := crashSetup(t, scriptmodel.Script{Rules: []scriptmodel.Rule{
+		{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{writeNote}},
+		// The second model call hangs in the child until it is killed,
+		// then answers the survivor.
+		{Match: scriptmodel.Match{LastToolResultContains: "Wrote"}, Replies: []scriptmodel.Reply{{Content: "late", Hold: hold}, {Content: "Finished after the takeover."}}},
+	}})
+	kill := b.runChild(t, "CRASH_LIVENESS=1")
+	ctx := context.Background()
+	th, err := b.Runtime.Start(ctx, b.user, jobs.StartRequest{Prompt: "write a note"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, 30*time.Second, "waiting for the second model call", func() bool { return len(b.Model.Requests()) == 2 })
+	if all, _ := stepJobs(t, b.Pool, th.ID); all != 1 {
+		t.Fatalf("%d step jobs, want 1: the first, whose worker took the next steps (their backstops deleted once taken)", all)
+	}
+	kill()
+	// Well within StaleAfter's rescue, and without any worker: the sweep
+	// every process runs each second (SweepDead).
+	killed := time.Now()
+	eventually.Ok(t, 10*time.Second, func() error {
+		n, err := b.Runtime.RescueDead(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			return errors.New("the dead process's chained step was not handed over")
+		}
+		return nil
+	})
+	t.Logf("taken over %v after the kill", time.Since(killed).Round(time.Millisecond))
+	b.StartWorkers(t)
+	eventually.True(t, 60*time.Second, "waiting for the run to finish", func() bool { return b.thread(t, th.ID).Status == db.StatusDone })
+	ms, err := db.ListMessages(ctx, b.Pool, b.user.ID, th.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var roles []string
+	for _, m := range ms {
+		roles = append(roles, m.Role)
+	}
+	if got, want := strings.Join(roles, " "), "user assistant tool assistant"; got != want {
+		t.Errorf("messages = %s, want %s (no step twice)", got, want)
+	}
+	if got := ms[len(ms)-1].Content; got != "Finished after the takeover." {
+		t.Errorf("answer = %q", got)
 	}
 }
