@@ -100,7 +100,10 @@ func (rt *Runtime) Client() *river.Client[pgx.Tx] { return rt.client }
 
 // StartWorkers starts taking steps, schedules and sweeps until ctx ends or
 // StopWorkers.
-func (rt *Runtime) StartWorkers(ctx context.Context) error { return rt.client.Start(ctx) }
+func (rt *Runtime) StartWorkers(ctx context.Context) error {
+	rt.stopping.Store(false)
+	return rt.client.Start(ctx)
+}
 
 // StopWorkers lets running steps finish within ctx, then cancels the rest,
 // which hand their runs back (they resume on the next start, or on another
