@@ -34,10 +34,12 @@ import (
 //     (the approved call runs in between, as a person's Approve does);
 //   - webhook: from a webhook delivery's POST to the first model request.
 //
-// Each over n runs one after another (1 in flight) and n runs at once (n
-// in flight), p50/p95/p99. The model server stamps each request as it
-// arrives and each answer as it ends; the key in a run's prompt names the
-// run.
+// Each over n runs one after another, p50/p95/p99, on an idle server (1
+// run in flight: the measured one) and beside k background runs in flight
+// (-latency-flights): runs that never end, each alternating a model call
+// that streams for about a second, as a provider's does, and a write_file
+// call. The model server stamps each request as it arrives and each answer
+// as it ends; the key in a run's prompt names the run.
 
 // latencyKey names a benchmark run in its prompt: lat-<case>-<n>.
 var latencyKey = regexp.MustCompile(`lat-(tool|start|ask|hook)-\d+`)
@@ -114,7 +116,7 @@ type latencyEnv struct {
 	seq    int
 }
 
-func latency(t *table, server string, n int) error {
+func latency(t *table, server string, n int, flights []int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	if err := benchenv.RaiseFileLimit(20000); err != nil {
@@ -122,6 +124,9 @@ func latency(t *table, server string, n int) error {
 	}
 	model := scriptmodel.New(scriptmodel.Script{
 		Rules: []scriptmodel.Rule{
+			{Match: scriptmodel.Match{LastUserContains: "lat-bg-"},
+				Replies: []scriptmodel.Reply{{Content: "Working on it.", Chunks: 2, ChunkDelay: 500 * time.Millisecond,
+					ToolCalls: []scriptmodel.ScriptToolCall{{Name: "write_file", Arguments: `{"path": "bg.txt", "content": "x"}`}}}}},
 			{Match: scriptmodel.Match{LastUserContains: "lat-tool-", LastRole: "user"},
 				Replies: []scriptmodel.Reply{{ToolCalls: []scriptmodel.ScriptToolCall{{Name: "write_file", Arguments: `{"path": "note.txt", "content": "x"}`}}}}},
 			{Match: scriptmodel.Match{LastUserContains: "lat-ask-", LastRole: "user"},
@@ -169,10 +174,27 @@ func latency(t *table, server string, n int) error {
 		{"ask", "POST approve -> next model request (the approved call runs between)", "p50 <= 20 ms, p95 <= 50 ms"},
 		{"hook", "webhook POST -> first model request", "figure"},
 	}
-	for _, inFlight := range []int{1, n} {
+	background := 0
+	for _, inFlight := range flights {
+		// The background runs: as many as make inFlight with the measured one.
+		for ; background < inFlight-1; background++ {
+			if _, _, err := le.start(ctx, fmt.Sprintf("lat-bg-%d", background)); err != nil {
+				return err
+			}
+		}
+		if background > 0 {
+			time.Sleep(3 * time.Second) // every background run is going
+			var running int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM threads WHERE status = 'running'`).Scan(&running); err != nil {
+				return err
+			}
+			if running < background {
+				return fmt.Errorf("%d runs running, want the %d background runs", running, background)
+			}
+		}
 		for _, c := range cases {
 			fmt.Printf("latency: %s, %d runs, %d in flight…\n", c.name, n, inFlight)
-			ds, err := le.many(ctx, c.name, n, inFlight)
+			ds, err := le.many(ctx, c.name, n)
 			if err != nil {
 				return err
 			}
@@ -192,22 +214,16 @@ func msf(d time.Duration) string {
 	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + " ms"
 }
 
-// many measures n runs of a case, inFlight of them at a time.
-func (le *latencyEnv) many(ctx context.Context, name string, n, inFlight int) ([]time.Duration, error) {
+// many measures n runs of a case, one after another.
+func (le *latencyEnv) many(ctx context.Context, name string, n int) ([]time.Duration, error) {
 	ds := make([]time.Duration, n)
-	errs := make([]error, n)
-	sem := make(chan struct{}, inFlight)
-	var wg sync.WaitGroup
-	for i := range n {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			ds[i], errs[i] = le.one(ctx, name)
-		}()
+	for i := range ds {
+		var err error
+		if ds[i], err = le.one(ctx, name); err != nil {
+			return nil, err
+		}
 	}
-	wg.Wait()
-	return ds, errors.Join(errs...)
+	return ds, nil
 }
 
 // one runs one case once and returns its latency.
@@ -218,7 +234,7 @@ func (le *latencyEnv) one(ctx context.Context, name string) (time.Duration, erro
 	le.st.mu.Unlock()
 	switch name {
 	case "tool":
-		if _, err := le.start(ctx, key); err != nil {
+		if _, _, err := le.start(ctx, key); err != nil {
 			return 0, err
 		}
 		got, err := le.st.waitFor(ctx, key, 2)
@@ -227,8 +243,8 @@ func (le *latencyEnv) one(ctx context.Context, name string) (time.Duration, erro
 		}
 		return got[1].arrived.Sub(got[0].answered), nil
 	case "start":
-		t0 := time.Now()
-		if _, err := le.start(ctx, key); err != nil {
+		_, t0, err := le.start(ctx, key)
+		if err != nil {
 			return 0, err
 		}
 		got, err := le.st.waitFor(ctx, key, 1)
@@ -237,13 +253,21 @@ func (le *latencyEnv) one(ctx context.Context, name string) (time.Duration, erro
 		}
 		return got[0].arrived.Sub(t0), nil
 	case "hook":
-		t0 := time.Now()
-		status, _, err := post(ctx, le.client, le.hook, "", `{"event": "`+key+`"}`, key)
-		if err != nil {
-			return 0, err
-		}
-		if status != http.StatusAccepted && status != http.StatusOK {
-			return 0, fmt.Errorf("webhook: %d", status)
+		var t0 time.Time
+		for {
+			t0 = time.Now()
+			status, _, err := post(ctx, le.client, le.hook, "", `{"event": "`+key+`"}`, key)
+			if err != nil {
+				return 0, err
+			}
+			if status == http.StatusServiceUnavailable {
+				time.Sleep(busyRetry) // sent again with the same Idempotency-Key, as a sender does
+				continue
+			}
+			if status != http.StatusAccepted && status != http.StatusOK {
+				return 0, fmt.Errorf("webhook: %d", status)
+			}
+			break
 		}
 		got, err := le.st.waitFor(ctx, key, 1)
 		if err != nil {
@@ -251,7 +275,7 @@ func (le *latencyEnv) one(ctx context.Context, name string) (time.Duration, erro
 		}
 		return got[0].arrived.Sub(t0), nil
 	case "ask":
-		id, err := le.start(ctx, key)
+		id, _, err := le.start(ctx, key)
 		if err != nil {
 			return 0, err
 		}
@@ -277,26 +301,40 @@ func (le *latencyEnv) one(ctx context.Context, name string) (time.Duration, erro
 	return 0, fmt.Errorf("unknown case %q", name)
 }
 
-// start posts a new thread whose prompt is key and returns its id.
-func (le *latencyEnv) start(ctx context.Context, key string) (int64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, le.base+"/api/v1/threads", strings.NewReader(`{"prompt": "`+key+`"}`))
-	if err != nil {
-		return 0, err
+// busyRetry is how long a start refused as busy (503, admission control)
+// waits before it is sent again: a burst of n starts at once is refused
+// in part, by design, and the latency counts from the accepted request.
+const busyRetry = 20 * time.Millisecond
+
+// start posts a new thread whose prompt is key and returns its id and when
+// the accepted request was sent.
+func (le *latencyEnv) start(ctx context.Context, key string) (int64, time.Time, error) {
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, le.base+"/api/v1/threads", strings.NewReader(`{"prompt": "`+key+`"}`))
+		if err != nil {
+			return 0, time.Time{}, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Origin", le.base)
+		sent := time.Now()
+		resp, err := le.client.Do(req)
+		if err != nil {
+			return 0, time.Time{}, err
+		}
+		var th struct {
+			ID int64 `json:"id"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&th)
+		resp.Body.Close()
+		switch {
+		case resp.StatusCode == http.StatusServiceUnavailable:
+			time.Sleep(busyRetry)
+			continue
+		case err != nil || resp.StatusCode != http.StatusCreated:
+			return 0, time.Time{}, fmt.Errorf("start %s: %s (%v)", key, resp.Status, err)
+		}
+		return th.ID, sent, nil
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Origin", le.base)
-	resp, err := le.client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	var th struct {
-		ID int64 `json:"id"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&th); err != nil || resp.StatusCode != http.StatusCreated {
-		return 0, fmt.Errorf("start %s: %s (%v)", key, resp.Status, err)
-	}
-	return th.ID, nil
 }
 
 // pending waits until thread id waits for a decision and returns its call.

@@ -44,7 +44,8 @@ func main() {
 		tput    = flag.Int("throughput", 1000, "runs per BenchmarkThroughput case")
 		streams = flag.String("streams", "1000,10000", "stream counts for sse-load (empty: skip)")
 		rates   = flag.String("rates", "50,100,200", "start-load rates (empty: skip)")
-		lat     = flag.Int("latency", 100, "runs per latency case (and runs in flight in the busy round)")
+		lat     = flag.Int("latency", 100, "runs per latency case")
+		flights = flag.String("latency-flights", "1,100", "runs in flight in each latency round")
 		bin     = flag.String("server", "", "pizza-bot binary to measure (default: go build it)")
 		only    = flag.String("only", "", "comma-separated parts to run: step,throughput,inbox,live,start,latency (default all)")
 	)
@@ -57,7 +58,7 @@ func main() {
 	}
 	want := func(p string) bool { return len(parts) == 0 || parts[p] }
 	var t table
-	if err := run(&t, want, *count, *steps, *tput, *lat, *streams, *rates, *bin); err != nil {
+	if err := run(&t, want, *count, *steps, *tput, *lat, *flights, *streams, *rates, *bin); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		t.print()
 		os.Exit(1)
@@ -81,7 +82,7 @@ func (t *table) print() {
 	}
 }
 
-func run(t *table, want func(string) bool, count, steps, tput, lat int, streams, rates, server string) error {
+func run(t *table, want func(string) bool, count, steps, tput, lat int, flights, streams, rates, server string) error {
 	if want("step") {
 		if err := stepVsNoop(t, count, steps); err != nil {
 			return err
@@ -126,7 +127,15 @@ func run(t *table, want func(string) bool, count, steps, tput, lat int, streams,
 		}
 	}
 	if want("latency") && lat > 0 {
-		if err := latency(t, server, lat); err != nil {
+		var fs []int
+		for _, f := range strings.Split(flights, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				return fmt.Errorf("-latency-flights: %q", f)
+			}
+			fs = append(fs, n)
+		}
+		if err := latency(t, server, lat, fs); err != nil {
 			return err
 		}
 	}
