@@ -309,7 +309,7 @@ func (rt *Runtime) advance(ctx context.Context, tx pgx.Tx, threadID int64) error
 		return fmt.Errorf("queue step of thread %d: %w", threadID, err)
 	}
 	if ch != nil {
-		ch.backstop = res.Job.ID
+		ch.backstop, ch.gen = res.Job.ID, gen
 	}
 	return nil
 }
@@ -350,8 +350,9 @@ type chain struct {
 	began    time.Time // when the job's first step began
 	steps    int       // steps taken so far
 	// backstop is the job the last commit queued for the run's next
-	// step (advance), 0 when it queued none: the run ended or waits.
-	backstop int64
+	// step (advance), at generation gen; 0 when it queued none: the run
+	// ended or waits.
+	backstop, gen int64
 }
 
 type chainKey struct{}

@@ -70,7 +70,7 @@ func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
 			return err
 		}
 		ch.steps++
-		a.Gen++ // the commit advanced the run by one (db.AdvanceRun)
+		a.Gen = ch.gen // the generation the last commit advanced the run to
 	}
 }
 
