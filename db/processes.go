@@ -49,8 +49,10 @@ var liveClients = `SELECT 'pizza-' || l.objid::text FROM pg_locks l
 
 // RescueDeadSteps finds step jobs that a process which is no longer alive
 // was working (or had fetched), records each as handed over, clears the
-// lease such a job held, and returns the runs still at that job's
-// generation: the caller queues a fresh step for each in the same
+// lease such a job held, and returns the runs it held, or that have no
+// lease at that job's generation or a later one (a job that chains steps,
+// jobs/runtime.go, holds its run's later generations, and between two of
+// them holds none): the caller queues a fresh step for each in the same
 // transaction. A job of a client that does not register (a test's) is left
 // to RescueStaleRuns.
 func RescueDeadSteps(ctx context.Context, q Querier, limit int) ([]RunRef, error) {
@@ -69,8 +71,8 @@ func RescueDeadSteps(ctx context.Context, q Querier, limit int) ([]RunRef, error
 			RETURNING job_id)
 		UPDATE threads t SET run_lease_job = NULL, run_heartbeat_at = now()
 		FROM claimed c JOIN dead d ON d.id = c.job_id
-		WHERE t.id = d.thread_id AND t.status = 'running' AND t.run_gen = d.gen
-		  AND (t.run_lease_job IS NULL OR t.run_lease_job = d.id)
+		WHERE t.id = d.thread_id AND t.status = 'running'
+		  AND (t.run_lease_job = d.id OR (t.run_lease_job IS NULL AND t.run_gen >= d.gen))
 		RETURNING t.id, t.run_gen, NULL::bigint AS run_lease_job`, limit))
 	if err != nil {
 		return nil, fmt.Errorf("rescue steps of dead processes: %w", err)

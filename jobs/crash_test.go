@@ -99,6 +99,14 @@ func crashChild() error {
 		return err
 	}
 	cfg.Getenv = jobstest.ModelEnv(os.Getenv("CRASH_MODEL"))
+	if os.Getenv("CRASH_LIVENESS") != "" {
+		// A registered process, as a server is: its death is seen at once.
+		l, err := jobs.StartLiveness(context.Background(), pool, cfg.Logger)
+		if err != nil {
+			return err
+		}
+		cfg.ClientID = l.ClientID()
+	}
 	rt, err := jobs.New(cfg)
 	if err != nil {
 		return err
@@ -138,11 +146,13 @@ func crashSetup(t *testing.T, script scriptmodel.Script) *crashBundle {
 	return b
 }
 
-// runChild starts the child runtime and returns a func that SIGKILLs it.
-func (b *crashBundle) runChild(t *testing.T) func() {
+// runChild starts the child runtime, with env added to its environment,
+// and returns a func that SIGKILLs it.
+func (b *crashBundle) runChild(t *testing.T, env ...string) func() {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), crashEnv+"=1", "CRASH_DB="+b.dbURL, "CRASH_MODEL="+b.ModelURL, "CRASH_MARKERS="+b.markers)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -73,9 +73,16 @@ func New(cfg Config) (*Runtime, error) {
 		},
 		// Our heartbeats rescue dead steps; River's rescuer is the backstop
 		// for jobs of other kinds and must wait out a whole step.
-		RescueStuckJobsAfter: StepTimeout + 5*time.Minute,
-		FetchCooldown:        50 * time.Millisecond,
-		FetchPollInterval:    500 * time.Millisecond,
+		RescueStuckJobsAfter: StepTimeout + chainFor + 5*time.Minute,
+		// A run's own next steps chain without River (chain, runtime.go);
+		// a step queued from outside (a start, a decision, a chain's
+		// yield) is noticed by the insert notification. River sends at
+		// most one a FetchCooldown per queue and drops the others, and a
+		// notification within a FetchCooldown of the last fetch waits for
+		// its end: both bound how soon a job is taken. A dropped one waits
+		// for the next insert, or for FetchPollInterval.
+		FetchCooldown:     fetchCooldown,
+		FetchPollInterval: 100 * time.Millisecond,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("river client: %w", err)
@@ -84,18 +91,25 @@ func New(cfg Config) (*Runtime, error) {
 	return rt, nil
 }
 
+// fetchCooldown is the River client's FetchCooldown (see New).
+const fetchCooldown = 2 * time.Millisecond
+
 // Client is the River client working the runtime's jobs (River's job UI
 // reads through it).
 func (rt *Runtime) Client() *river.Client[pgx.Tx] { return rt.client }
 
 // StartWorkers starts taking steps, schedules and sweeps until ctx ends or
 // StopWorkers.
-func (rt *Runtime) StartWorkers(ctx context.Context) error { return rt.client.Start(ctx) }
+func (rt *Runtime) StartWorkers(ctx context.Context) error {
+	rt.stopping.Store(false)
+	return rt.client.Start(ctx)
+}
 
 // StopWorkers lets running steps finish within ctx, then cancels the rest,
 // which hand their runs back (they resume on the next start, or on another
 // process).
 func (rt *Runtime) StopWorkers(ctx context.Context) error {
+	rt.stopping.Store(true)
 	if err := rt.client.Stop(ctx); err == nil {
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -103,6 +104,10 @@ type Runtime struct {
 
 	modelsMu sync.Mutex
 	models   map[string]cachedModel
+
+	// stopping is set by StopWorkers: a step job takes no further chained
+	// step (see chain).
+	stopping atomic.Bool
 }
 
 // cachedModel is a model client and a fingerprint of the base URL and key
@@ -286,17 +291,137 @@ func (rt *Runtime) Getenv(name string) string {
 }
 
 // advance moves the thread's run to its next generation and queues the step
-// job for it, in the caller's transaction.
+// job for it, in the caller's transaction. A step that chains (chainOf)
+// queues its own run's next step as a backstop instead: the worker takes
+// that step itself once this transaction commits.
 func (rt *Runtime) advance(ctx context.Context, tx pgx.Tx, threadID int64) error {
 	gen, err := db.AdvanceRun(ctx, tx, threadID)
 	if err != nil {
 		return err
 	}
-	_, err = rt.client.InsertTx(ctx, tx, StepArgs{ThreadID: threadID, Gen: gen}, nil)
+	var opts *river.InsertOpts
+	ch := chainOf(ctx, threadID)
+	if ch != nil {
+		opts = &river.InsertOpts{ScheduledAt: time.Now().Add(rt.staleAfter())}
+	}
+	res, err := rt.client.InsertTx(ctx, tx, StepArgs{ThreadID: threadID, Gen: gen}, opts)
 	if err != nil {
 		return fmt.Errorf("queue step of thread %d: %w", threadID, err)
 	}
+	if ch != nil {
+		ch.backstop, ch.gen = res.Job.ID, gen
+	}
 	return nil
+}
+
+// Chained steps (issue 29). A step job whose run goes on does not leave
+// the run's next step to River's next fetch of its job: the worker that
+// committed the step takes the next one itself, at once, under the same
+// lease protocol (db.TakeLease, with its own job's id), so there is no
+// dead time between the steps of a run. Every step still commits before
+// the next begins, and at every moment the run is held by one of two
+// durable things:
+//
+//   - the lease, held by this worker's job, which is running on a live
+//     process: a SIGKILL leaves it held by a dead process's job, which
+//     RescueDead hands to a new job within about a second (and RescueStale
+//     after StaleAfter without Liveness), as for any step;
+//   - between a commit and the lease on the next step, the next step's
+//     job, queued in the commit as a backstop scheduled StaleAfter later
+//     (so that no worker takes it meanwhile). Once the lease is taken the
+//     backstop is deleted; should the process die first, RescueDead
+//     queues the step at once, and the backstop is there if nothing does.
+//
+// A run takes at most chainSteps steps or chainFor in a row on one worker
+// (whichever comes first), then its next step is queued for any worker
+// like any other job: behind the runs that were waiting, so one long run
+// never holds a worker for ever. A chained step that cannot finish (the
+// process stops, the provider asks to wait, a query fails) hands its run
+// back to a new job of its own (handBack), as the step's first job would
+// by a snooze or River's retry.
+const (
+	chainSteps = 32
+	chainFor   = 5 * time.Second
+)
+
+// chain is a step job's run of chained steps.
+type chain struct {
+	threadID int64
+	began    time.Time // when the job's first step began
+	steps    int       // steps taken so far
+	// backstop is the job the last commit queued for the run's next
+	// step (advance), at generation gen; 0 when it queued none: the run
+	// ended or waits.
+	backstop, gen int64
+}
+
+type chainKey struct{}
+
+// withChain marks ctx as a step's that may chain: advance queues its
+// run's next step as a backstop and records it in ch.
+func withChain(ctx context.Context, ch *chain) context.Context {
+	return context.WithValue(ctx, chainKey{}, ch)
+}
+
+// chainOf is the chain of ctx's step when it is thread threadID's: a
+// sub-agent started, or a parent resumed, by the step gets a job of its
+// own as usual.
+func chainOf(ctx context.Context, threadID int64) *chain {
+	ch, _ := ctx.Value(chainKey{}).(*chain)
+	if ch == nil || ch.threadID != threadID {
+		return nil
+	}
+	return ch
+}
+
+// mayChain reports whether the step about to begin may be followed by the
+// next one on the same worker.
+func (rt *Runtime) mayChain(ch *chain) bool {
+	return ch.steps+1 < chainSteps && time.Since(ch.began) < chainFor && !rt.stopping.Load()
+}
+
+// handBack gives a chained step's run, at generation a.Gen, to a new job of
+// its own, to run after (0: now), and releases this job's lease, in one
+// transaction. It reports whether it did; if not, the lease stays this
+// job's until the rescue sweeps hand the run over.
+func (rt *Runtime) handBack(ctx context.Context, jobID int64, a StepArgs, after time.Duration) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	var opts *river.InsertOpts
+	if after > 0 {
+		opts = &river.InsertOpts{ScheduledAt: time.Now().Add(after)}
+	}
+	err := db.InTx(ctx, rt.cfg.Pool, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := rt.client.InsertTx(ctx, tx, a, opts); err != nil {
+			return err
+		}
+		return db.ReleaseLease(ctx, tx, a.ThreadID, jobID)
+	})
+	if err != nil {
+		rt.cfg.Logger.Warn("hand a chained step back", "thread_id", a.ThreadID, "gen", a.Gen, "err", err)
+		return false
+	}
+	return true
+}
+
+// releaseBackstop makes a backstop job that no worker of this chain will
+// take available to any worker now: the chain stopped after the commit
+// that queued it. Failing, the job runs when it was scheduled.
+func (rt *Runtime) releaseBackstop(ctx context.Context, threadID, id int64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := rt.client.JobRetry(ctx, id); err != nil && !errors.Is(err, river.ErrNotFound) {
+		rt.cfg.Logger.Warn("queue the next step", "thread_id", threadID, "job_id", id, "err", err)
+	}
+}
+
+// dropBackstop deletes the backstop of a step whose lease this chain took.
+// Failing, the job finds the step taken when it runs (db.LeaseObsolete or
+// LeaseBusy) and does nothing.
+func (rt *Runtime) dropBackstop(ctx context.Context, threadID, id int64) {
+	if _, err := rt.client.JobDelete(ctx, id); err != nil && !errors.Is(err, river.ErrNotFound) && ctx.Err() == nil {
+		rt.cfg.Logger.Warn("delete a taken step's job", "thread_id", threadID, "job_id", id, "err", err)
+	}
 }
 
 // Reply adds the user's message to a thread whose run has ended and runs it

@@ -37,9 +37,6 @@ type StepWorker struct {
 // tool calls.
 const StepTimeout = 15 * time.Minute
 
-// Timeout replaces River's one-minute default, too short for model calls.
-func (w *StepWorker) Timeout(*river.Job[StepArgs]) time.Duration { return StepTimeout }
-
 // errLeaseLost means another job took the run over (this one was presumed
 // dead) or the user cancelled it: whatever this job computed is dropped.
 var errLeaseLost = errors.New("lease lost")
@@ -58,26 +55,63 @@ func (w *providerWait) Error() string {
 	return fmt.Sprintf("the model provider asked to wait %s", w.after)
 }
 
-// Work runs the step under a lease on the thread, kept alive by heartbeats.
+// Timeout replaces River's one-minute default, too short for model calls;
+// a job's steps may chain for chainFor before its last one begins.
+func (w *StepWorker) Timeout(*river.Job[StepArgs]) time.Duration { return StepTimeout + chainFor }
+
+// Work runs the step under a lease on the thread, kept alive by heartbeats,
+// then the run's next steps while they chain (see chain).
 func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
-	rt := w.rt
+	ch := &chain{threadID: job.Args.ThreadID, began: time.Now()}
 	a := job.Args
+	for {
+		more, err := w.take(ctx, job, a, ch)
+		if err != nil || !more {
+			return err
+		}
+		ch.steps++
+		a.Gen = ch.gen // the generation the last commit advanced the run to
+	}
+}
+
+// take runs one step of the job's run at a.Gen: the job's own step, or a
+// chained one (ch.steps > 0), whose errors hand the run back (handBack)
+// rather than snooze or retry a job of another generation. It reports
+// whether the next step may be taken at once.
+func (w *StepWorker) take(ctx context.Context, job *river.Job[StepArgs], a StepArgs, ch *chain) (bool, error) {
+	rt := w.rt
+	chained := ch.steps > 0
 	outcome, err := db.TakeLease(ctx, rt.cfg.Pool, a.ThreadID, a.Gen, job.ID, rt.staleAfter())
 	if err != nil {
-		return err
+		if chained {
+			rt.releaseBackstop(ctx, a.ThreadID, ch.backstop)
+			return false, nil
+		}
+		return false, err
 	}
 	switch outcome {
 	case db.LeaseObsolete:
-		return nil
+		return false, nil
 	case db.LeaseBusy:
-		return river.JobSnooze(rt.staleAfter())
+		if chained {
+			return false, nil // another job took the step: the backstop finds it so too
+		}
+		return false, river.JobSnooze(rt.staleAfter())
+	}
+	if chained {
+		rt.dropBackstop(ctx, a.ThreadID, ch.backstop)
+	}
+	ch.backstop = 0
+	stepCtx := ctx
+	if rt.mayChain(ch) {
+		stepCtx = withChain(ctx, ch)
 	}
 
 	// jobCtx is River's: it ends at shutdown or when River cancels the job.
 	// ctx, derived, also ends when the heartbeat loses the lease, and is
 	// cancelled below once the step is over.
 	jobCtx := ctx
-	ctx, cancel := context.WithCancelCause(ctx)
+	ctx, cancel := context.WithCancelCause(stepCtx)
 	defer cancel(nil)
 	hbDone := make(chan struct{})
 	go func() {
@@ -85,19 +119,31 @@ func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
 		rt.heartbeat(ctx, cancel, a.ThreadID, job.ID)
 	}()
 	began := time.Now()
-	err = rt.step(ctx, job.ID, a, job.CreatedAt.Add(providerWaitLimit))
+	queued, waitUntil := job.ScheduledAt, job.CreatedAt.Add(providerWaitLimit)
+	if chained {
+		queued, waitUntil = began, began.Add(providerWaitLimit)
+	}
+	err = rt.step(ctx, job.ID, a, waitUntil)
 	cancel(nil)
 	<-hbDone
 	var wait *providerWait
 	switch {
 	case err == nil:
-		rt.cfg.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "ok")
-		return nil
+		rt.cfg.Metrics.Step(began.Sub(queued), time.Since(began), "ok")
+		if ch.backstop != 0 && (jobCtx.Err() != nil || rt.stopping.Load()) {
+			rt.releaseBackstop(ctx, a.ThreadID, ch.backstop)
+			return false, nil
+		}
+		return ch.backstop != 0, nil
 	case errors.Is(err, errLeaseLost) || errors.Is(context.Cause(ctx), errLeaseLost):
-		rt.cfg.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "lease_lost")
-		return nil
+		rt.cfg.Metrics.Step(began.Sub(queued), time.Since(began), "lease_lost")
+		return false, nil
 	case errors.As(err, &wait):
-		rt.cfg.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "provider_wait")
+		rt.cfg.Metrics.Step(began.Sub(queued), time.Since(began), "provider_wait")
+		if chained {
+			rt.cfg.Logger.Info("model provider asked to wait", "thread_id", a.ThreadID, "wait", wait.after)
+			return false, handedBack(rt.handBack(ctx, job.ID, a, wait.after), err)
+		}
 		// The provider asked for longer than a worker waits (a 429 with a
 		// long Retry-After): hand the run back and sleep the job, holding
 		// no worker. The run stays running; without a lease the rescue
@@ -110,9 +156,12 @@ func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
 			rt.cfg.Logger.Warn("release lease", "thread_id", a.ThreadID, "err", rerr)
 		}
 		rt.cfg.Logger.Info("model provider asked to wait", "thread_id", a.ThreadID, "wait", wait.after)
-		return river.JobSnooze(wait.after)
+		return false, river.JobSnooze(wait.after)
 	case jobCtx.Err() != nil:
-		rt.cfg.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "handed_back")
+		rt.cfg.Metrics.Step(began.Sub(queued), time.Since(began), "handed_back")
+		if chained {
+			return false, handedBack(rt.handBack(ctx, job.ID, a, 0), nil)
+		}
 		// Shutdown (or River's own cancel): hand the run back at once. A
 		// tool call cut off here stays "running" and the next job treats
 		// its outcome as unknown.
@@ -121,13 +170,27 @@ func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
 		if rerr := db.ReleaseLease(bg, rt.cfg.Pool, a.ThreadID, job.ID); rerr != nil {
 			rt.cfg.Logger.Warn("release lease", "thread_id", a.ThreadID, "err", rerr)
 		}
-		return river.JobSnooze(0)
+		return false, river.JobSnooze(0)
 	}
 	// Any other error (the database refused a commit, a query failed):
 	// River retries the job with its backoff, which takes the lease again
 	// (it is still this job's). Should the retries come later than
-	// StaleAfter, the rescue sweep hands the run to a new job instead.
-	rt.cfg.Metrics.Step(began.Sub(job.ScheduledAt), time.Since(began), "error")
+	// StaleAfter, the rescue sweep hands the run to a new job instead. A
+	// chained step's run goes to a new job, whose own retries follow.
+	rt.cfg.Metrics.Step(began.Sub(queued), time.Since(began), "error")
+	if chained {
+		return false, handedBack(rt.handBack(ctx, job.ID, a, 0), err)
+	}
+	return false, err
+}
+
+// handedBack is what a job returns after handing a chained step back:
+// nothing when the run went to a new job, else err (River retries this
+// job, which finds its step obsolete; the rescue sweeps take the run over).
+func handedBack(ok bool, err error) error {
+	if ok {
+		return nil
+	}
 	return err
 }
 

@@ -8,7 +8,9 @@
 //   - the inbox page of a user with 100,000 threads: the whole HTTP request
 //     to a real server process, rendered, p50/p95;
 //   - live fan-out at 1,000 and 10,000 streams (cmd/sse-load);
-//   - run starts under load (cmd/start-load).
+//   - run starts under load (cmd/start-load);
+//   - the dead time between a run's steps, after a start, an approval and
+//     a webhook, with 1 and with many runs in flight (latency.go, issue 29).
 //
 // Figures are measured, never asserted: the command fails only when a
 // measurement cannot be made. On a shared machine compare ratios taken in
@@ -42,7 +44,10 @@ func main() {
 		tput    = flag.Int("throughput", 1000, "runs per BenchmarkThroughput case")
 		streams = flag.String("streams", "1000,10000", "stream counts for sse-load (empty: skip)")
 		rates   = flag.String("rates", "50,100,200", "start-load rates (empty: skip)")
-		only    = flag.String("only", "", "comma-separated parts to run: step,throughput,inbox,live,start (default all)")
+		lat     = flag.Int("latency", 100, "runs per latency case")
+		flights = flag.String("latency-flights", "1,100", "runs in flight in each latency round")
+		bin     = flag.String("server", "", "pizza-bot binary to measure (default: go build it)")
+		only    = flag.String("only", "", "comma-separated parts to run: step,throughput,inbox,live,start,latency (default all)")
 	)
 	flag.Parse()
 	parts := map[string]bool{}
@@ -53,7 +58,7 @@ func main() {
 	}
 	want := func(p string) bool { return len(parts) == 0 || parts[p] }
 	var t table
-	if err := run(&t, want, *count, *steps, *tput, *streams, *rates); err != nil {
+	if err := run(&t, want, *count, *steps, *tput, *lat, *flights, *streams, *rates, *bin); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		t.print()
 		os.Exit(1)
@@ -77,7 +82,7 @@ func (t *table) print() {
 	}
 }
 
-func run(t *table, want func(string) bool, count, steps, tput int, streams, rates string) error {
+func run(t *table, want func(string) bool, count, steps, tput, lat int, flights, streams, rates, server string) error {
 	if want("step") {
 		if err := stepVsNoop(t, count, steps); err != nil {
 			return err
@@ -88,8 +93,7 @@ func run(t *table, want func(string) bool, count, steps, tput int, streams, rate
 			return err
 		}
 	}
-	var server string
-	if want("inbox") || want("live") || want("start") {
+	if server == "" && (want("inbox") || want("live") || want("start") || want("latency")) {
 		dir, err := os.MkdirTemp("", "pizza-bench-bin-")
 		if err != nil {
 			return err
@@ -119,6 +123,19 @@ func run(t *table, want func(string) bool, count, steps, tput int, streams, rate
 	}
 	if want("start") && rates != "" {
 		if err := startLoad(t, server, rates); err != nil {
+			return err
+		}
+	}
+	if want("latency") && lat > 0 {
+		var fs []int
+		for _, f := range strings.Split(flights, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				return fmt.Errorf("-latency-flights: %q", f)
+			}
+			fs = append(fs, n)
+		}
+		if err := latency(t, server, lat, fs); err != nil {
 			return err
 		}
 	}
