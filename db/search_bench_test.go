@@ -13,7 +13,7 @@ import (
 // BenchmarkSearch measures the first page (50 threads, with snippets) of a
 // search for a user with 100,000 threads and 1,000,000 messages, beside
 // another user with 20,000 threads, for queries from rare to common. It
-// reports the 95th percentile as p95-ms; the goal is 50 ms (README).
+// reports the 95th percentile as p95-ms; the goal is 50 ms (docs/benchmarks.md).
 //
 // Messages hold 12 filler words drawn from 5,000 with Zipf-like
 // frequencies (word n is "q" and n's digits as letters: 345 is qoub), and
