@@ -47,6 +47,9 @@ type modelHold struct {
 	pick    func(body string) bool
 	held    chan struct{} // closed when a request is held
 	release chan struct{}
+	// gone is closed when the held request's client went away before
+	// the release: it never reaches the model.
+	gone chan struct{}
 }
 
 func (h *modelHold) wrap(next http.Handler) http.Handler {
@@ -61,6 +64,7 @@ func (h *modelHold) wrap(next http.Handler) http.Handler {
 			select {
 			case <-h.release:
 			case <-r.Context().Done():
+				close(h.gone)
 				return
 			}
 		} else {
@@ -74,7 +78,7 @@ func (h *modelHold) wrap(next http.Handler) http.Handler {
 func (h *modelHold) holdNext(pick func(body string) bool) (held <-chan struct{}) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.pick, h.held, h.release = pick, make(chan struct{}), make(chan struct{})
+	h.pick, h.held, h.release, h.gone = pick, make(chan struct{}), make(chan struct{}), make(chan struct{})
 	return h.held
 }
 
@@ -288,6 +292,14 @@ func TestCompactionCrashResumesWithoutASecondSummary(t *testing.T) {
 	stop, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	_ = h1.StopWorkers(stop)
 	cancel()
+	// The stopped step's request is cut off: wait until the model server
+	// sees it go (on a loaded machine that can come after StopWorkers
+	// returns), so that releasing the hold cannot let it through.
+	select {
+	case <-b.hold.gone:
+	case <-time.After(jobstest.WaitLimit):
+		t.Fatal("the stopped step's summary request was not cut off")
+	}
 	close(b.hold.release)
 
 	b.startRuntime(t)
@@ -323,6 +335,14 @@ func TestCompactionCrashDuringTheSummary(t *testing.T) {
 	stop, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	_ = h1.StopWorkers(stop)
 	cancel()
+	// The stopped step's request is cut off: wait until the model server
+	// sees it go (on a loaded machine that can come after StopWorkers
+	// returns), so that releasing the hold cannot let it through.
+	select {
+	case <-b.hold.gone:
+	case <-time.After(jobstest.WaitLimit):
+		t.Fatal("the stopped step's summary request was not cut off")
+	}
 	close(b.hold.release)
 	if n := len(compactions(t, b, th.ID)); n != 0 {
 		t.Fatalf("%d compactions committed by the stopped step, want 0", n)
