@@ -83,6 +83,10 @@ func DeleteProviderSetting(ctx context.Context, q Querier, name string) error {
 // of new threads, over PIZZA_MODEL.
 const SettingDefaultModel = "default_model"
 
+// SettingOpenAIAPI is the server setting choosing OpenAI's API, over
+// OPENAI_API: "responses" or "chat"; empty: OPENAI_API, else responses.
+const SettingOpenAIAPI = "openai_api"
+
 // SettingToolPolicy is the server setting holding the tool policy, a JSON
 // document {"permissions": {"allow": [...], "ask": [...], "deny": [...]}}
 // checked by agent.ParseToolPolicy before it is stored (jobs/gate.go).

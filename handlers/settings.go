@@ -114,6 +114,12 @@ func (h *Handler) loadSettings(r *http.Request) (views.Settings, error) {
 			}
 		}
 		row.EnvKeySet = h.getenv(keyVar) != ""
+		if pr.Name == "openai" {
+			if row.API.Value, err = db.GetServerSetting(ctx, h.pool, db.SettingOpenAIAPI); err != nil {
+				return p, err
+			}
+			row.APIEnv = strings.TrimSpace(h.getenv("OPENAI_API"))
+		}
 		p.Providers = append(p.Providers, row)
 		p.ModelExamples = append(p.ModelExamples, pr.Name+":")
 	}
@@ -221,8 +227,12 @@ func (h *Handler) saveProvider(w http.ResponseWriter, r *http.Request) error {
 	baseURL := strings.TrimSpace(r.PostForm.Get("base_url"))
 	keyEnv := strings.TrimSpace(r.PostForm.Get("key_env"))
 	key := strings.TrimSpace(r.PostForm.Get("key"))
+	api := strings.TrimSpace(r.PostForm.Get("api"))
 	var row views.ProviderRow
-	row.BaseURL.Value, row.KeyEnv.Value = baseURL, keyEnv
+	row.BaseURL.Value, row.KeyEnv.Value, row.API.Value = baseURL, keyEnv, api
+	if pr.Name == "openai" && api != "" && api != agent.WireResponses && api != agent.WireChat {
+		row.API.Error = "Choose the Responses API or Chat Completions."
+	}
 	if baseURL != "" {
 		row.BaseURL.Error = checkBaseURL(baseURL)
 	}
@@ -237,7 +247,7 @@ func (h *Handler) saveProvider(w http.ResponseWriter, r *http.Request) error {
 	case strings.ContainsAny(key, " \t\r\n"):
 		row.Key.Error = "A key has no spaces or line breaks."
 	}
-	if row.BaseURL.Error != "" || row.KeyEnv.Error != "" || row.Key.Error != "" {
+	if row.BaseURL.Error != "" || row.KeyEnv.Error != "" || row.Key.Error != "" || row.API.Error != "" {
 		p, err := h.loadSettings(r)
 		if err != nil {
 			return err
@@ -245,6 +255,9 @@ func (h *Handler) saveProvider(w http.ResponseWriter, r *http.Request) error {
 		for i := range p.Providers {
 			if p.Providers[i].Name == pr.Name {
 				p.Providers[i].BaseURL, p.Providers[i].KeyEnv, p.Providers[i].Key = row.BaseURL, row.KeyEnv, row.Key
+				if pr.Name == "openai" {
+					p.Providers[i].API = row.API
+				}
 			}
 		}
 		return h.render(w, r, http.StatusUnprocessableEntity, views.SettingsPage(p))
@@ -262,7 +275,15 @@ func (h *Handler) saveProvider(w http.ResponseWriter, r *http.Request) error {
 	case keyEnv != "":
 		detail += ", key from " + keyEnv
 	}
+	if pr.Name == "openai" {
+		detail += ", API " + orDefault(api)
+	}
 	if err := h.audited(ctx, "provider "+pr.Name+" saved", detail, func(ctx context.Context, tx pgx.Tx) error {
+		if pr.Name == "openai" {
+			if err := db.SetServerSetting(ctx, tx, db.SettingOpenAIAPI, api); err != nil {
+				return err
+			}
+		}
 		return db.SaveProviderSetting(ctx, tx, s, key == "" && keyEnv == "")
 	}); err != nil {
 		return err
@@ -285,6 +306,11 @@ func (h *Handler) resetProvider(w http.ResponseWriter, r *http.Request) error {
 		return notFound
 	}
 	if err := h.audited(ctx, "provider "+pr.Name+" reset", "configured by the environment only", func(ctx context.Context, tx pgx.Tx) error {
+		if pr.Name == "openai" {
+			if err := db.SetServerSetting(ctx, tx, db.SettingOpenAIAPI, ""); err != nil {
+				return err
+			}
+		}
 		return db.DeleteProviderSetting(ctx, tx, pr.Name)
 	}); err != nil {
 		return err

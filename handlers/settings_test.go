@@ -690,3 +690,40 @@ func TestSignedInIsolation(t *testing.T) {
 		t.Error("bob's inbox shows alice's data")
 	}
 }
+
+// An admin chooses OpenAI's API on the provider's card: stored as a server
+// setting, shown selected, refused when it names no API, cleared by reset.
+func TestSettingsOpenAIAPI(t *testing.T) {
+	t.Parallel()
+	b := authSetup(t, authOptions{adminEmails: []string{"ada@example.com"}})
+	admin := b.signIn(adminIdP)
+	stored := func() string {
+		t.Helper()
+		v, err := db.GetServerSetting(b.ctx, b.pool, db.SettingOpenAIAPI)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if resp, body := b.post(admin, "/settings/providers/openai", url.Values{"api": {"chat"}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("save API = %d: %s", resp.StatusCode, body)
+	}
+	if got := stored(); got != "chat" {
+		t.Errorf("stored API = %q, want chat", got)
+	}
+	if _, body := b.do(admin, http.MethodGet, "/settings", nil, nil); !strings.Contains(body, `<option value="chat" selected>`) {
+		t.Error("the settings page does not show Chat Completions selected")
+	}
+	if resp, body := b.post(admin, "/settings/providers/openai", url.Values{"api": {"completions"}}); resp.StatusCode != http.StatusUnprocessableEntity || !strings.Contains(body, "Choose the Responses API or Chat Completions") {
+		t.Errorf("an unknown API = %d, want 422 saying what to choose", resp.StatusCode)
+	}
+	if got := stored(); got != "chat" {
+		t.Errorf("a refused save changed the API to %q", got)
+	}
+	if resp, _ := b.post(admin, "/settings/providers/openai/reset", url.Values{}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatal("reset")
+	}
+	if got := stored(); got != "" {
+		t.Errorf("after reset the API is %q, want the environment's", got)
+	}
+}

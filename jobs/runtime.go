@@ -894,6 +894,23 @@ func (rt *Runtime) ProviderEnv(ctx context.Context, provider string) (func(strin
 		getenv = func(string) string { return "" }
 	}
 	p, ok := agent.LookupProvider(provider)
+	if ok && p.Name == "openai" && rt.cfg.Pool != nil {
+		// The settings page's choice of OpenAI's API, over OPENAI_API. No
+		// transaction is held here (see db.InTx).
+		api, err := db.GetServerSetting(ctx, rt.cfg.Pool, db.SettingOpenAIAPI)
+		if err != nil {
+			return nil, fmt.Errorf("read the settings of provider %s: %w", p.Name, err)
+		}
+		if api != "" {
+			env := getenv
+			getenv = func(name string) string {
+				if name == "OPENAI_API" {
+					return api
+				}
+				return env(name)
+			}
+		}
+	}
 	if !ok || rt.cfg.ProviderSettings == nil {
 		return getenv, nil
 	}

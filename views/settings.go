@@ -86,6 +86,10 @@ type ProviderRow struct {
 	KeyEnv    Field
 	// Key is the key field's error; the field itself is always empty.
 	Key Field
+	// API is the API stored for OpenAI ("responses", "chat"; empty: the
+	// environment's), APIEnv what OPENAI_API says.
+	API    Field
+	APIEnv string
 	// KeyStored reports an encrypted key stored for the provider.
 	KeyStored bool
 	// Configured reports settings stored for the provider.
