@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -159,7 +158,7 @@ func latency(t *table, server string, n int, flights []int) error {
 		Timeout:   time.Minute,
 		Transport: &http.Transport{MaxIdleConns: 1000, MaxIdleConnsPerHost: 1000, IdleConnTimeout: time.Minute},
 	}}
-	if le.hook, err = makeWebhook(ctx, le.client, le.base); err != nil {
+	if le.hook, err = benchenv.MakeWebhook(ctx, le.client, le.base); err != nil {
 		return err
 	}
 	// Warm up: the server's first runs build its model client and caches.
@@ -256,7 +255,7 @@ func (le *latencyEnv) one(ctx context.Context, name string) (time.Duration, erro
 		var t0 time.Time
 		for {
 			t0 = time.Now()
-			status, _, err := post(ctx, le.client, le.hook, "", `{"event": "`+key+`"}`, key)
+			status, _, err := benchenv.Post(ctx, le.client, le.hook, "", `{"event": "`+key+`"}`, key)
 			if err != nil {
 				return 0, err
 			}
@@ -285,7 +284,7 @@ func (le *latencyEnv) one(ctx context.Context, name string) (time.Duration, erro
 		}
 		body := fmt.Sprintf(`{"decisions": [{"id": %d, "type": "approve"}]}`, call)
 		t0 := time.Now()
-		status, _, err := post(ctx, le.client, fmt.Sprintf("%s/api/v1/threads/%d/decisions", le.base, id), le.base, body, "")
+		status, _, err := benchenv.Post(ctx, le.client, fmt.Sprintf("%s/api/v1/threads/%d/decisions", le.base, id), le.base, body, "")
 		if err != nil {
 			return 0, err
 		}
@@ -355,50 +354,3 @@ func (le *latencyEnv) pending(ctx context.Context, id int64) (int64, error) {
 	return 0, fmt.Errorf("thread %d did not wait for a decision in 2 minutes", id)
 }
 
-// post sends a request body and returns its status (as cmd/start-load).
-func post(ctx context.Context, client *http.Client, url, origin, body, key string) (int, time.Duration, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		return 0, 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if origin != "" {
-		req.Header.Set("Origin", origin)
-	}
-	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
-	}
-	t0 := time.Now()
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, time.Since(t0), err
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode, time.Since(t0), nil
-}
-
-var hookURL = regexp.MustCompile(`/hooks/pizza-guide/pzh_[A-Za-z0-9_-]+`)
-
-// makeWebhook turns on the built-in guide skill's webhook, as its owner
-// would on the webhook page, and returns its URL (as cmd/start-load).
-func makeWebhook(ctx context.Context, client *http.Client, base string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/webhooks/pizza-guide",
-		strings.NewReader(url.Values{"signature": {"none"}}.Encode()))
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Origin", base)
-	resp, err := client.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	page, _ := io.ReadAll(resp.Body)
-	m := hookURL.Find(page)
-	if resp.StatusCode != http.StatusOK || m == nil {
-		return "", fmt.Errorf("turning the webhook on: %s", resp.Status)
-	}
-	return base + string(m), nil
-}

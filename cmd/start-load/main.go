@@ -26,12 +26,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -105,15 +102,15 @@ func run(rates []int, duration time.Duration, targets []string, server string, l
 		switch target {
 		case "api":
 			send = func(ctx context.Context, key string) (int, time.Duration, error) {
-				return post(ctx, client, base+"/api/v1/threads", base, `{"prompt": "Load `+key+`"}`, "")
+				return benchenv.Post(ctx, client, base+"/api/v1/threads", base, `{"prompt": "Load `+key+`"}`, "")
 			}
 		case "webhook":
-			hook, err := makeWebhook(ctx, client, base)
+			hook, err := benchenv.MakeWebhook(ctx, client, base)
 			if err != nil {
 				return err
 			}
 			send = func(ctx context.Context, key string) (int, time.Duration, error) {
-				return post(ctx, client, hook, "", `{"event": "load", "key": "`+key+`"}`, key)
+				return benchenv.Post(ctx, client, hook, "", `{"event": "load", "key": "`+key+`"}`, key)
 			}
 		default:
 			return fmt.Errorf("unknown target %q (want api or webhook)", target)
@@ -262,53 +259,6 @@ func drive(ctx context.Context, pool *pgxpool.Pool, target string, rate int, d t
 	return r, nil
 }
 
-// post sends one start and returns its status and latency.
-func post(ctx context.Context, client *http.Client, url, origin, body, key string) (int, time.Duration, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		return 0, 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if origin != "" {
-		req.Header.Set("Origin", origin)
-	}
-	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
-	}
-	t0 := time.Now()
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, time.Since(t0), err
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode, time.Since(t0), nil
-}
-
-var hookURL = regexp.MustCompile(`/hooks/pizza-guide/pzh_[A-Za-z0-9_-]+`)
-
-// makeWebhook turns on the built-in guide skill's webhook, as its owner
-// would on the webhook page, and returns its URL.
-func makeWebhook(ctx context.Context, client *http.Client, base string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/webhooks/pizza-guide",
-		strings.NewReader(url.Values{"signature": {"none"}}.Encode()))
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Origin", base)
-	resp, err := client.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	page, _ := io.ReadAll(resp.Body)
-	m := hookURL.Find(page)
-	if resp.StatusCode != http.StatusOK || m == nil {
-		return "", fmt.Errorf("turning the webhook on: %s", resp.Status)
-	}
-	return base + string(m), nil
-}
 
 func countThreads(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	var n int64

@@ -12,9 +12,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -230,4 +232,53 @@ func createDatabase(ctx context.Context, adminURL, name string) error {
 	defer conn.Close(ctx)
 	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
 	return err
+}
+
+// Post sends a JSON body (with an Origin and an Idempotency-Key when
+// given) and returns the answer's status and latency.
+func Post(ctx context.Context, client *http.Client, url, origin, body, key string) (int, time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		return 0, 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if origin != "" {
+		req.Header.Set("Origin", origin)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	t0 := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, time.Since(t0), err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, time.Since(t0), nil
+}
+
+var hookURL = regexp.MustCompile(`/hooks/pizza-guide/pzh_[A-Za-z0-9_-]+`)
+
+// MakeWebhook turns on the built-in guide skill's webhook, as its owner
+// would on the webhook page, and returns its URL.
+func MakeWebhook(ctx context.Context, client *http.Client, base string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/webhooks/pizza-guide",
+		strings.NewReader(url.Values{"signature": {"none"}}.Encode()))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Origin", base)
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	page, _ := io.ReadAll(resp.Body)
+	m := hookURL.Find(page)
+	if resp.StatusCode != http.StatusOK || m == nil {
+		return "", fmt.Errorf("turning the webhook on: %s", resp.Status)
+	}
+	return base + string(m), nil
 }
