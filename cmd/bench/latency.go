@@ -353,4 +353,3 @@ func (le *latencyEnv) pending(ctx context.Context, id int64) (int64, error) {
 	}
 	return 0, fmt.Errorf("thread %d did not wait for a decision in 2 minutes", id)
 }
-

@@ -259,7 +259,6 @@ func drive(ctx context.Context, pool *pgxpool.Pool, target string, rate int, d t
 	return r, nil
 }
 
-
 func countThreads(ctx context.Context, pool *pgxpool.Pool) (int64, error) {
 	var n int64
 	err := pool.QueryRow(ctx, `SELECT count(*) FROM threads`).Scan(&n)
