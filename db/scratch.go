@@ -60,3 +60,26 @@ func WriteScratch(ctx context.Context, q Querier, threadID int64, path, content 
 	}
 	return nil
 }
+
+// ScratchDigests returns the MD5 (hex) of those of paths that are scratch
+// files of the thread: whether a file holds a given content, without
+// reading it back.
+func ScratchDigests(ctx context.Context, q Querier, threadID int64, paths []string) (map[string]string, error) {
+	rows, err := q.Query(ctx, `SELECT path, md5(content) FROM scratch_files WHERE thread_id = $1 AND path = ANY($2)`, threadID, paths)
+	if err != nil {
+		return nil, fmt.Errorf("scratch file digests: %w", err)
+	}
+	defer rows.Close()
+	sums := map[string]string{}
+	for rows.Next() {
+		var p, sum string
+		if err := rows.Scan(&p, &sum); err != nil {
+			return nil, fmt.Errorf("scratch file digests: %w", err)
+		}
+		sums[p] = sum
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("scratch file digests: %w", err)
+	}
+	return sums, nil
+}

@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"crypto/md5"
 	"errors"
 	"fmt"
 	"strconv"
@@ -475,6 +476,34 @@ func resultPath(m db.Message, taken bool) string {
 	return fmt.Sprintf("%s/%s.txt", resultDir, name)
 }
 
+// keptResults reports where each large result of rows is kept, and whether
+// all of them are, from the files' digests (one read, no transaction): a
+// step whose large results were kept by an earlier one neither reads them
+// back nor commits.
+func (rt *Runtime) keptResults(ctx context.Context, threadID int64, rows []db.Message, large []int) (map[int]string, bool, error) {
+	var candidates []string
+	for _, i := range large {
+		candidates = append(candidates, resultPath(rows[i], false), resultPath(rows[i], true))
+	}
+	sums, err := db.ScratchDigests(ctx, rt.cfg.Pool, threadID, candidates)
+	if err != nil {
+		return nil, false, err
+	}
+	paths := map[int]string{}
+	for _, i := range large {
+		sum := fmt.Sprintf("%x", md5.Sum([]byte(rows[i].Content)))
+		p := resultPath(rows[i], false)
+		if have, ok := sums[p]; ok && have != sum {
+			p = resultPath(rows[i], true) // the name is taken by another file
+		}
+		if sums[p] != sum {
+			return map[int]string{}, false, nil
+		}
+		paths[i] = p
+	}
+	return paths, true, nil
+}
+
 // fileLargeResults keeps the tool results of rows above limit tokens as
 // scratch files (those not kept yet, in one commit under the lease) and
 // puts a preview in their place in msgs. A result the storage quota
@@ -490,35 +519,42 @@ func (rt *Runtime) fileLargeResults(ctx context.Context, jobID int64, a StepArgs
 		return nil
 	}
 	refused := map[int]error{}
-	paths := map[int]string{}
-	err := rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
-		clear(refused)
-		for _, i := range large {
-			p := resultPath(rows[i], false)
-			kept, err := db.ReadScratch(ctx, tx, a.ThreadID, p)
-			if err == nil && kept != rows[i].Content {
-				p = resultPath(rows[i], true)
-				kept, err = db.ReadScratch(ctx, tx, a.ThreadID, p)
+	paths, kept, err := rt.keptResults(ctx, a.ThreadID, rows, large)
+	if err != nil {
+		return &contextError{err}
+	}
+	if !kept {
+		// Some are not kept yet: write them under the lease, checking
+		// each file again in the transaction.
+		err = rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
+			clear(refused)
+			for _, i := range large {
+				p := resultPath(rows[i], false)
+				kept, err := db.ReadScratch(ctx, tx, a.ThreadID, p)
+				if err == nil && kept != rows[i].Content {
+					p = resultPath(rows[i], true)
+					kept, err = db.ReadScratch(ctx, tx, a.ThreadID, p)
+				}
+				paths[i] = p
+				if err == nil {
+					continue // kept by an earlier step
+				}
+				if !errors.Is(err, db.ErrNotFound) {
+					return err
+				}
+				err = db.WriteScratch(ctx, tx, a.ThreadID, p, rows[i].Content)
+				var qe *db.QuotaError
+				if errors.As(err, &qe) {
+					refused[i] = err
+					continue
+				}
+				if err != nil {
+					return err
+				}
 			}
-			paths[i] = p
-			if err == nil {
-				continue // kept by an earlier step
-			}
-			if !errors.Is(err, db.ErrNotFound) {
-				return err
-			}
-			err = db.WriteScratch(ctx, tx, a.ThreadID, p, rows[i].Content)
-			var qe *db.QuotaError
-			if errors.As(err, &qe) {
-				refused[i] = err
-				continue
-			}
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+			return nil
+		})
+	}
 	if err != nil {
 		return &contextError{err}
 	}
