@@ -137,13 +137,9 @@ func (s *Server) anthropicMessages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	reply := s.pick(rec)
-	if reply.Hold != nil {
-		select {
-		case <-reply.Hold:
-		case <-r.Context().Done():
-			return
-		}
+	reply, ok := s.answer(r, rec)
+	if !ok {
+		return
 	}
 	if reply.Status != 0 {
 		if reply.RetryAfter != "" {

@@ -145,13 +145,9 @@ func (s *Server) converseStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	reply := s.pick(rec)
-	if reply.Hold != nil {
-		select {
-		case <-reply.Hold:
-		case <-r.Context().Done():
-			return
-		}
+	reply, ok := s.answer(r, rec)
+	if !ok {
+		return
 	}
 	if reply.Status != 0 {
 		if reply.RetryAfter != "" {

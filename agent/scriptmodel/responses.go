@@ -108,23 +108,12 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	reply := s.pick(rec)
-	if reply.Hold != nil {
-		select {
-		case <-reply.Hold:
-		case <-r.Context().Done():
-			return
-		}
+	reply, ok := s.answer(r, rec)
+	if !ok {
+		return
 	}
 	if reply.Status != 0 {
-		if reply.RetryAfter != "" {
-			w.Header().Set("Retry-After", reply.RetryAfter)
-		}
-		msg := reply.ErrorMessage
-		if msg == "" {
-			msg = statusText(reply.Status)
-		}
-		writeError(w, reply.Status, errorType(reply.Status), reply.ErrorCode, msg, "")
+		writeReplyError(w, reply)
 		return
 	}
 

@@ -253,23 +253,12 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	reply := s.pick(rec)
-	if reply.Hold != nil {
-		select {
-		case <-reply.Hold:
-		case <-r.Context().Done():
-			return
-		}
+	reply, ok := s.answer(r, rec)
+	if !ok {
+		return
 	}
 	if reply.Status != 0 {
-		if reply.RetryAfter != "" {
-			w.Header().Set("Retry-After", reply.RetryAfter)
-		}
-		msg := reply.ErrorMessage
-		if msg == "" {
-			msg = statusText(reply.Status)
-		}
-		writeError(w, reply.Status, errorType(reply.Status), reply.ErrorCode, msg, "")
+		writeReplyError(w, reply)
 		return
 	}
 
@@ -491,6 +480,33 @@ func thoughtSignature(extra json.RawMessage) string {
 // extraContent is Google's extra_content carrying a thought signature.
 func extraContent(signature string) map[string]any {
 	return map[string]any{"google": map[string]any{"thought_signature": signature}}
+}
+
+// writeReplyError answers with a reply's error status, in OpenAI's shape
+// (Chat Completions and Responses), with its Retry-After.
+func writeReplyError(w http.ResponseWriter, reply Reply) {
+	if reply.RetryAfter != "" {
+		w.Header().Set("Retry-After", reply.RetryAfter)
+	}
+	msg := reply.ErrorMessage
+	if msg == "" {
+		msg = statusText(reply.Status)
+	}
+	writeError(w, reply.Status, errorType(reply.Status), reply.ErrorCode, msg, "")
+}
+
+// answer picks the reply for a request and, when the reply holds, waits
+// for its release: false when the client went away meanwhile.
+func (s *Server) answer(r *http.Request, rec RecordedRequest) (Reply, bool) {
+	reply := s.pick(rec)
+	if reply.Hold != nil {
+		select {
+		case <-reply.Hold:
+		case <-r.Context().Done():
+			return Reply{}, false
+		}
+	}
+	return reply, true
 }
 
 // pick chooses the reply for a request.
