@@ -866,10 +866,14 @@ func (rt *Runtime) model(ctx context.Context, spec string) (*agent.Model, error)
 	}
 	fp := sha256.Sum256([]byte(strings.Join(vars, "\x00")))
 	rt.modelsMu.Lock()
-	defer rt.modelsMu.Unlock()
-	if c, ok := rt.models[spec]; ok && c.fingerprint == fp {
+	c, ok := rt.models[spec]
+	rt.modelsMu.Unlock()
+	if ok && c.fingerprint == fp {
 		return c.model, nil
 	}
+	// Built without the lock: a client may resolve credentials first (the
+	// AWS chain, bounded at 15 s), which must not hold every other run's
+	// step. Two steps building the same client at once keep the last.
 	m, err := agent.NewModel(ms, getenv)
 	if err != nil {
 		return nil, err
@@ -877,6 +881,8 @@ func (rt *Runtime) model(ctx context.Context, spec string) (*agent.Model, error)
 	if rt.cfg.ModelRetry != (agent.RetryPolicy{}) {
 		m.Retry = rt.cfg.ModelRetry
 	}
+	rt.modelsMu.Lock()
+	defer rt.modelsMu.Unlock()
 	if rt.models == nil {
 		rt.models = map[string]cachedModel{}
 	}
