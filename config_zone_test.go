@@ -50,3 +50,15 @@ func TestServeRefusesUnknownTimezone(t *testing.T) {
 		t.Errorf("stderr does not name the variable and the value:\n%s", msg)
 	}
 }
+
+// A PIZZA_EFFORT that names no effort refuses to start, naming the variable.
+func TestConfigEffort(t *testing.T) {
+	t.Parallel()
+	if _, err := loadConfig(env(map[string]string{"PIZZA_DATA_ROOT": t.TempDir(), "PIZZA_EFFORT": "claude-sonnet-5=high,*=low"})); err != nil {
+		t.Errorf("a valid PIZZA_EFFORT: %v", err)
+	}
+	_, err := loadConfig(env(map[string]string{"PIZZA_DATA_ROOT": t.TempDir(), "PIZZA_EFFORT": "gpt-5.6=turbo"}))
+	if err == nil || !strings.Contains(err.Error(), `PIZZA_EFFORT: "gpt-5.6=turbo"`) {
+		t.Errorf("an unknown effort: error = %v", err)
+	}
+}

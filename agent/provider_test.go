@@ -160,3 +160,39 @@ func TestProvidersTable(t *testing.T) {
 		t.Errorf("providers = %s, want %s", got, want)
 	}
 }
+
+// PIZZA_EFFORT is one effort for every model or a list per model; a spec's
+// entry wins over its model id's, which wins over "*"; anything else is
+// refused with the variable's name.
+func TestParseEfforts(t *testing.T) {
+	t.Parallel()
+	tb, err := agent.ParseEfforts("claude-sonnet-5=high, openai:gpt-5.6=Medium,gpt-5.6=low,*=minimal")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		spec agent.ModelSpec
+		want string
+	}{
+		{agent.ModelSpec{Provider: "anthropic", Model: "claude-sonnet-5"}, "high"},
+		{agent.ModelSpec{Provider: "openai", Model: "gpt-5.6"}, "medium"},
+		{agent.ModelSpec{Provider: "openrouter", Model: "gpt-5.6"}, "low"},
+		{agent.ModelSpec{Provider: "ollama", Model: "qwen2.5-coder"}, "minimal"},
+	} {
+		if got := tb.For(tt.spec); got != tt.want {
+			t.Errorf("For(%s) = %q, want %q", tt.spec, got, tt.want)
+		}
+	}
+	one, err := agent.ParseEfforts("high")
+	if err != nil || one.For(agent.ModelSpec{Provider: "gemini", Model: "g"}) != "high" {
+		t.Errorf("a single effort = %v, %v; want high for every model", one, err)
+	}
+	if none, err := agent.ParseEfforts(""); err != nil || none.For(agent.ModelSpec{Provider: "openai", Model: "x"}) != "" {
+		t.Errorf("unset = %v, %v; want the model's default", none, err)
+	}
+	for _, bad := range []string{"extreme", "a=extreme", "=high", "a:b"} {
+		if _, err := agent.ParseEfforts(bad); err == nil || !strings.Contains(err.Error(), "PIZZA_EFFORT") {
+			t.Errorf("ParseEfforts(%q) = %v, want an error naming PIZZA_EFFORT", bad, err)
+		}
+	}
+}

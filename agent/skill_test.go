@@ -103,6 +103,13 @@ Do the research.
 			want:   &agent.Skill{Name: "x", Description: "d", CompactAt: 0.6},
 		},
 		{name: "compactAt above the limit", folder: "x", data: "---\nname: x\ndescription: d\ncompactAt: 1.5\n---\n", wantErr: `compactAt "1.5" is not a share of the context window above 0 and at most 0.95, e.g. 0.6 (line 4)`},
+		{
+			name:   "effort",
+			folder: "x",
+			data:   "---\nname: x\ndescription: d\neffort: High\n---\n",
+			want:   &agent.Skill{Name: "x", Description: "d", Effort: "high"},
+		},
+		{name: "effort unknown", folder: "x", data: "---\nname: x\ndescription: d\neffort: extreme\n---\n", wantErr: `effort "extreme" is not one of none, minimal, low, medium, high, xhigh, max`},
 		{name: "compactAt not a number", folder: "x", data: "---\nname: x\ndescription: d\ncompactAt: 60%\n---\n", wantErr: `compactAt "60%" is not a share`},
 		{name: "model with an unknown provider", folder: "x", data: "---\nname: x\ndescription: d\nmodel: openia:gpt-4.1\n---\n", wantErr: `model "openia:gpt-4.1": unknown provider "openia"`},
 		{name: "model without a provider", folder: "x", data: "---\nname: x\ndescription: d\nmodel: gpt-4.1\n---\n", wantErr: `model "gpt-4.1" has no provider`},
