@@ -109,6 +109,26 @@ func AdvanceRun(ctx context.Context, q Querier, threadID int64) (int64, error) {
 	return gen, nil
 }
 
+// AdvanceRunHeld is AdvanceRun for a step whose job goes on to the next
+// step itself (a chained step, jobs/runtime.go): the lease at the new
+// generation stays jobID's, its heartbeat now, so the next step begins
+// with nothing to take. Should the job's process die, the lease is a dead
+// job's, which RescueDeadSteps hands over as it does any step's.
+func AdvanceRunHeld(ctx context.Context, q Querier, threadID, jobID int64) (int64, error) {
+	var gen int64
+	err := q.QueryRow(ctx, `UPDATE threads
+		SET status = 'running', error = '', run_gen = run_gen + 1,
+		    run_lease_job = $2, run_heartbeat_at = now(), updated_at = now()
+		WHERE id = $1 RETURNING run_gen`, threadID, jobID).Scan(&gen)
+	if err != nil {
+		if isNoRows(err) {
+			return 0, fmt.Errorf("advance thread %d: %w", threadID, ErrNotFound)
+		}
+		return 0, fmt.Errorf("advance thread %d: %w", threadID, err)
+	}
+	return gen, nil
+}
+
 // EndRun stops the thread's run in status (waiting, done, failed or
 // cancelled), clears the lease and bumps the generation so no queued job acts
 // on it. Waiting, done and failed runs become unread.
@@ -286,6 +306,16 @@ type RunView struct {
 	// Budget is the run's budget state (budgets.go), which its next model
 	// call is checked against.
 	Budget BudgetState
+	// Gen and LeaseJob are the run's generation and the job holding its
+	// lease (nil: none) when it was read.
+	Gen      int64
+	LeaseJob *int64
+}
+
+// Holds reports whether job jobID held the run at generation gen, running,
+// when v was read.
+func (v RunView) Holds(gen, jobID int64) bool {
+	return v.Thread.Status == StatusRunning && v.Gen == gen && v.LeaseJob != nil && *v.LeaseJob == jobID
 }
 
 // ReadRun reads a step's view of its run in one round trip, its budgets
@@ -314,6 +344,9 @@ func ReadRun(ctx context.Context, q Batcher, threadID int64, imageTypes []string
 		return row.Scan(&v.Images)
 	})
 	QueueBudgetState(b, threadID, clock, &v.Budget)
+	b.Queue(`SELECT run_gen, run_lease_job FROM threads WHERE id = $1`, threadID).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&v.Gen, &v.LeaseJob)
+	})
 	if err := q.SendBatch(ctx, b).Close(); err != nil {
 		return RunView{}, fmt.Errorf("read run of thread %d: %w", threadID, err)
 	}

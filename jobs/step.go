@@ -62,7 +62,7 @@ func (w *StepWorker) Timeout(*river.Job[StepArgs]) time.Duration { return StepTi
 // Work runs the step under a lease on the thread, kept alive by heartbeats,
 // then the run's next steps while they chain (see chain).
 func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
-	ch := &chain{threadID: job.Args.ThreadID, began: time.Now()}
+	ch := &chain{threadID: job.Args.ThreadID, jobID: job.ID, began: time.Now()}
 	a := job.Args
 	for {
 		more, err := w.take(ctx, job, a, ch)
@@ -81,31 +81,33 @@ func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
 func (w *StepWorker) take(ctx context.Context, job *river.Job[StepArgs], a StepArgs, ch *chain) (bool, error) {
 	rt := w.rt
 	chained := ch.steps > 0
-	outcome, err := db.TakeLease(ctx, rt.cfg.Pool, a.ThreadID, a.Gen, job.ID, rt.staleAfter())
-	if err != nil {
-		if chained {
-			rt.releaseBackstop(ctx, a.ThreadID, ch.backstop)
-			return false, nil
-		}
-		return false, err
-	}
-	switch outcome {
-	case db.LeaseObsolete:
-		return false, nil
-	case db.LeaseBusy:
-		if chained {
-			return false, nil // another job took the step: the backstop finds it so too
-		}
-		return false, river.JobSnooze(rt.staleAfter())
-	}
 	if chained {
-		rt.dropBackstop(ctx, a.ThreadID, ch.backstop)
+		// The commit that advanced the run kept its lease for this job
+		// (advance): the step is taken, and its first commit deletes the
+		// backstop. rt.step checks the lease is still this job's.
+		ch.drop = ch.backstop
+		base := ctx
+		defer func() {
+			if ch.drop != 0 { // no commit deleted it
+				rt.dropBackstop(base, a.ThreadID, ch.drop)
+				ch.drop = 0
+			}
+		}()
+	} else {
+		outcome, err := db.TakeLease(ctx, rt.cfg.Pool, a.ThreadID, a.Gen, job.ID, rt.staleAfter())
+		if err != nil {
+			return false, err
+		}
+		switch outcome {
+		case db.LeaseObsolete:
+			return false, nil
+		case db.LeaseBusy:
+			return false, river.JobSnooze(rt.staleAfter())
+		}
 	}
 	ch.backstop = 0
-	stepCtx := ctx
-	if rt.mayChain(ch) {
-		stepCtx = withChain(ctx, ch)
-	}
+	ch.more = rt.mayChain(ch)
+	stepCtx := withChain(ctx, ch)
 
 	// jobCtx is River's: it ends at shutdown or when River cancels the job.
 	// ctx, derived, also ends when the heartbeat loses the lease, and is
@@ -123,7 +125,7 @@ func (w *StepWorker) take(ctx context.Context, job *river.Job[StepArgs], a StepA
 	if chained {
 		queued, waitUntil = began, began.Add(providerWaitLimit)
 	}
-	err = rt.step(ctx, job.ID, a, waitUntil)
+	err := rt.step(ctx, job.ID, a, waitUntil)
 	cancel(nil)
 	<-hbDone
 	var wait *providerWait
@@ -131,7 +133,7 @@ func (w *StepWorker) take(ctx context.Context, job *river.Job[StepArgs], a StepA
 	case err == nil:
 		rt.cfg.Metrics.Step(began.Sub(queued), time.Since(began), "ok")
 		if ch.backstop != 0 && (jobCtx.Err() != nil || rt.stopping.Load()) {
-			rt.releaseBackstop(ctx, a.ThreadID, ch.backstop)
+			rt.releaseBackstop(ctx, a.ThreadID, job.ID, ch.backstop)
 			return false, nil
 		}
 		return ch.backstop != 0, nil
@@ -271,7 +273,8 @@ func (rt *Runtime) heartbeat(ctx context.Context, cancel context.CancelCauseFunc
 // run. fn gets the transaction's context (db.InTx): a pool connection asked
 // for with it fails at once, so a Tx tool cannot take a second one.
 func (rt *Runtime) commit(ctx context.Context, jobID int64, a StepArgs, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	return db.InTx(ctx, rt.cfg.Pool, func(ctx context.Context, tx pgx.Tx) error {
+	ch := chainOf(ctx, a.ThreadID)
+	err := db.InTx(ctx, rt.cfg.Pool, func(ctx context.Context, tx pgx.Tx) error {
 		ok, err := db.HoldsLease(ctx, tx, a.ThreadID, a.Gen, jobID)
 		if err != nil {
 			return err
@@ -279,15 +282,35 @@ func (rt *Runtime) commit(ctx context.Context, jobID int64, a StepArgs, fn func(
 		if !ok {
 			return errLeaseLost
 		}
+		if err := rt.deleteBackstop(ctx, tx, ch); err != nil {
+			return err
+		}
 		return fn(ctx, tx)
 	})
+	if err == nil && ch != nil {
+		ch.drop = 0
+	}
+	return err
+}
+
+// deleteBackstop deletes, in a chained step's commit, the backstop the
+// step's run was queued with: the step is now committing, under its lease.
+func (rt *Runtime) deleteBackstop(ctx context.Context, tx pgx.Tx, ch *chain) error {
+	if ch == nil || ch.drop == 0 {
+		return nil
+	}
+	if _, err := rt.client.JobDeleteTx(ctx, tx, ch.drop); err != nil && !errors.Is(err, river.ErrNotFound) {
+		return fmt.Errorf("delete the backstop of a chained step: %w", err)
+	}
+	return nil
 }
 
 // commitBatch is commit whose first statements, queued by first, go to the
 // server in one round trip with the lease check; fn then runs as in commit.
 // When the lease is lost the batch's writes are rolled back with the rest.
 func (rt *Runtime) commitBatch(ctx context.Context, jobID int64, a StepArgs, first func(b *pgx.Batch) error, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	return db.InTx(ctx, rt.cfg.Pool, func(ctx context.Context, tx pgx.Tx) error {
+	ch := chainOf(ctx, a.ThreadID)
+	err := db.InTx(ctx, rt.cfg.Pool, func(ctx context.Context, tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		var checked db.LeaseCheck
 		db.QueueHoldsLease(b, a.ThreadID, a.Gen, jobID, &checked)
@@ -303,8 +326,15 @@ func (rt *Runtime) commitBatch(ctx context.Context, jobID int64, a StepArgs, fir
 		if err != nil {
 			return err
 		}
+		if err := rt.deleteBackstop(ctx, tx, ch); err != nil {
+			return err
+		}
 		return fn(ctx, tx)
 	})
+	if err == nil && ch != nil {
+		ch.drop = 0
+	}
+	return err
 }
 
 // step decides what the run needs next: its open tool calls, or the model.
@@ -315,8 +345,12 @@ func (rt *Runtime) step(ctx context.Context, jobID int64, a StepArgs, waitUntil 
 	if err != nil {
 		return err
 	}
+	if !v.Holds(a.Gen, jobID) {
+		// Cancelled, or moved on, since the lease was taken or kept.
+		return errLeaseLost
+	}
 	if len(v.Open) > 0 {
-		return rt.toolStep(ctx, jobID, a, v.Thread.UserID, v.Open)
+		return rt.toolStep(ctx, jobID, a, v.Thread, v.Open)
 	}
 	return rt.modelStep(ctx, jobID, a, v, waitUntil)
 }
@@ -508,14 +542,33 @@ func stopNote(finish string) string {
 // unknownOutcome is what a person reads on a call cut off by a crash.
 const unknownOutcome = "The server stopped while this call was running: it may or may not have taken effect. Retry runs it again; skip tells the model it did not complete."
 
-func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, userID int64, open []db.ToolCallRow) error {
+func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, t db.Thread, open []db.ToolCallRow) error {
 	started := time.Now()
-	run := tools.Run{ThreadID: a.ThreadID, UserID: userID}
+	run := tools.Run{ThreadID: a.ThreadID, UserID: t.UserID}
 	// Sub-agents first, so that they work while the other calls run.
 	if err := rt.delegate(ctx, jobID, a, open); err != nil {
 		return err
 	}
-	for _, c := range open {
+	// The step's end: its record, and the run's next step. The last call's
+	// commit takes it along where that call's outcome commits in one
+	// transaction anyway (runCall), sparing the step a commit of its own.
+	finish := func(ctx context.Context, tx pgx.Tx) error {
+		if err := db.InsertStep(ctx, tx, db.Step{ThreadID: a.ThreadID, Kind: "tools", StartedAt: started}); err != nil {
+			return err
+		}
+		return rt.afterTools(ctx, tx, a.ThreadID)
+	}
+	last := -1
+	for i, c := range open {
+		if !skipInStep(c) {
+			last = i
+		}
+	}
+	// The gates, read once for the step's calls: a policy that denies a
+	// tool now wins over an approval given before it changed. No
+	// transaction is held here.
+	var rules *gateRules
+	for i, c := range open {
 		if skipInStep(c) {
 			continue // a sub-agent's to answer (task.go)
 		}
@@ -538,45 +591,58 @@ func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, userID
 				return rt.endRun(ctx, tx, a.ThreadID, db.StatusWaiting, "")
 			})
 		}
-		if err := rt.runCall(ctx, jobID, a, run, c, tool, known); err != nil {
+		if rules == nil && known && (tool.Tx != nil || tool.Call != nil) {
+			r, err := rt.gateRules(ctx, rt.cfg.Pool, t)
+			if err != nil {
+				return err
+			}
+			rules = &r
+		}
+		var then func(ctx context.Context, tx pgx.Tx) error
+		if i == last {
+			then = finish
+		}
+		done, err := rt.runCall(ctx, jobID, a, run, c, tool, known, rules, then)
+		if err != nil {
 			return err
+		}
+		if done {
+			return nil // the call's commit ended the step
 		}
 	}
-	return rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
-		if err := db.InsertStep(ctx, tx, db.Step{ThreadID: a.ThreadID, Kind: "tools", StartedAt: started}); err != nil {
-			return err
-		}
-		return rt.afterTools(ctx, tx, a.ThreadID)
-	})
+	return rt.commit(ctx, jobID, a, finish)
 }
 
-// runCall executes one ready call and commits its result.
-func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run tools.Run, c db.ToolCallRow, tool tools.Tool, known bool) error {
-	if !known || (tool.Tx == nil && tool.Call == nil) {
-		return rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
-			return db.CompleteToolCall(ctx, tx, c, fmt.Sprintf("tool %q is not available", c.Name), true)
+// runCall executes one ready call and commits its result, with then (when
+// not nil) in the same transaction where the outcome commits in one: a
+// refusal, or a database tool's result. It reports whether then ran.
+func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run tools.Run, c db.ToolCallRow, tool tools.Tool, known bool, rules *gateRules, then func(ctx context.Context, tx pgx.Tx) error) (bool, error) {
+	complete := func(result string, isError bool) (bool, error) {
+		return then != nil, rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
+			if err := db.CompleteToolCall(ctx, tx, c, result, isError); err != nil {
+				return err
+			}
+			if then != nil {
+				return then(ctx, tx)
+			}
+			return nil
 		})
 	}
-	// A policy that denies the tool now wins over an approval given
-	// before it changed. No transaction is held here.
-	if g, err := rt.gate(ctx, rt.cfg.Pool, a.ThreadID, c.Name); err != nil {
-		return err
-	} else if g.Deny {
-		return rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
-			return db.CompleteToolCall(ctx, tx, c, g.Refusal(c.Name), true)
-		})
+	if !known || (tool.Tx == nil && tool.Call == nil) {
+		return complete(fmt.Sprintf("tool %q is not available", c.Name), true)
+	}
+	if g := rules.decide(c.Name, tool, known); g.Deny {
+		return complete(g.Refusal(c.Name), true)
 	}
 	args, err := tool.Spec.ValidateArguments(c.EffectiveArguments())
 	if err != nil {
-		return rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
-			return db.CompleteToolCall(ctx, tx, c, err.Error(), true)
-		})
+		return complete(err.Error(), true)
 	}
 	// Tools that need the run service (run_js calling other tools, reads
 	// outside the step's transaction) get it and this call explicitly.
 	run.Call, run.Host = c, &callHost{rt: rt, jobID: jobID, step: a}
 	if tool.Tx != nil {
-		return rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
+		return then != nil, rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
 			// A savepoint: a failing tool must not abort the transaction
 			// that records its failure.
 			sp, err := tx.Begin(ctx)
@@ -589,12 +655,14 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run too
 				if err := sp.Rollback(ctx); err != nil {
 					return err
 				}
-				return failCall(ctx, tx, c, terr) // an error result, or parked for approval
+				err = failCall(ctx, tx, c, terr) // an error result, or parked for approval
+			} else if err = sp.Commit(ctx); err == nil {
+				err = db.CompleteToolCall(ctx, tx, c, result, false)
 			}
-			if err := sp.Commit(ctx); err != nil {
+			if err != nil || then == nil {
 				return err
 			}
-			return db.CompleteToolCall(ctx, tx, c, result, false)
+			return then(ctx, tx)
 		})
 	}
 	// Record the intent first: if the process dies during Call, the next
@@ -604,14 +672,17 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run too
 		return err
 	})
 	if err != nil {
-		return err
+		return false, err
 	}
 	result, terr := tool.Call(ctx, run, args)
 	if ctx.Err() != nil {
-		return ctx.Err()
+		return false, ctx.Err()
 	}
 	rt.cfg.Metrics.ToolCall(c.Name, toolOutcome(terr))
-	return rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
+	// The outcome of a call with effects outside the database commits on
+	// its own: a failure of the step's end must not roll it back and make
+	// the call's outcome unknown.
+	return false, rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
 		if terr != nil {
 			return failCall(ctx, tx, c, terr) // an error result, or parked for approval
 		}
