@@ -148,8 +148,8 @@ func TestKillDuringChainedStepIsTakenOverAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually.True(t, 30*time.Second, "waiting for the second model call", func() bool { return len(b.Model.Requests()) == 2 })
-	if all, _ := stepJobs(t, b.Pool, th.ID); all != 1 {
-		t.Fatalf("%d step jobs, want 1: the first, whose worker took the next steps (their backstops deleted once taken)", all)
+	if all, open := stepJobs(t, b.Pool, th.ID); all != 2 || open != 2 {
+		t.Fatalf("%d step jobs (%d not finished), want 2: the first, whose worker took the next steps, and the backstop of the step under way, which its first commit deletes", all, open)
 	}
 	kill()
 	// Well within StaleAfter's rescue, and without any worker: the sweep
