@@ -96,6 +96,9 @@ type config struct {
 	// Zone is the time zone of usage reports' days and budgets' days and
 	// months (PIZZA_TIMEZONE): a day starts at midnight there.
 	Zone *time.Location
+
+	// Publish is where publish_brief publishes (loadPublish).
+	Publish tools.Publish
 }
 
 // oidcEnabled reports whether people sign in with SSO.
@@ -146,6 +149,10 @@ var envVars = []envVar{
 	{"PIZZA_OIDC_ALLOWED_DOMAINS", "(none: anyone the provider signs in)", "comma-separated email domains, e.g. example.com: only people whose ID token has a verified email there (or a group of PIZZA_OIDC_ALLOWED_GROUPS) may sign in"},
 	{"PIZZA_OIDC_ALLOWED_GROUPS", "(none)", "comma-separated values of the ID token's groups claim (Entra ID: group object ids) whose members may sign in"},
 	{"PIZZA_RETENTION", "(none: archived threads are kept)", "archived threads are deleted this long after they were archived, e.g. 90d or 2160h (checked hourly)"},
+	{"PIZZA_PUBLISH_FOLDER", "(none)", "publish_brief writes each brief as <title>.md into this absolute folder, which must lie in a writable folder grant (PIZZA_GRANTS)"},
+	{"PIZZA_PUBLISH_WEBHOOK_URL", "(none)", "publish_brief posts each brief as JSON to this https URL, signed with Standard Webhooks (webhook-id, webhook-timestamp, webhook-signature)"},
+	{"PIZZA_PUBLISH_WEBHOOK_SECRET", "(none)", "the webhook's signing secret, whsec_ and base64 of 24 to 64 random bytes; required with PIZZA_PUBLISH_WEBHOOK_URL"},
+	{"PIZZA_PUBLISH_ALLOW_INSECURE", "false", "tests and local receivers only: let the publish webhook be a loopback http URL"},
 	{"PIZZA_TIMEZONE", "UTC", "time zone of usage and budgets, an IANA name such as Europe/Berlin or America/Los_Angeles: a budget's day starts at midnight there, a month on the 1st; the usage report's days are its days"},
 }
 
@@ -262,6 +269,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	errs = append(errs, c.loadOperations(getenv)...)
 	errs = append(errs, c.loadAccessAndRetention(getenv)...)
 	errs = append(errs, c.loadZone(getenv)...)
+	errs = append(errs, c.loadPublish(getenv)...)
 	return c, errors.Join(errs...)
 }
 

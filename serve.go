@@ -556,7 +556,10 @@ type runtimeParts struct {
 func newRuntime(cfg config, st *store, p runtimeParts) (*jobs.Runtime, error) {
 	// The workspace tools: run_js, memory, attachments and folder grants,
 	// which never reach into the data root.
-	toolbox, err := tools.NewToolbox(tools.WorkspaceTools(tools.Workspace{Protected: []string{cfg.DataRoot}})...)
+	// publish_brief joins them when a destination is configured.
+	builtin := tools.WorkspaceTools(tools.Workspace{Protected: []string{cfg.DataRoot}})
+	builtin = append(builtin, tools.PublishTools(cfg.Publish)...)
+	toolbox, err := tools.NewToolbox(builtin...)
 	if err != nil {
 		return nil, err
 	}
