@@ -274,28 +274,16 @@ func (g *Guard) DialContext(ctx context.Context, network, address string) (net.C
 	if err != nil {
 		return nil, fmt.Errorf("port %q: %w", portStr, err)
 	}
-	var addrs []netip.Addr
-	if a, err := netip.ParseAddr(host); err == nil {
-		addrs = []netip.Addr{a}
-	} else {
-		res := g.Resolver
-		if res == nil {
-			res = net.DefaultResolver
-		}
-		ipnet := "ip"
-		switch network {
-		case "tcp4":
-			ipnet = "ip4"
-		case "tcp6":
-			ipnet = "ip6"
-		}
-		addrs, err = res.LookupNetIP(ctx, ipnet, host)
-		if err != nil {
-			return nil, err
-		}
-		if len(addrs) == 0 {
-			return nil, fmt.Errorf("%s has no address", host)
-		}
+	ipnet := "ip"
+	switch network {
+	case "tcp4":
+		ipnet = "ip4"
+	case "tcp6":
+		ipnet = "ip6"
+	}
+	addrs, err := g.lookup(ctx, ipnet, host)
+	if err != nil {
+		return nil, err
 	}
 	var firstErr error
 	for _, a := range addrs {
@@ -334,6 +322,26 @@ func (g *Guard) dialer(host string) *net.Dialer {
 			return g.Check(host, ap.Addr(), int(ap.Port()))
 		},
 	}
+}
+
+// lookup is host's addresses: host itself when it is one, else what the
+// resolver answers, once.
+func (g *Guard) lookup(ctx context.Context, network, host string) ([]netip.Addr, error) {
+	if a, err := netip.ParseAddr(host); err == nil {
+		return []netip.Addr{a}, nil
+	}
+	res := g.Resolver
+	if res == nil {
+		res = net.DefaultResolver
+	}
+	addrs, err := res.LookupNetIP(ctx, network, host)
+	if err != nil {
+		return nil, fmt.Errorf("%s does not resolve: %w", host, err)
+	}
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("%s has no address", host)
+	}
+	return addrs, nil
 }
 
 // MaxRedirects is how many redirects a guarded client follows.
@@ -385,18 +393,9 @@ func (g *Guard) CheckURL(ctx context.Context, raw string) error {
 	if p := u.Port(); p != "" {
 		port, _ = strconv.Atoi(p)
 	}
-	var addrs []netip.Addr
-	if a, err := netip.ParseAddr(host); err == nil {
-		addrs = []netip.Addr{a}
-	} else {
-		res := g.Resolver
-		if res == nil {
-			res = net.DefaultResolver
-		}
-		addrs, err = res.LookupNetIP(ctx, "ip", host)
-		if err != nil {
-			return fmt.Errorf("%s does not resolve: %w", host, err)
-		}
+	addrs, err := g.lookup(ctx, "ip", host)
+	if err != nil {
+		return err
 	}
 	for _, a := range addrs {
 		if err := g.Check(host, a, port); err != nil {
