@@ -295,25 +295,23 @@ func (rt *Runtime) Getenv(name string) string {
 // queues its own run's next step as a backstop instead: the worker takes
 // that step itself once this transaction commits.
 func (rt *Runtime) advance(ctx context.Context, tx pgx.Tx, threadID int64) error {
+	ch := chainOf(ctx, threadID)
+	if ch != nil && !ch.more {
+		ch = nil // the step's job stops after it: the next is any worker's
+	}
 	var (
-		gen int64
-		err error
+		gen  int64
+		err  error
+		opts *river.InsertOpts
 	)
-	if ch := chainOf(ctx, threadID); ch != nil && ch.more {
+	if ch != nil {
 		gen, err = db.AdvanceRunHeld(ctx, tx, threadID, ch.jobID)
+		opts = &river.InsertOpts{ScheduledAt: time.Now().Add(rt.staleAfter())}
 	} else {
 		gen, err = db.AdvanceRun(ctx, tx, threadID)
 	}
 	if err != nil {
 		return err
-	}
-	var opts *river.InsertOpts
-	ch := chainOf(ctx, threadID)
-	if ch != nil && !ch.more {
-		ch = nil
-	}
-	if ch != nil {
-		opts = &river.InsertOpts{ScheduledAt: time.Now().Add(rt.staleAfter())}
 	}
 	res, err := rt.client.InsertTx(ctx, tx, StepArgs{ThreadID: threadID, Gen: gen}, opts)
 	if err != nil {
