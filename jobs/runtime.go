@@ -19,6 +19,7 @@ import (
 	"pizzabot/agent"
 	"pizzabot/db"
 	"pizzabot/metrics"
+	"pizzabot/notify"
 	"pizzabot/refusal"
 	"pizzabot/tools"
 )
@@ -62,6 +63,13 @@ type Config struct {
 	// itself ("" leaves the environment's). It is asked at every model
 	// step, so a change reaches every replica at once.
 	ProviderSettings func(ctx context.Context, provider string) (baseURL, keyEnv, key string, err error)
+
+	// Credentials are each user's own MCP sign-ins and secrets (issue 30);
+	// nil: every server is used with its configured headers only.
+	Credentials agent.Credentials
+	// Notify tells people what waits for them when no tab is open (issue
+	// 32); nil tells nobody.
+	Notify notify.Publisher
 
 	// Retention, when set, is how long an archived thread is kept: the
 	// hourly prune deletes older ones (PIZZA_RETENTION).
