@@ -75,10 +75,21 @@ type ContextState struct {
 }
 
 // ReadContextState reads a thread's context state for model, by thread id
-// alone (the runtime acts for the thread's owner).
+// alone (the runtime acts for the thread's owner). ReadRun reads it with
+// the run, for the thread's own model.
 func ReadContextState(ctx context.Context, q Batcher, threadID int64, model string) (ContextState, error) {
 	var s ContextState
 	b := &pgx.Batch{}
+	queueContextState(b, threadID, &model, &s)
+	if err := q.SendBatch(ctx, b).Close(); err != nil {
+		return ContextState{}, fmt.Errorf("read context of thread %d: %w", threadID, err)
+	}
+	return s, nil
+}
+
+// queueContextState queues ReadContextState's reads on b, for model, or
+// for the thread's own model when model is nil.
+func queueContextState(b *pgx.Batch, threadID int64, model *string, s *ContextState) {
 	b.Queue(`SELECT `+compactionColumns+` FROM compactions c
 		WHERE c.thread_id = $1 ORDER BY c.through_message_id DESC LIMIT 1`, threadID).Query(func(rows pgx.Rows) error {
 		cs, err := pgx.CollectRows(rows, pgx.RowToStructByName[Compaction])
@@ -99,7 +110,8 @@ func ReadContextState(ctx context.Context, q Batcher, threadID int64, model stri
 		}
 		return rows.Err()
 	})
-	b.Queue(`SELECT tokens FROM model_windows WHERE model = $1`, model).Query(func(rows pgx.Rows) error {
+	b.Queue(`SELECT tokens FROM model_windows
+		WHERE model = coalesce($2::text, (SELECT model FROM threads WHERE id = $1))`, threadID, model).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			if err := rows.Scan(&s.LearnedWindow); err != nil {
 				return err
@@ -115,10 +127,6 @@ func ReadContextState(ctx context.Context, q Batcher, threadID int64, model stri
 		}
 		return rows.Err()
 	})
-	if err := q.SendBatch(ctx, b).Close(); err != nil {
-		return ContextState{}, fmt.Errorf("read context of thread %d: %w", threadID, err)
-	}
-	return s, nil
 }
 
 // LearnWindow records a model's context window as a provider told it: the

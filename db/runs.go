@@ -310,7 +310,15 @@ type RunView struct {
 	// lease (nil: none) when it was read.
 	Gen      int64
 	LeaseJob *int64
+	// Context is the run's context state (ReadContextState) for the
+	// thread's own model.
+	Context ContextState
+	// Settings holds the server settings of RunSettings that are set.
+	Settings map[string]string
 }
+
+// RunSettings are the server settings a step reads, read with its run.
+var RunSettings = []string{SettingToolPolicy, SettingOpenAIAPI}
 
 // Holds reports whether job jobID held the run at generation gen, running,
 // when v was read.
@@ -347,6 +355,9 @@ func ReadRun(ctx context.Context, q Batcher, threadID int64, imageTypes []string
 	b.Queue(`SELECT run_gen, run_lease_job FROM threads WHERE id = $1`, threadID).QueryRow(func(row pgx.Row) error {
 		return row.Scan(&v.Gen, &v.LeaseJob)
 	})
+	queueContextState(b, threadID, nil, &v.Context)
+	v.Settings = map[string]string{}
+	QueueServerSettings(b, RunSettings, v.Settings)
 	if err := q.SendBatch(ctx, b).Close(); err != nil {
 		return RunView{}, fmt.Errorf("read run of thread %d: %w", threadID, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -103,6 +104,21 @@ func GetServerSetting(ctx context.Context, q Querier, key string) (string, error
 		return "", fmt.Errorf("get setting %s: %w", key, err)
 	}
 	return v, nil
+}
+
+// QueueServerSettings queues a read of the server settings keys on b: into
+// has the value of each one that is set when the batch has run.
+func QueueServerSettings(b *pgx.Batch, keys []string, into map[string]string) {
+	b.Queue(`SELECT key, value FROM server_settings WHERE key = ANY($1)`, keys).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var k, v string
+			if err := rows.Scan(&k, &v); err != nil {
+				return fmt.Errorf("get settings: %w", err)
+			}
+			into[k] = v
+		}
+		return rows.Err()
+	})
 }
 
 // SetServerSetting stores a server setting; an empty value removes it.

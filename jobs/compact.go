@@ -131,9 +131,12 @@ func (rt *Runtime) contextWindows(setting string) agent.WindowTable {
 // the window, and the step compacts and asks again.
 func (rt *Runtime) stepInWindow(ctx context.Context, jobID int64, a StepArgs, v db.RunView, skill *agent.Skill, in agent.StepInput) (*agent.StepOutput, error) {
 	t := v.Thread
-	state, err := db.ReadContextState(ctx, rt.cfg.Pool, t.ID, in.Model.Spec.String())
-	if err != nil {
-		return nil, &contextError{err}
+	state := v.Context // read with the run, for the thread's model
+	if spec := in.Model.Spec.String(); spec != t.Model {
+		var err error
+		if state, err = db.ReadContextState(ctx, rt.cfg.Pool, t.ID, spec); err != nil {
+			return nil, &contextError{err}
+		}
 	}
 	w := window{tokens: rt.contextWindows(state.Windows).For(in.Model.Spec), compactAt: defaultCompactAt}
 	if state.LearnedWindow > 0 && state.LearnedWindow < w.tokens {

@@ -62,11 +62,18 @@ const maxGateDepth = 16
 // gateRules reads the rules for the calls of thread t: the policy and the
 // skills of t and of every thread above it, through q.
 func (rt *Runtime) gateRules(ctx context.Context, q db.Querier, t db.Thread) (gateRules, error) {
-	var r gateRules
 	raw, err := db.GetServerSetting(ctx, q, db.SettingToolPolicy)
 	if err != nil {
-		return r, err
+		return gateRules{}, err
 	}
+	return rt.gateRulesOf(ctx, q, t, raw)
+}
+
+// gateRulesOf is gateRules with the tool policy already read (raw, the
+// setting's value).
+func (rt *Runtime) gateRulesOf(ctx context.Context, q db.Querier, t db.Thread, raw string) (gateRules, error) {
+	var r gateRules
+	var err error
 	if r.policy, err = agent.ParseToolPolicy([]byte(raw)); err != nil {
 		// Checked when saved, so only a hand edit gets here: fail closed.
 		r.policyErr = err

@@ -877,7 +877,9 @@ func (rt *Runtime) defaultModel(ctx context.Context, q db.Querier) string {
 
 // model returns the client for a model spec, built once per base URL and
 // key: the environment, overlaid with the provider's settings.
-func (rt *Runtime) model(ctx context.Context, spec string) (*agent.Model, error) {
+// model returns the client for spec; settings are the server settings read
+// with the run (db.RunSettings).
+func (rt *Runtime) model(ctx context.Context, spec string, settings map[string]string) (*agent.Model, error) {
 	if spec == "" {
 		return nil, errors.New("no model is configured: set PIZZA_MODEL to <provider>:<model-id>, e.g. openai:gpt-4.1-mini, or choose one in the settings")
 	}
@@ -886,7 +888,7 @@ func (rt *Runtime) model(ctx context.Context, spec string) (*agent.Model, error)
 		return nil, err
 	}
 	p, _ := agent.LookupProvider(ms.Provider)
-	getenv, err := rt.ProviderEnv(ctx, p.Name)
+	getenv, err := rt.providerEnv(ctx, p.Name, settings)
 	if err != nil {
 		return nil, err
 	}
@@ -925,6 +927,12 @@ func (rt *Runtime) model(ctx context.Context, spec string) (*agent.Model, error)
 // admin stored for the provider on the settings page. The settings page's
 // Test builds its client from it, as runs do.
 func (rt *Runtime) ProviderEnv(ctx context.Context, provider string) (func(string) string, error) {
+	return rt.providerEnv(ctx, provider, nil)
+}
+
+// providerEnv is ProviderEnv with the server settings of db.RunSettings
+// already read (nil: read them).
+func (rt *Runtime) providerEnv(ctx context.Context, provider string, settings map[string]string) (func(string) string, error) {
 	getenv := rt.cfg.Getenv
 	if getenv == nil {
 		getenv = func(string) string { return "" }
@@ -933,9 +941,12 @@ func (rt *Runtime) ProviderEnv(ctx context.Context, provider string) (func(strin
 	if ok && p.Name == "openai" && rt.cfg.Pool != nil {
 		// The settings page's choice of OpenAI's API, over OPENAI_API. No
 		// transaction is held here (see db.InTx).
-		api, err := db.GetServerSetting(ctx, rt.cfg.Pool, db.SettingOpenAIAPI)
-		if err != nil {
-			return nil, fmt.Errorf("read the settings of provider %s: %w", p.Name, err)
+		api := settings[db.SettingOpenAIAPI]
+		if settings == nil {
+			var err error
+			if api, err = db.GetServerSetting(ctx, rt.cfg.Pool, db.SettingOpenAIAPI); err != nil {
+				return nil, fmt.Errorf("read the settings of provider %s: %w", p.Name, err)
+			}
 		}
 		if api != "" {
 			env := getenv

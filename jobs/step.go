@@ -350,7 +350,7 @@ func (rt *Runtime) step(ctx context.Context, jobID int64, a StepArgs, waitUntil 
 		return errLeaseLost
 	}
 	if len(v.Open) > 0 {
-		return rt.toolStep(ctx, jobID, a, v.Thread, v.Open)
+		return rt.toolStep(ctx, jobID, a, v.Thread, v.Open, v.Settings[db.SettingToolPolicy])
 	}
 	return rt.modelStep(ctx, jobID, a, v, waitUntil)
 }
@@ -389,7 +389,7 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 		skill = s
 		system += "\n\n# Skill: " + s.Name + "\n\n" + tools.SkillFolderPrompt(s) + "\n\n" + s.Body
 	}
-	model, err := rt.model(ctx, t.Model)
+	model, err := rt.model(ctx, t.Model, v.Settings)
 	if err != nil {
 		return rt.fail(ctx, jobID, a, started, t.Model, err.Error())
 	}
@@ -401,7 +401,7 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 	if err != nil || budget == budgetStopped {
 		return err
 	}
-	rules, err := rt.gateRules(ctx, rt.cfg.Pool, t) // no transaction is held here
+	rules, err := rt.gateRulesOf(ctx, rt.cfg.Pool, t, v.Settings[db.SettingToolPolicy]) // no transaction is held here
 	if err != nil {
 		return err
 	}
@@ -450,6 +450,7 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 	// The answer and the step's record go with the lease check, in one
 	// round trip; the rest depends on the message's id.
 	var m db.Message
+	settings := map[string]string{}
 	first := func(b *pgx.Batch) error {
 		calls := make([]db.ToolCall, len(out.Assistant.ToolCalls))
 		for i, c := range out.Assistant.ToolCalls {
@@ -471,6 +472,9 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 			// approval is used. A crash before this commit keeps it.
 			db.QueueDeleteBudgetHold(b, t.ID)
 		}
+		// The gates are read again, in this transaction: the policy may
+		// have changed during the model call.
+		db.QueueServerSettings(b, []string{db.SettingToolPolicy}, settings)
 		return nil
 	}
 	return rt.commitBatch(ctx, jobID, a, first, func(ctx context.Context, tx pgx.Tx) error {
@@ -481,9 +485,7 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 			}
 			return rt.endRun(ctx, tx, t.ID, db.StatusDone, "")
 		}
-		// The gates are read again, through this transaction: the policy
-		// may have changed during the model call.
-		rules, err := rt.gateRules(ctx, tx, t)
+		rules, err := rt.gateRulesOf(ctx, tx, t, settings[db.SettingToolPolicy])
 		if err != nil {
 			return err
 		}
@@ -542,7 +544,7 @@ func stopNote(finish string) string {
 // unknownOutcome is what a person reads on a call cut off by a crash.
 const unknownOutcome = "The server stopped while this call was running: it may or may not have taken effect. Retry runs it again; skip tells the model it did not complete."
 
-func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, t db.Thread, open []db.ToolCallRow) error {
+func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, t db.Thread, open []db.ToolCallRow, policy string) error {
 	started := time.Now()
 	run := tools.Run{ThreadID: a.ThreadID, UserID: t.UserID}
 	// Sub-agents first, so that they work while the other calls run.
@@ -592,7 +594,7 @@ func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, t db.T
 			})
 		}
 		if rules == nil && known && (tool.Tx != nil || tool.Call != nil) {
-			r, err := rt.gateRules(ctx, rt.cfg.Pool, t)
+			r, err := rt.gateRulesOf(ctx, rt.cfg.Pool, t, policy)
 			if err != nil {
 				return err
 			}
