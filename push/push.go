@@ -240,30 +240,43 @@ func (c *Channel) Send(ctx context.Context, target notify.Target, ev notify.Even
 	return nil
 }
 
+// ErrInvalid is wrapped by Subscribe's error when the subscription is
+// refused (its endpoint or its keys): the request's fault, not ours.
+var ErrInvalid = errors.New("invalid push subscription")
+
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string   { return e.msg }
+func (e *invalidError) Is(t error) bool { return t == ErrInvalid }
+
+func invalid(format string, args ...any) error {
+	return &invalidError{fmt.Sprintf(format, args...)}
+}
+
 // Subscribe stores in's subscription for userID, after checking its
 // endpoint with guard (https on a public address; loopback only when the
 // guard allows it) and its keys. The same browser subscribing again
 // updates its keys and label.
 func Subscribe(ctx context.Context, q db.Querier, guard *netguard.Guard, userID int64, in Input) (Subscription, error) {
 	if in.Endpoint == "" {
-		return Subscription{}, errors.New("the subscription has no endpoint")
+		return Subscription{}, invalid("the subscription has no endpoint")
 	}
 	if len(in.Endpoint) > 2048 {
-		return Subscription{}, errors.New("the subscription's endpoint is longer than 2048 characters")
+		return Subscription{}, invalid("the subscription's endpoint is longer than 2048 characters")
 	}
 	if err := guard.CheckURL(ctx, in.Endpoint); err != nil {
-		return Subscription{}, fmt.Errorf("the push endpoint is refused: %w", err)
+		return Subscription{}, invalid("the push endpoint is refused: %v", err)
 	}
 	p, err := decodeKey(in.Keys.P256dh)
 	if err != nil {
-		return Subscription{}, errors.New("keys.p256dh is not base64url")
+		return Subscription{}, invalid("keys.p256dh is not base64url")
 	}
 	if _, err := ecdh.P256().NewPublicKey(p); err != nil {
-		return Subscription{}, errors.New("keys.p256dh is not a P-256 public key")
+		return Subscription{}, invalid("keys.p256dh is not a P-256 public key")
 	}
 	a, err := decodeKey(in.Keys.Auth)
 	if err != nil || len(a) != 16 {
-		return Subscription{}, errors.New("keys.auth must be 16 bytes, base64url")
+		return Subscription{}, invalid("keys.auth must be 16 bytes, base64url")
 	}
 	label := strings.TrimSpace(in.Label)
 	if r := []rune(label); len(r) > 200 {
@@ -306,4 +319,44 @@ func Delete(ctx context.Context, q db.Querier, userID, id int64, endpoint string
 		return false, fmt.Errorf("delete push subscription: %w", err)
 	}
 	return tag.RowsAffected() > 0, nil
+}
+
+// Subscribe stores userID's subscription after checking its endpoint with
+// the channel's guard (Subscribe, the function).
+func (c *Channel) Subscribe(ctx context.Context, q db.Querier, userID int64, in Input) (Subscription, error) {
+	return Subscribe(ctx, q, c.guard, userID, in)
+}
+
+// DeviceLabel names a browser from its User-Agent header for the list of
+// devices ("Chrome on Linux"); the header itself, cut, when it is unusual.
+func DeviceLabel(ua string) string {
+	browser := ""
+	for _, b := range []struct{ token, name string }{
+		{"Edg/", "Edge"}, {"OPR/", "Opera"}, {"Firefox/", "Firefox"}, {"Chrome/", "Chrome"}, {"Safari/", "Safari"},
+	} {
+		if strings.Contains(ua, b.token) {
+			browser = b.name
+			break
+		}
+	}
+	osName := ""
+	for _, o := range []struct{ token, name string }{
+		{"Android", "Android"}, {"iPhone", "iPhone"}, {"iPad", "iPad"}, {"Mac OS X", "macOS"},
+		{"Windows", "Windows"}, {"CrOS", "ChromeOS"}, {"Linux", "Linux"},
+	} {
+		if strings.Contains(ua, o.token) {
+			osName = o.name
+			break
+		}
+	}
+	switch {
+	case browser != "" && osName != "":
+		return browser + " on " + osName
+	case browser != "":
+		return browser
+	}
+	if r := []rune(ua); len(r) > 80 {
+		return string(r[:80]) + "…"
+	}
+	return ua
 }
