@@ -154,7 +154,7 @@ func (h *Handler) apiSubscribePush(w http.ResponseWriter, r *http.Request) error
 	sub, err := h.push.Subscribe(ctx, h.pool, user.ID, in)
 	if err != nil {
 		if errors.Is(err, push.ErrInvalid) {
-			return httpError{http.StatusUnprocessableEntity, err.Error()}
+			return httpError{http.StatusBadRequest, err.Error()}
 		}
 		return err
 	}
@@ -174,7 +174,7 @@ func (h *Handler) apiListPush(w http.ResponseWriter, r *http.Request) error {
 	if subs == nil {
 		subs = []push.Subscription{}
 	}
-	return writeJSON(w, http.StatusOK, map[string]any{"subscriptions": subs, "vapidPublicKey": h.push.PublicKey()})
+	return writeJSON(w, http.StatusOK, map[string]any{"subscriptions": subs, "vapid_public_key": h.push.PublicKey()})
 }
 
 // apiDeletePush removes one of the user's subscriptions, named by id or by

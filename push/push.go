@@ -99,7 +99,7 @@ type Subscription struct {
 	ID        int64     `json:"id"`
 	Endpoint  string    `json:"endpoint"`
 	Label     string    `json:"label"`
-	CreatedAt time.Time `json:"createdAt"`
+	CreatedAt time.Time `json:"created_at"`
 	p256dh    string
 	auth      string
 }
