@@ -65,7 +65,8 @@ func TestInstallableAppAndPushInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	served := &pathLog{}
+	srv := &http.Server{Handler: served.wrap(h), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { srv.Close() })
 	origin := "http://" + ln.Addr().String()
@@ -226,31 +227,70 @@ func TestInstallableAppAndPushInBrowser(t *testing.T) {
 	if err := chromedp.Do(c, click); err != nil {
 		t.Fatal(err)
 	}
-	eventually.Ok(t, 20*time.Second, func() error {
-		v, _ := eval(`location.pathname + location.hash`).(string)
-		if v != ev.Path {
-			return fmt.Errorf("the page is at %q, want %q", v, ev.Path)
-		}
-		return nil
-	})
-	// The thread opened, and the notification is gone.
-	eventually.Ok(t, 20*time.Second, func() error {
-		v, _ := eval(`document.title`).(string)
-		if !strings.Contains(v, thread.Title) {
-			return fmt.Errorf("the page's title is %q, want the thread's", v)
-		}
-		return nil
-	})
-	left := chromedp.Action[chromedp.Void](func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
-		res, err := cdp.Call(ctx, tg, runtime.Evaluate, runtime.EvaluateParams{
-			Expression: `self.registration.getNotifications().then(ns => ns.length)`, AwaitPromise: &yes, ReturnByValue: &yes,
+	// The thread opened: the app's window is at the decision, and the
+	// server served the thread's page. (The tab is read through the worker:
+	// a navigation the worker started can leave chromedp's view of the tab
+	// behind.)
+	inWorker := func(expr string) string {
+		var out string
+		act := chromedp.Action[chromedp.Void](func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+			res, err := cdp.Call(ctx, tg, runtime.Evaluate, runtime.EvaluateParams{Expression: expr, AwaitPromise: &yes, ReturnByValue: &yes})
+			if err == nil && res.ExceptionDetails != nil {
+				err = fmt.Errorf("in the worker: %s %v", res.ExceptionDetails.Text, res.ExceptionDetails.Exception)
+			}
+			if err == nil {
+				out = string(res.Result.Value)
+			}
+			return chromedp.Void{}, err
 		})
-		if err == nil && string(res.Result.Value) != "0" {
-			err = fmt.Errorf("%s notifications left after the click, want 0", res.Result.Value)
+		if err := chromedp.Do(c, act); err != nil {
+			t.Fatal(err)
 		}
-		return chromedp.Void{}, err
-	})
-	if err := chromedp.Do(c, left); err != nil {
-		t.Fatal(err)
+		return out
 	}
+	wantURL, _ := json.Marshal([]string{origin + ev.Path})
+	eventually.Ok(t, 20*time.Second, func() error {
+		if got := inWorker(`self.clients.matchAll({type: "window"}).then(ws => JSON.stringify(ws.map(w => w.url)))`); got != strconvQuote(string(wantURL)) {
+			return fmt.Errorf("the app's windows are at %s, want %s", got, wantURL)
+		}
+		if !served.has(fmt.Sprintf("/threads/%d", thread.ID)) {
+			return fmt.Errorf("the server did not serve the thread's page")
+		}
+		return nil
+	})
+	if got := inWorker(`self.registration.getNotifications().then(ns => ns.length)`); got != "0" {
+		t.Errorf("%s notifications left after the click, want 0", got)
+	}
+}
+
+// strconvQuote is s as a JSON string.
+func strconvQuote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// pathLog records the paths a server was asked for.
+type pathLog struct {
+	mu    sync.Mutex
+	paths []string
+}
+
+func (l *pathLog) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		l.mu.Lock()
+		l.paths = append(l.paths, r.URL.Path)
+		l.mu.Unlock()
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (l *pathLog) has(p string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, x := range l.paths {
+		if x == p {
+			return true
+		}
+	}
+	return false
 }
