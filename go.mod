@@ -20,7 +20,7 @@ require (
 require golang.org/x/term v0.47.0
 
 require (
-	github.com/SherClockHolmes/webpush-go v1.4.0 // indirect
+	github.com/SherClockHolmes/webpush-go v1.4.0
 	github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
 )
 
