@@ -99,6 +99,9 @@ type config struct {
 
 	// Publish is where publish_brief publishes (loadPublish).
 	Publish tools.Publish
+
+	// Push is Web Push's configuration (loadPush).
+	Push pushConfig
 }
 
 // oidcEnabled reports whether people sign in with SSO.
@@ -153,6 +156,9 @@ var envVars = []envVar{
 	{"PIZZA_PUBLISH_WEBHOOK_URL", "(none)", "publish_brief posts each brief as JSON to this https URL, signed with Standard Webhooks (webhook-id, webhook-timestamp, webhook-signature)"},
 	{"PIZZA_PUBLISH_WEBHOOK_SECRET", "(none)", "the webhook's signing secret, whsec_ and base64 of 24 to 64 random bytes; required with PIZZA_PUBLISH_WEBHOOK_URL"},
 	{"PIZZA_PUBLISH_ALLOW_INSECURE", "false", "tests and local receivers only: let the publish webhook be a loopback http URL"},
+	{"PIZZA_VAPID_PRIVATE_KEY", "(none: a key pair created once and kept in the database)", "Web Push's VAPID private key, base64url of the 32-byte P-256 scalar; its public key is derived; never logged"},
+	{"PIZZA_VAPID_SUBJECT", "mailto:admin@localhost", "the VAPID subject push services may contact about this server's pushes: mailto:you@example.com or an https URL"},
+	{"PIZZA_NOTIFY_ALLOW_INSECURE", "false", "tests and local services only: let push endpoints and chat webhooks be loopback http URLs"},
 	{"PIZZA_TIMEZONE", "UTC", "time zone of usage and budgets, an IANA name such as Europe/Berlin or America/Los_Angeles: a budget's day starts at midnight there, a month on the 1st; the usage report's days are its days"},
 }
 
@@ -270,6 +276,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	errs = append(errs, c.loadAccessAndRetention(getenv)...)
 	errs = append(errs, c.loadZone(getenv)...)
 	errs = append(errs, c.loadPublish(getenv)...)
+	errs = append(errs, c.loadPush(getenv)...)
 	return c, errors.Join(errs...)
 }
 

@@ -28,6 +28,7 @@ import (
 	"pizzabot/jobs"
 	"pizzabot/live"
 	"pizzabot/metrics"
+	"pizzabot/push"
 	"pizzabot/skills"
 	"pizzabot/tools"
 )
@@ -161,6 +162,13 @@ func serve(ctx context.Context, cfg config) error {
 	if err := jobsUI.Start(ctx); err != nil {
 		return fmt.Errorf("job queue UI: %w", err)
 	}
+	// Web Push (docs/notifications.md): the VAPID keys every replica shares,
+	// and the channel the notify dispatcher delivers through.
+	pushKeys, err := push.LoadKeys(ctx, st.pool, cfg.Push.VAPIDPrivateKey)
+	if err != nil {
+		return err
+	}
+	pushChannel := push.New(st.pool, pushKeys, cfg.Push.Subject, cfg.Push.Guard)
 	h := handlers.New(handlers.Deps{
 		Pool:           st.pool,
 		Logger:         log,
@@ -177,6 +185,7 @@ func serve(ctx context.Context, cfg config) error {
 		Live:           broker,
 		Extensions:     ext,
 		Metrics:        mx,
+		Push:           pushChannel,
 		Admission: handlers.AdmissionConfig{
 			// Starts never hold every request connection (pages, sign-in
 			// and event streams keep most), and more at once only adds

@@ -34,6 +34,7 @@ import (
 	"pizzabot/jobs"
 	"pizzabot/live"
 	"pizzabot/metrics"
+	"pizzabot/push"
 	"pizzabot/refusal"
 	"pizzabot/tools"
 	"pizzabot/triggers"
@@ -95,6 +96,9 @@ type Deps struct {
 	// days and months (PIZZA_TIMEZONE; usage.go): the run service's
 	// (jobs.Config.Zone) must be the same. Nil: UTC.
 	Zone *time.Location
+	// Push is the Web Push channel (push.New): the devices page and
+	// /api/v1/push/subscriptions. Nil: Web Push is off.
+	Push *push.Channel
 	// Now is the clock (nil: time.Now); tests set it.
 	Now func() time.Time
 }
@@ -160,6 +164,7 @@ type Handler struct {
 	databaseDown func() *Unavailable
 	diskFloor    DiskFloor
 	zone         *time.Location
+	push         *push.Channel
 }
 
 // New returns the web interface as one http.Handler: the routes of
@@ -184,6 +189,7 @@ func New(d Deps) http.Handler {
 		databaseDown: d.DatabaseDown,
 		diskFloor:    d.DiskFloor,
 		zone:         d.Zone,
+		push:         d.Push,
 	}
 	if d.Now != nil {
 		h.now = d.Now

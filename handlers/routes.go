@@ -8,6 +8,11 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	mux.Handle("GET /healthz", h.handle(h.healthz))
 	mux.Handle("GET /readyz", h.handle(h.readyz))
 	mux.Handle("GET /static/{hash}/{path...}", h.handle(h.serveStatic))
+	// The installable app (push.go): its manifest, service worker (at the
+	// root, so its scope is the whole app) and offline page, open to anyone.
+	mux.Handle("GET /manifest.webmanifest", h.handle(h.manifest))
+	mux.Handle("GET /sw.js", h.handle(h.serveWorker))
+	mux.Handle("GET /offline", h.handle(h.offline))
 
 	// The inbox: a queue, narrowed with ?folder=ID and ?trigger=KIND,
 	// paginated with ?after=CURSOR.
@@ -94,6 +99,10 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	// The API's event stream (api_events.go): JSON about the user's
 	// threads, resuming at Last-Event-ID like GET /events.
 	mux.Handle("GET /api/v1/events", h.api(h.apiEvents))
+	// Web Push subscriptions, the user's own (push.go).
+	mux.Handle("POST /api/v1/push/subscriptions", h.api(h.apiSubscribePush))
+	mux.Handle("GET /api/v1/push/subscriptions", h.api(h.apiListPush))
+	mux.Handle("DELETE /api/v1/push/subscriptions", h.api(h.apiDeletePush))
 	// What the agents cost (api_usage.go), for admins only: 403 otherwise.
 	mux.Handle("GET /api/v1/usage", h.adminAPI(h.apiShowUsage))
 	// The API's OpenAPI document (docs/openapi.json), open to anyone.
@@ -113,6 +122,9 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	mux.Handle("GET /tokens", h.page(h.listTokens))
 	mux.Handle("POST /tokens", h.page(h.createToken))
 	mux.Handle("POST /tokens/{id}/revoke", h.page(h.revokeToken))
+	// The devices that get the user's push notifications (push.go).
+	mux.Handle("GET /devices", h.page(h.listDevices))
+	mux.Handle("POST /devices/{id}/delete", h.page(h.deleteDevice))
 
 	// Admin settings (settings.go): a member gets a 404. MCP servers
 	// (/settings/mcp) and folder grants (/settings/grants) use h.admin too.

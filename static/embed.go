@@ -13,7 +13,7 @@ import (
 	"path"
 )
 
-//go:embed app.css app.js favicon.svg vendor
+//go:embed app.css app.js favicon.svg vendor push.js sw.js offline.js icons
 var files embed.FS
 
 // hashes maps each file's path to the first hex digits of its SHA-256.
