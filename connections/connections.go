@@ -51,6 +51,9 @@ type Config struct {
 	// Servers looks a configured server up by name; an error when there is
 	// none (or it is not an HTTP server).
 	Servers func(ctx context.Context, name string) (Server, error)
+	// Names lists the configured servers people sign in to themselves
+	// (the Connections page); nil: only those already connected.
+	Names func(ctx context.Context) []string
 	// Ready is told once a user connected a server or entered a secret
 	// (jobs.Runtime.ConnectionReady); nil: nobody.
 	Ready func(ctx context.Context, userID int64, server string) error
@@ -680,4 +683,12 @@ func (s *Service) SetSecret(ctx context.Context, userID int64, server, name, val
 func (s *Service) DeleteSecret(ctx context.Context, userID int64, server, name string) error {
 	_, err := s.cfg.Pool.Exec(ctx, `DELETE FROM user_secrets WHERE user_id = $1 AND server = $2 AND name = $3`, userID, server, name)
 	return err
+}
+
+// Names are the configured servers people sign in to (Config.Names).
+func (s *Service) Names(ctx context.Context) []string {
+	if s.cfg.Names == nil {
+		return nil
+	}
+	return s.cfg.Names(ctx)
 }

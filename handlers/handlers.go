@@ -29,6 +29,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"pizzabot/agent"
+	"pizzabot/connections"
 	"pizzabot/db"
 	"pizzabot/extensions"
 	"pizzabot/jobs"
@@ -97,6 +98,9 @@ type Deps struct {
 	Zone *time.Location
 	// Now is the clock (nil: time.Now); tests set it.
 	Now func() time.Time
+	// Connections are each user's own sign-ins to MCP servers
+	// (connections.go); nil: the page says they are off.
+	Connections *connections.Service
 }
 
 // Runs is what the handlers need of the run service (*jobs.Runtime).
@@ -160,6 +164,7 @@ type Handler struct {
 	databaseDown func() *Unavailable
 	diskFloor    DiskFloor
 	zone         *time.Location
+	conns        *connections.Service
 }
 
 // New returns the web interface as one http.Handler: the routes of
@@ -184,6 +189,7 @@ func New(d Deps) http.Handler {
 		databaseDown: d.DatabaseDown,
 		diskFloor:    d.DiskFloor,
 		zone:         d.Zone,
+		conns:        d.Connections,
 	}
 	if d.Now != nil {
 		h.now = d.Now
