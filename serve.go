@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"riverqueue.com/riverui"
 
+	"pizzabot/agent"
 	"pizzabot/agent/mcpclient"
 	"pizzabot/db"
 	"pizzabot/db/pglocal"
@@ -115,10 +116,18 @@ func serve(ctx context.Context, cfg config) error {
 		}
 		defer stop()
 	}
-	rt, err := newRuntime(cfg, st, runtimeParts{clientID: alive.ClientID(), log: log, ext: ext, broker: broker, metrics: mx, secrets: secrets})
+	// Each user's own sign-ins to MCP servers (docs/mcp.md): the runtime's
+	// Credentials; a connection made resumes the runs waiting for it.
+	var rtOf *jobs.Runtime
+	conns, err := newConnections(cfg, st, ext, &rtOf, log)
+	if err != nil {
+		return fmt.Errorf("connections: %w", err)
+	}
+	rt, err := newRuntime(cfg, st, runtimeParts{clientID: alive.ClientID(), log: log, ext: ext, broker: broker, metrics: mx, secrets: secrets, creds: conns})
 	if err != nil {
 		return err
 	}
+	rtOf = rt
 	// Go's profiles, on loopback, for debugging (PIZZA_PPROF_ADDR).
 	if cfg.PprofAddr != "" {
 		stop, err := servePprof(cfg.PprofAddr, log)
@@ -181,6 +190,7 @@ func serve(ctx context.Context, cfg config) error {
 		DatabaseDown:   st.down,
 		DiskFloor:      handlers.DiskFloor{Path: cfg.DataRoot, Bytes: cfg.DiskFloorBytes, Percent: cfg.DiskFloorPercent},
 		Zone:           cfg.Zone, // the runtime's budget checks use the same (newRuntime)
+		Connections:    conns,
 		Runs:           rt,
 		Live:           broker,
 		Extensions:     ext,
@@ -556,6 +566,7 @@ type runtimeParts struct {
 	broker   *live.Broker
 	metrics  *metrics.Metrics
 	secrets  *db.SecretBox
+	creds    agent.Credentials
 }
 
 // newRuntime builds the agent runtime and the River client that works it:
@@ -593,6 +604,8 @@ func newRuntime(cfg config, st *store, p runtimeParts) (*jobs.Runtime, error) {
 		Zone:       cfg.Zone, // the handlers' too (serve)
 		ClientID:   p.clientID,
 		MaxWorkers: cfg.MaxSteps,
+		// Each user's own MCP sign-ins and secrets (issue 30).
+		Credentials: p.creds,
 	})
 }
 

@@ -59,6 +59,17 @@ type MCPServerConfig struct {
 	Cwd     string            `json:"cwd,omitempty"`
 	URL     string            `json:"url,omitempty"`
 	Headers map[string]string `json:"headers,omitempty"`
+	// OAuth marks an HTTP server each user signs in to themselves
+	// (docs/mcp.md), with the client an admin registered there, if any.
+	// A server that answers 401 with WWW-Authenticate needs no mark.
+	OAuth *MCPOAuth `json:"oauth,omitempty"`
+}
+
+// MCPOAuth is a server's per-user sign-in: client_secret may be ${VAR}.
+type MCPOAuth struct {
+	ClientID     string   `json:"client_id,omitempty"`
+	ClientSecret string   `json:"client_secret,omitempty"`
+	Scopes       []string `json:"scopes,omitempty"`
 }
 
 // MCPServer is a configured MCP server: its name, where it is configured and
@@ -241,6 +252,11 @@ func parseMCPEntry(raw json.RawMessage) (MCPServerConfig, error) {
 			errs = append(errs, "args must be an array of strings")
 		}
 	}
+	if v, ok := fields["oauth"]; ok {
+		if err := strictUnmarshal(v, &cfg.OAuth); err != nil {
+			errs = append(errs, `oauth must be an object such as {"client_id": "...", "client_secret": "${SECRET}", "scopes": ["..."]}`)
+		}
+	}
 	if len(errs) > 0 {
 		return MCPServerConfig{}, errors.New(strings.Join(errs, "; "))
 	}
@@ -340,6 +356,11 @@ func (c MCPServerConfig) Expand(lookup func(string) (string, bool)) (MCPServerCo
 	}
 	out.Env = ex.expandMap(c.Env)
 	out.Headers = ex.expandMap(c.Headers)
+	if c.OAuth != nil {
+		o := *c.OAuth
+		o.ClientSecret = ex.expand(o.ClientSecret)
+		out.OAuth = &o
+	}
 	var errs []string
 	if len(ex.missing) > 0 {
 		slices.Sort(ex.missing)
@@ -400,6 +421,9 @@ func (c MCPServerConfig) References() []string {
 	}
 	ex.expandMap(c.Env)
 	ex.expandMap(c.Headers)
+	if c.OAuth != nil {
+		ex.expand(c.OAuth.ClientSecret)
+	}
 	slices.Sort(ex.refs)
 	return slices.Compact(ex.refs)
 }

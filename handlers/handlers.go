@@ -29,6 +29,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"pizzabot/agent"
+	"pizzabot/connections"
 	"pizzabot/db"
 	"pizzabot/extensions"
 	"pizzabot/jobs"
@@ -101,6 +102,9 @@ type Deps struct {
 	Push *push.Channel
 	// Now is the clock (nil: time.Now); tests set it.
 	Now func() time.Time
+	// Connections are each user's own sign-ins to MCP servers
+	// (connections.go); nil: the page says they are off.
+	Connections *connections.Service
 }
 
 // Runs is what the handlers need of the run service (*jobs.Runtime).
@@ -165,6 +169,7 @@ type Handler struct {
 	diskFloor    DiskFloor
 	zone         *time.Location
 	push         *push.Channel
+	conns        *connections.Service
 }
 
 // New returns the web interface as one http.Handler: the routes of
@@ -190,6 +195,7 @@ func New(d Deps) http.Handler {
 		diskFloor:    d.DiskFloor,
 		zone:         d.Zone,
 		push:         d.Push,
+		conns:        d.Connections,
 	}
 	if d.Now != nil {
 		h.now = d.Now

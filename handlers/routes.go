@@ -126,6 +126,17 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	mux.Handle("GET /devices", h.page(h.listDevices))
 	mux.Handle("POST /devices/{id}/delete", h.page(h.deleteDevice))
 
+	// Each user's own sign-ins to MCP servers (connections.go;
+	// docs/mcp.md). The authorization server sends the browser back to
+	// /connect/callback; the metadata document is open to anyone.
+	mux.Handle("GET /connections", h.page(h.showConnections))
+	mux.Handle("POST /connections/{server}/delete", h.page(h.disconnect))
+	mux.Handle("GET /connect/callback", h.page(h.finishConnect))
+	mux.Handle("GET /connect/{server}", h.page(h.startConnect))
+	mux.Handle("GET /oauth/client-metadata.json", h.handle(h.clientMetadata))
+	mux.Handle("GET /api/v1/connections", h.api(h.apiListConnections))
+	mux.Handle("DELETE /api/v1/connections/{server}", h.api(h.apiDeleteConnection))
+
 	// Admin settings (settings.go): a member gets a 404. MCP servers
 	// (/settings/mcp) and folder grants (/settings/grants) use h.admin too.
 	mux.Handle("GET /settings", h.admin(h.showSettings))
