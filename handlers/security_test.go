@@ -249,7 +249,9 @@ func TestTokensOpenOnlyTheAPI(t *testing.T) {
 	if resp, _ := b.do(anon, "GET", "/api/v1/threads", nil, bearer(token)); resp.StatusCode != http.StatusOK {
 		t.Errorf("the API with a token = %d", resp.StatusCode)
 	}
-	open := regexp.MustCompile(`^/(healthz|readyz|static/|signin|auth/|hooks/|api/)`)
+	// Public by design: the app's manifest, service worker and offline page,
+	// and the OAuth client metadata document authorization servers fetch.
+	open := regexp.MustCompile(`^/(healthz|readyz|static/|signin|auth/|hooks/|api/|manifest\.webmanifest$|sw\.js$|offline$|oauth/client-metadata\.json$)`)
 	for _, r := range routeTable(t) {
 		for _, m := range r.methods() {
 			path := r.concrete()
