@@ -43,8 +43,7 @@ func stepsTaken(t *testing.T, pool *pgxpool.Pool, threadID int64) int {
 }
 
 // A run's steps follow each other on the worker that took its first one:
-// one job works the whole short run, and the backstop each commit queued
-// for the next step is gone once that step was taken.
+// one job works the whole short run, and no other step job is queued.
 func TestStepsChainOnTheirJob(t *testing.T) {
 	h := jobstest.Start(t, jobstest.Options{Script: scriptmodel.Script{
 		Rules:   []scriptmodel.Rule{{Match: scriptmodel.Match{LastRole: "user"}, Replies: []scriptmodel.Reply{writeNote}}},
@@ -148,8 +147,8 @@ func TestKillDuringChainedStepIsTakenOverAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually.True(t, 30*time.Second, "waiting for the second model call", func() bool { return len(b.Model.Requests()) == 2 })
-	if all, open := stepJobs(t, b.Pool, th.ID); all != 2 || open != 2 {
-		t.Fatalf("%d step jobs (%d not finished), want 2: the first, whose worker took the next steps, and the backstop of the step under way, which its first commit deletes", all, open)
+	if all, open := stepJobs(t, b.Pool, th.ID); all != 1 || open != 1 {
+		t.Fatalf("%d step jobs (%d not finished), want 1: the first, whose worker took the next steps and holds the lease of the step under way", all, open)
 	}
 	kill()
 	// Well within StaleAfter's rescue, and without any worker: the sweep

@@ -300,33 +300,24 @@ func (rt *Runtime) Getenv(name string) string {
 
 // advance moves the thread's run to its next generation and queues the step
 // job for it, in the caller's transaction. A step that chains (chainOf)
-// queues its own run's next step as a backstop instead: the worker takes
-// that step itself once this transaction commits.
+// queues none: the commit keeps the run's lease at the new generation for
+// the step's job, whose worker takes that step itself once this
+// transaction commits.
 func (rt *Runtime) advance(ctx context.Context, tx pgx.Tx, threadID int64) error {
-	ch := chainOf(ctx, threadID)
-	if ch != nil && !ch.more {
-		ch = nil // the step's job stops after it: the next is any worker's
+	if ch := chainOf(ctx, threadID); ch != nil && ch.more {
+		gen, err := db.AdvanceRunHeld(ctx, tx, threadID, ch.jobID)
+		if err != nil {
+			return err
+		}
+		ch.next, ch.gen = true, gen
+		return nil
 	}
-	var (
-		gen  int64
-		err  error
-		opts *river.InsertOpts
-	)
-	if ch != nil {
-		gen, err = db.AdvanceRunHeld(ctx, tx, threadID, ch.jobID)
-		opts = &river.InsertOpts{ScheduledAt: time.Now().Add(rt.staleAfter())}
-	} else {
-		gen, err = db.AdvanceRun(ctx, tx, threadID)
-	}
+	gen, err := db.AdvanceRun(ctx, tx, threadID)
 	if err != nil {
 		return err
 	}
-	res, err := rt.client.InsertTx(ctx, tx, StepArgs{ThreadID: threadID, Gen: gen}, opts)
-	if err != nil {
+	if _, err := rt.client.InsertTx(ctx, tx, StepArgs{ThreadID: threadID, Gen: gen}, nil); err != nil {
 		return fmt.Errorf("queue step of thread %d: %w", threadID, err)
-	}
-	if ch != nil {
-		ch.backstop, ch.gen = res.Job.ID, gen
 	}
 	return nil
 }
@@ -336,19 +327,15 @@ func (rt *Runtime) advance(ctx context.Context, tx pgx.Tx, threadID int64) error
 // committed the step takes the next one itself, at once, under the same
 // lease protocol, so there is no dead time between the steps of a run: the
 // commit that advances the run keeps the lease at the new generation for
-// the job (db.AdvanceRunHeld), so the next step has nothing to take. Every
-// step still commits before the next begins, and the run is held by two
-// durable things:
-//
-//   - the lease, held by this worker's job, which is running on a live
-//     process: a SIGKILL leaves it held by a dead process's job, which
-//     RescueDead hands to a new job within about a second (and RescueStale
-//     after StaleAfter without Liveness), as for any step;
-//   - the next step's job, queued in the commit as a backstop scheduled
-//     StaleAfter later (so that no worker takes it meanwhile), there
-//     should nothing else take the run on. The next step's first commit
-//     deletes it; a chain that stops after a commit releases the lease
-//     and makes the backstop available at once (releaseBackstop).
+// the job (db.AdvanceRunHeld), so the next step has nothing to take and
+// nothing is queued. Every step still commits before the next begins, and
+// between steps, as during one, the run is held by its lease, held by this
+// worker's job, which is running on a live process: a SIGKILL leaves it
+// held by a dead process's job, which RescueDead hands to a new job within
+// about a second (and RescueStale after StaleAfter without Liveness), as
+// for any step. A chain that stops after a commit that kept the lease (the
+// process is stopping) hands the next step to a new job (handBack); should
+// that fail, the lease goes stale and RescueStale hands the run over.
 //
 // A run takes at most chainSteps steps or chainFor in a row on one worker
 // (whichever comes first), then its next step is queued for any worker
@@ -367,23 +354,21 @@ type chain struct {
 	threadID int64
 	began    time.Time // when the job's first step began
 	steps    int       // steps taken so far
-	// backstop is the job the last commit queued for the run's next
-	// step (advance), at generation gen, the lease kept for jobID; 0
-	// when it queued none: the run ended or waits.
-	backstop, gen int64
-	jobID         int64
+	// next: the last commit advanced the run to generation gen and
+	// kept its lease for jobID (advance); false when it did not: the
+	// run ended or waits, or its next step was queued for any worker.
+	next  bool
+	gen   int64
+	jobID int64
 	// more: the step under way may be followed by the next on this
 	// job (mayChain), so its commit advancing the run keeps the lease.
 	more bool
-	// drop is the backstop of the step under way, which its first
-	// commit deletes (0: none, or deleted).
-	drop int64
 }
 
 type chainKey struct{}
 
-// withChain marks ctx as a step of ch's job: when ch.more, advance queues
-// its run's next step as a backstop and records it in ch.
+// withChain marks ctx as a step of ch's job: when ch.more, advance keeps
+// the run's lease for the job at the next generation and records it in ch.
 func withChain(ctx context.Context, ch *chain) context.Context {
 	return context.WithValue(ctx, chainKey{}, ch)
 }
@@ -427,31 +412,6 @@ func (rt *Runtime) handBack(ctx context.Context, jobID int64, a StepArgs, after 
 		return false
 	}
 	return true
-}
-
-// releaseBackstop gives the run, whose lease the chain kept at its next
-// generation, back, and makes the backstop job that no worker of this
-// chain will take available to any worker now: the chain stopped after
-// the commit that queued it. Failing, the lease goes stale and the job
-// runs when it was scheduled.
-func (rt *Runtime) releaseBackstop(ctx context.Context, threadID, jobID, id int64) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := db.ReleaseLease(ctx, rt.cfg.Pool, threadID, jobID); err != nil {
-		rt.cfg.Logger.Warn("release lease", "thread_id", threadID, "err", err)
-	}
-	if _, err := rt.client.JobRetry(ctx, id); err != nil && !errors.Is(err, river.ErrNotFound) {
-		rt.cfg.Logger.Warn("queue the next step", "thread_id", threadID, "job_id", id, "err", err)
-	}
-}
-
-// dropBackstop deletes the backstop of a step this chain took, when the
-// step's commits did not (it made none). Failing, the job finds the step
-// taken when it runs (db.LeaseObsolete or LeaseBusy) and does nothing.
-func (rt *Runtime) dropBackstop(ctx context.Context, threadID, id int64) {
-	if _, err := rt.client.JobDelete(ctx, id); err != nil && !errors.Is(err, river.ErrNotFound) && ctx.Err() == nil {
-		rt.cfg.Logger.Warn("delete a taken step's job", "thread_id", threadID, "job_id", id, "err", err)
-	}
 }
 
 // Reply adds the user's message to a thread whose run has ended and runs it

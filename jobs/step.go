@@ -81,19 +81,10 @@ func (w *StepWorker) Work(ctx context.Context, job *river.Job[StepArgs]) error {
 func (w *StepWorker) take(ctx context.Context, job *river.Job[StepArgs], a StepArgs, ch *chain) (bool, error) {
 	rt := w.rt
 	chained := ch.steps > 0
-	if chained {
-		// The commit that advanced the run kept its lease for this job
-		// (advance): the step is taken, and its first commit deletes the
-		// backstop. rt.step checks the lease is still this job's.
-		ch.drop = ch.backstop
-		base := ctx
-		defer func() {
-			if ch.drop != 0 { // no commit deleted it
-				rt.dropBackstop(base, a.ThreadID, ch.drop)
-				ch.drop = 0
-			}
-		}()
-	} else {
+	if !chained {
+		// A chained step is taken already: the commit that advanced the
+		// run kept its lease for this job (advance). rt.step checks the
+		// lease is still this job's.
 		outcome, err := db.TakeLease(ctx, rt.cfg.Pool, a.ThreadID, a.Gen, job.ID, rt.staleAfter())
 		if err != nil {
 			return false, err
@@ -105,7 +96,7 @@ func (w *StepWorker) take(ctx context.Context, job *river.Job[StepArgs], a StepA
 			return false, river.JobSnooze(rt.staleAfter())
 		}
 	}
-	ch.backstop = 0
+	ch.next = false
 	ch.more = rt.mayChain(ch)
 	stepCtx := withChain(ctx, ch)
 
@@ -132,11 +123,13 @@ func (w *StepWorker) take(ctx context.Context, job *river.Job[StepArgs], a StepA
 	switch {
 	case err == nil:
 		rt.cfg.Metrics.Step(began.Sub(queued), time.Since(began), "ok")
-		if ch.backstop != 0 && (jobCtx.Err() != nil || rt.stopping.Load()) {
-			rt.releaseBackstop(ctx, a.ThreadID, job.ID, ch.backstop)
+		if ch.next && (jobCtx.Err() != nil || rt.stopping.Load()) {
+			// The run's next step, whose lease this job keeps, goes
+			// to a new job instead.
+			rt.handBack(ctx, job.ID, StepArgs{ThreadID: a.ThreadID, Gen: ch.gen}, 0)
 			return false, nil
 		}
-		return ch.backstop != 0, nil
+		return ch.next, nil
 	case errors.Is(err, errLeaseLost) || errors.Is(context.Cause(ctx), errLeaseLost):
 		rt.cfg.Metrics.Step(began.Sub(queued), time.Since(began), "lease_lost")
 		return false, nil
@@ -273,8 +266,7 @@ func (rt *Runtime) heartbeat(ctx context.Context, cancel context.CancelCauseFunc
 // run. fn gets the transaction's context (db.InTx): a pool connection asked
 // for with it fails at once, so a Tx tool cannot take a second one.
 func (rt *Runtime) commit(ctx context.Context, jobID int64, a StepArgs, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	ch := chainOf(ctx, a.ThreadID)
-	err := db.InTx(ctx, rt.cfg.Pool, func(ctx context.Context, tx pgx.Tx) error {
+	return db.InTx(ctx, rt.cfg.Pool, func(ctx context.Context, tx pgx.Tx) error {
 		ok, err := db.HoldsLease(ctx, tx, a.ThreadID, a.Gen, jobID)
 		if err != nil {
 			return err
@@ -282,35 +274,15 @@ func (rt *Runtime) commit(ctx context.Context, jobID int64, a StepArgs, fn func(
 		if !ok {
 			return errLeaseLost
 		}
-		if err := rt.deleteBackstop(ctx, tx, ch); err != nil {
-			return err
-		}
 		return fn(ctx, tx)
 	})
-	if err == nil && ch != nil {
-		ch.drop = 0
-	}
-	return err
-}
-
-// deleteBackstop deletes, in a chained step's commit, the backstop the
-// step's run was queued with: the step is now committing, under its lease.
-func (rt *Runtime) deleteBackstop(ctx context.Context, tx pgx.Tx, ch *chain) error {
-	if ch == nil || ch.drop == 0 {
-		return nil
-	}
-	if _, err := rt.client.JobDeleteTx(ctx, tx, ch.drop); err != nil && !errors.Is(err, river.ErrNotFound) {
-		return fmt.Errorf("delete the backstop of a chained step: %w", err)
-	}
-	return nil
 }
 
 // commitBatch is commit whose first statements, queued by first, go to the
 // server in one round trip with the lease check; fn then runs as in commit.
 // When the lease is lost the batch's writes are rolled back with the rest.
 func (rt *Runtime) commitBatch(ctx context.Context, jobID int64, a StepArgs, first func(b *pgx.Batch) error, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	ch := chainOf(ctx, a.ThreadID)
-	err := db.InTx(ctx, rt.cfg.Pool, func(ctx context.Context, tx pgx.Tx) error {
+	return db.InTx(ctx, rt.cfg.Pool, func(ctx context.Context, tx pgx.Tx) error {
 		b := &pgx.Batch{}
 		var checked db.LeaseCheck
 		db.QueueHoldsLease(b, a.ThreadID, a.Gen, jobID, &checked)
@@ -326,15 +298,8 @@ func (rt *Runtime) commitBatch(ctx context.Context, jobID int64, a StepArgs, fir
 		if err != nil {
 			return err
 		}
-		if err := rt.deleteBackstop(ctx, tx, ch); err != nil {
-			return err
-		}
 		return fn(ctx, tx)
 	})
-	if err == nil && ch != nil {
-		ch.drop = 0
-	}
-	return err
 }
 
 // step decides what the run needs next: its open tool calls, or the model.
