@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Tool call states; see the tool_calls table.
@@ -152,11 +155,13 @@ func InsertToolCall(ctx context.Context, q Querier, c NewToolCall) (int64, error
 	return id, nil
 }
 
+const openToolCalls = `SELECT ` + toolCallColumns + toolCallFrom + `
+	WHERE c.thread_id = $1 AND c.state <> 'done' ORDER BY c.id`
+
 // OpenToolCalls returns the thread's calls that have no result yet, in the
 // order the model asked for them. The runtime uses it; it is not user-scoped.
 func OpenToolCalls(ctx context.Context, q Querier, threadID int64) ([]ToolCallRow, error) {
-	cs, err := all[ToolCallRow](q.Query(ctx, `SELECT `+toolCallColumns+toolCallFrom+`
-		WHERE c.thread_id = $1 AND c.state <> 'done' ORDER BY c.id`, threadID))
+	cs, err := all[ToolCallRow](q.Query(ctx, openToolCalls, threadID))
 	if err != nil {
 		return nil, fmt.Errorf("open tool calls of thread %d: %w", threadID, err)
 	}
@@ -231,19 +236,54 @@ func RecordDecision(ctx context.Context, q Querier, d Decision, state string) er
 }
 
 // CompleteToolCall writes a call's result: the tool message the model reads
-// next, and the call's done state, in one statement pair the caller runs in a
+// next, and the call's done state, in one statement the caller runs in a
 // transaction.
 func CompleteToolCall(ctx context.Context, q Querier, c ToolCallRow, result string, isError bool) error {
-	if _, err := AddMessage(ctx, q, Message{
-		ThreadID: c.ThreadID, Role: RoleTool, Content: result,
-		ToolCallID: c.CallID, ToolName: c.Name, IsError: isError,
-	}); err != nil {
+	sql, args, err := completeToolCall(c, result, isError)
+	if err != nil {
 		return err
 	}
-	_, err := q.Exec(ctx, `UPDATE tool_calls SET state = 'done', result = $2, is_error = $3, updated_at = now()
-		WHERE id = $1`, c.ID, result, isError)
-	if err != nil {
+	if _, err := q.Exec(ctx, sql, args...); err != nil {
 		return fmt.Errorf("complete tool call %d: %w", c.ID, err)
 	}
 	return nil
+}
+
+// QueueCompleteToolCall queues CompleteToolCall on b.
+func QueueCompleteToolCall(b *pgx.Batch, c ToolCallRow, result string, isError bool) error {
+	sql, args, err := completeToolCall(c, result, isError)
+	if err != nil {
+		return err
+	}
+	b.Queue(sql, args...).Exec(func(_ pgconn.CommandTag) error { return nil })
+	return nil
+}
+
+// completeToolCall is the message's insert with the call's update beside
+// it: the two touch different tables, so one statement sees no half of the
+// other.
+func completeToolCall(c ToolCallRow, result string, isError bool) (string, []any, error) {
+	sql, args, err := addMessage(Message{
+		ThreadID: c.ThreadID, Role: RoleTool, Content: result,
+		ToolCallID: c.CallID, ToolName: c.Name, IsError: isError,
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	n := len(args)
+	args = append(args, c.ID)
+	return fmt.Sprintf(`WITH done AS (UPDATE tool_calls SET state = 'done', result = $3, is_error = $7, updated_at = now()
+		WHERE id = $%d) `, n+1) + sql, args, nil
+}
+
+// QueueOpenToolCalls queues OpenToolCalls on b; *out is set when the batch
+// runs, with what the statements queued before it wrote.
+func QueueOpenToolCalls(b *pgx.Batch, threadID int64, out *[]ToolCallRow) {
+	b.Queue(openToolCalls, threadID).Query(func(rows pgx.Rows) (err error) {
+		*out, err = pgx.CollectRows(rows, pgx.RowToStructByName[ToolCallRow])
+		if err != nil {
+			return fmt.Errorf("open tool calls of thread %d: %w", threadID, err)
+		}
+		return nil
+	})
 }

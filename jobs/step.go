@@ -519,12 +519,7 @@ func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, t db.T
 	// The step's end: its record, and the run's next step. The last call's
 	// commit takes it along where that call's outcome commits in one
 	// transaction anyway (runCall), sparing the step a commit of its own.
-	finish := func(ctx context.Context, tx pgx.Tx) error {
-		if err := db.InsertStep(ctx, tx, db.Step{ThreadID: a.ThreadID, Kind: "tools", StartedAt: started}); err != nil {
-			return err
-		}
-		return rt.afterTools(ctx, tx, a.ThreadID)
-	}
+	end := &stepEnd{threadID: a.ThreadID, started: started}
 	last := -1
 	for i, c := range open {
 		if !skipInStep(c) {
@@ -565,9 +560,9 @@ func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, t db.T
 			}
 			rules = &r
 		}
-		var then func(ctx context.Context, tx pgx.Tx) error
+		var then *stepEnd
 		if i == last {
-			then = finish
+			then = end
 		}
 		done, err := rt.runCall(ctx, jobID, a, run, c, tool, known, rules, then)
 		if err != nil {
@@ -577,23 +572,57 @@ func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, t db.T
 			return nil // the call's commit ended the step
 		}
 	}
-	return rt.commit(ctx, jobID, a, finish)
+	return rt.commitBatch(ctx, jobID, a, end.queue, func(ctx context.Context, tx pgx.Tx) error {
+		return end.run(ctx, rt, tx)
+	})
+}
+
+// stepEnd is the end of a tool step: its record, and the run's next step
+// (afterTools), queued behind what the step's last commit writes, so that
+// they go to the server in the same round trip.
+type stepEnd struct {
+	threadID int64
+	started  time.Time
+	open     []db.ToolCallRow // the calls still open, read by queue's batch
+}
+
+func (e *stepEnd) queue(b *pgx.Batch) error {
+	db.QueueInsertStep(b, db.Step{ThreadID: e.threadID, Kind: "tools", StartedAt: e.started})
+	db.QueueOpenToolCalls(b, e.threadID, &e.open)
+	return nil
+}
+
+// run moves the run on, once queue's batch has run.
+func (e *stepEnd) run(ctx context.Context, rt *Runtime, tx pgx.Tx) error {
+	return rt.afterTools(ctx, tx, e.threadID, e.open)
+}
+
+// completeWith queues the call's result on b, with end (when not nil)
+// behind it.
+func completeWith(b *pgx.Batch, c db.ToolCallRow, result string, isError bool, end *stepEnd) error {
+	if err := db.QueueCompleteToolCall(b, c, result, isError); err != nil {
+		return err
+	}
+	if end != nil {
+		return end.queue(b)
+	}
+	return nil
 }
 
 // runCall executes one ready call and commits its result, with then (when
 // not nil) in the same transaction where the outcome commits in one: a
 // refusal, or a database tool's result. It reports whether then ran.
-func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run tools.Run, c db.ToolCallRow, tool tools.Tool, known bool, rules *gateRules, then func(ctx context.Context, tx pgx.Tx) error) (bool, error) {
-	complete := func(result string, isError bool) (bool, error) {
-		return then != nil, rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
-			if err := db.CompleteToolCall(ctx, tx, c, result, isError); err != nil {
-				return err
-			}
-			if then != nil {
-				return then(ctx, tx)
-			}
+func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run tools.Run, c db.ToolCallRow, tool tools.Tool, known bool, rules *gateRules, then *stepEnd) (bool, error) {
+	afterwards := func(ctx context.Context, tx pgx.Tx) error {
+		if then == nil {
 			return nil
-		})
+		}
+		return then.run(ctx, rt, tx)
+	}
+	complete := func(result string, isError bool) (bool, error) {
+		return then != nil, rt.commitBatch(ctx, jobID, a, func(b *pgx.Batch) error {
+			return completeWith(b, c, result, isError, then)
+		}, afterwards)
 	}
 	if !known || (tool.Tx == nil && tool.Call == nil) {
 		return complete(fmt.Sprintf("tool %q is not available", c.Name), true)
@@ -609,27 +638,37 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run too
 	// outside the step's transaction) get it and this call explicitly.
 	run.Call, run.Host = c, &callHost{rt: rt, jobID: jobID, step: a}
 	if tool.Tx != nil {
-		return then != nil, rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
-			// A savepoint: a failing tool must not abort the transaction
-			// that records its failure.
-			sp, err := tx.Begin(ctx)
-			if err != nil {
-				return err
-			}
-			result, terr := tool.Tx(ctx, sp, run, args)
+		// The tool writes in the step's transaction behind a savepoint,
+		// taken with the lease check: a failing tool must not abort the
+		// transaction that records its failure.
+		return then != nil, rt.commitBatch(ctx, jobID, a, func(b *pgx.Batch) error {
+			b.Queue(`SAVEPOINT tool_call`)
+			return nil
+		}, func(ctx context.Context, tx pgx.Tx) error {
+			result, terr := tool.Tx(ctx, tx, run, args)
 			rt.cfg.Metrics.ToolCall(c.Name, toolOutcome(terr))
+			b := &pgx.Batch{}
 			if terr != nil {
-				if err := sp.Rollback(ctx); err != nil {
+				if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT tool_call`); err != nil {
 					return err
 				}
-				err = failCall(ctx, tx, c, terr) // an error result, or parked for approval
-			} else if err = sp.Commit(ctx); err == nil {
-				err = db.CompleteToolCall(ctx, tx, c, result, false)
-			}
-			if err != nil || then == nil {
+				if err := failCall(ctx, tx, c, terr); err != nil { // an error result, or parked for approval
+					return err
+				}
+				if then != nil {
+					if err := then.queue(b); err != nil {
+						return err
+					}
+				}
+			} else if err := completeWith(b, c, result, false, then); err != nil {
 				return err
 			}
-			return then(ctx, tx)
+			if b.Len() > 0 {
+				if err := tx.SendBatch(ctx, b).Close(); err != nil {
+					return err
+				}
+			}
+			return afterwards(ctx, tx)
 		})
 	}
 	// Record the intent first: if the process dies during Call, the next

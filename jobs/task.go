@@ -165,11 +165,8 @@ func skipInStep(c db.ToolCallRow) bool {
 
 // afterTools decides, at the end of a tool step, what the run does next:
 // its next step, or, while sub-agents work, wait for them without a job.
-func (rt *Runtime) afterTools(ctx context.Context, tx pgx.Tx, threadID int64) error {
-	open, err := db.OpenToolCalls(ctx, tx, threadID)
-	if err != nil {
-		return err
-	}
+// open is the run's open calls, read in tx.
+func (rt *Runtime) afterTools(ctx context.Context, tx pgx.Tx, threadID int64, open []db.ToolCallRow) error {
 	if !slices.ContainsFunc(open, func(c db.ToolCallRow) bool { return c.State == db.CallDelegated }) {
 		return rt.advance(ctx, tx, threadID)
 	}
