@@ -100,6 +100,9 @@ type config struct {
 	// Publish is where publish_brief publishes (loadPublish).
 	Publish tools.Publish
 
+	// Web is web_fetch's guard and web_search's provider (loadWeb).
+	Web tools.Web
+
 	// Push is Web Push's configuration (loadPush).
 	Push pushConfig
 }
@@ -156,6 +159,10 @@ var envVars = []envVar{
 	{"PIZZA_PUBLISH_WEBHOOK_URL", "(none)", "publish_brief posts each brief as JSON to this https URL, signed with Standard Webhooks (webhook-id, webhook-timestamp, webhook-signature)"},
 	{"PIZZA_PUBLISH_WEBHOOK_SECRET", "(none)", "the webhook's signing secret, whsec_ and base64 of 24 to 64 random bytes; required with PIZZA_PUBLISH_WEBHOOK_URL"},
 	{"PIZZA_PUBLISH_ALLOW_INSECURE", "false", "tests and local receivers only: let the publish webhook be a loopback http URL"},
+	{"PIZZA_FETCH_ALLOW", "(none)", "hosts, addresses or CIDRs inside the network web_fetch may reach, each with an optional :port or :* (e.g. wiki.internal:8080, 10.1.0.0/16:*); everything else inside stays refused"},
+	{"PIZZA_SEARCH_PROVIDER", "(none: no web_search)", "web_search's provider: searxng, brave or tavily"},
+	{"PIZZA_SEARCH_URL", "(the provider's own)", "searxng: the instance's address (required); brave, tavily: an endpoint to use instead of the provider's"},
+	{"PIZZA_SEARCH_KEY", "(none)", "the Brave or Tavily API key (or PIZZA_SEARCH_KEY_FILE: a file holding it); never logged"},
 	{"PIZZA_VAPID_PRIVATE_KEY", "(none: a key pair created once and kept in the database)", "Web Push's VAPID private key, base64url of the 32-byte P-256 scalar; its public key is derived; never logged"},
 	{"PIZZA_VAPID_SUBJECT", "mailto:admin@localhost", "the VAPID subject push services may contact about this server's pushes: mailto:you@example.com or an https URL"},
 	{"PIZZA_NOTIFY_ALLOW_INSECURE", "false", "tests and local services only: let push endpoints and chat webhooks be loopback http URLs"},
@@ -276,6 +283,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	errs = append(errs, c.loadAccessAndRetention(getenv)...)
 	errs = append(errs, c.loadZone(getenv)...)
 	errs = append(errs, c.loadPublish(getenv)...)
+	errs = append(errs, c.loadWeb(getenv)...)
 	errs = append(errs, c.loadPush(getenv)...)
 	return c, errors.Join(errs...)
 }

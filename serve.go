@@ -579,6 +579,7 @@ func newRuntime(cfg config, st *store, p runtimeParts) (*jobs.Runtime, error) {
 	// publish_brief joins them when a destination is configured.
 	builtin := tools.WorkspaceTools(tools.Workspace{Protected: []string{cfg.DataRoot}})
 	builtin = append(builtin, tools.PublishTools(cfg.Publish)...)
+	builtin = append(builtin, tools.WebTools(cfg.Web)...)
 	toolbox, err := tools.NewToolbox(builtin...)
 	if err != nil {
 		return nil, err
