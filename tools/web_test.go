@@ -146,6 +146,31 @@ func TestWebFetchArticle(t *testing.T) {
 	}
 }
 
+// TestWebFetchRedirectLimit stops where netguard's client stops: after
+// netguard.MaxRedirects requests (as net/http's default does, that is 9
+// redirects followed and the 10th refused), so an endless chain ends in an
+// error.
+func TestWebFetchRedirectLimit(t *testing.T) {
+	t.Parallel()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, err := strconv.Atoi(strings.TrimPrefix(r.URL.Path, "/hop/"))
+		if err != nil || n == 0 {
+			io.WriteString(w, "arrived")
+			return
+		}
+		http.Redirect(w, r, "/hop/"+strconv.Itoa(n-1), http.StatusFound)
+	}))
+	defer srv.Close()
+	w := tools.Web{Guard: allow(t, srv)}
+	got, err := fetch(t, w, map[string]any{"url": srv.URL + "/hop/" + strconv.Itoa(netguard.MaxRedirects-1)})
+	if err != nil || !strings.HasPrefix(got, "URL: "+srv.URL+"/hop/0\n") || !strings.HasSuffix(got, "\n\narrived") {
+		t.Errorf("%d redirects: %q, %v", netguard.MaxRedirects-1, got, err)
+	}
+	if got, err := fetch(t, w, map[string]any{"url": srv.URL + "/hop/" + strconv.Itoa(netguard.MaxRedirects)}); err == nil || !strings.Contains(err.Error(), "stopped after 10 redirects") {
+		t.Errorf("%d redirects: %q, %v; want an error", netguard.MaxRedirects, firstLines(got, 2), err)
+	}
+}
+
 func firstLines(s string, n int) string {
 	lines := strings.SplitN(s, "\n", n+1)
 	return strings.Join(lines[:min(n, len(lines))], "\n")
