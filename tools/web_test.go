@@ -391,13 +391,13 @@ func TestWebFetchSizeLimit(t *testing.T) {
 	if err != nil {
 		t.Fatalf("web_fetch of an endless page: %v", err)
 	}
-	if !strings.Contains(got, "Note: The document is larger than 64 KB: only its first 64 KB were read.") {
+	if !strings.Contains(got, "Note: The document is larger than 64 KiB: only its first 64 KiB were read.") {
 		t.Errorf("no note of the cut in:\n%s", firstLines(got, 6))
 	}
 	if n := strings.Count(got, "endless"); n == 0 || n > (64<<10)/8+1 {
 		t.Errorf("%d words read, want at most the 64 KB's", n)
 	}
-	if _, err := fetch(t, w, map[string]any{"url": srv.URL + "/big.pdf"}); err == nil || !strings.Contains(err.Error(), "PDF larger than 64 KB") {
+	if _, err := fetch(t, w, map[string]any{"url": srv.URL + "/big.pdf"}); err == nil || !strings.Contains(err.Error(), "PDF larger than 64 KiB") {
 		t.Errorf("an endless PDF: %v, want a refusal naming the limit", err)
 	}
 }

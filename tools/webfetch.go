@@ -24,6 +24,7 @@ import (
 	"golang.org/x/net/html/charset"
 
 	"pizzabot/agent"
+	"pizzabot/db"
 	"pizzabot/netguard"
 )
 
@@ -165,7 +166,7 @@ func (f *fetcher) get(ctx context.Context, u *url.URL, need int) (*page, error) 
 		mediaType, params, _ = mime.ParseMediaType(http.DetectContentType(body))
 		contentType = mediaType
 	}
-	read := fmt.Sprintf("The document is larger than %s: only its first %s were read.", byteSize(f.maxBytes), byteSize(f.maxBytes))
+	read := fmt.Sprintf("The document is larger than %s: only its first %s were read.", db.FormatBytes(f.maxBytes), db.FormatBytes(f.maxBytes))
 	switch {
 	case mediaType == "text/html" || mediaType == "application/xhtml+xml":
 		p.kind = "HTML"
@@ -175,7 +176,7 @@ func (f *fetcher) get(ctx context.Context, u *url.URL, need int) (*page, error) 
 		}
 	case mediaType == "application/pdf" || mediaType == "application/x-pdf":
 		if cut {
-			return nil, fmt.Errorf("%s is a PDF larger than %s, the most web_fetch reads", final, byteSize(f.maxBytes))
+			return nil, fmt.Errorf("%s is a PDF larger than %s, the most web_fetch reads", final, db.FormatBytes(f.maxBytes))
 		}
 		if err := p.readPDF(ctx, body, need); err != nil {
 			return nil, fmt.Errorf("%s: %w", final, err)
@@ -436,17 +437,4 @@ func byteAt(s string, n int) int {
 		n--
 	}
 	return len(s)
-}
-
-// byteSize writes n bytes for people: 5 MB, 64 KB, 900 bytes.
-func byteSize(n int64) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MB", n>>20)
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%d KB", n>>10)
-	}
-	return fmt.Sprintf("%d bytes", n)
 }
