@@ -534,6 +534,26 @@ func MCPServerOfTool(name string) (string, bool) {
 	return server, ok && server != ""
 }
 
+// MCPServerWildcard reports whether an allowed-tools entry stands for
+// every tool of one MCP server, "mcp__<server>" or "mcp__<server>__*", and
+// returns the server. Its tools are those named "mcp__<server>__..." (see
+// MCPToolName; a name shortened with a hash keeps the prefix while the
+// server's name is at most 48 characters).
+func MCPServerWildcard(entry string) (string, bool) {
+	rest, ok := strings.CutPrefix(entry, "mcp__")
+	if !ok {
+		return "", false
+	}
+	server, tool, cut := strings.Cut(rest, "__")
+	if cut && tool != "*" {
+		return "", false
+	}
+	if ValidMCPServerName(server) != nil {
+		return "", false
+	}
+	return server, true
+}
+
 func sanitizeToolName(s string) string {
 	b := []byte(s)
 	for i, c := range b {

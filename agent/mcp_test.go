@@ -168,6 +168,27 @@ func TestMCPToolName(t *testing.T) {
 	if _, ok := agent.MCPServerOfTool("write_file"); ok {
 		t.Error("write_file has a server")
 	}
+	for entry, want := range map[string]string{
+		"mcp__calendar":             "calendar",
+		"mcp__crm__*":               "crm",
+		"mcp__google-mail__*":       "google-mail",
+		"mcp__crm__find_contact":    "", // one tool
+		"mcp__crm__find_*":          "", // not a whole server
+		"mcp__":                     "",
+		"mcp____*":                  "",
+		"mcp__a_":                   "", // not a server name
+		"mcp__a__b__*":              "", // nor is a__b
+		"calendar":                  "",
+		"mcp__calendar__*__*":       "",
+		"Bash(mcp__calendar:*)":     "",
+		"mcp__cal endar":            "",
+		"mcp__calendar_events_list": "calendar_events_list", // a server of that name
+	} {
+		got, ok := agent.MCPServerWildcard(entry)
+		if got != want || ok != (want != "") {
+			t.Errorf("MCPServerWildcard(%q) = %q, %v; want %q", entry, got, ok, want)
+		}
+	}
 	if err := agent.ValidMCPServerName("a__b"); err == nil {
 		t.Error("a__b accepted")
 	}

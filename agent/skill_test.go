@@ -85,6 +85,16 @@ Do the research.
 			},
 		},
 		{
+			name:   "allowed-tools naming every tool of MCP servers",
+			folder: "prep",
+			data:   "---\nname: prep\ndescription: Prepares meetings.\nallowed-tools: read_file mcp__calendar, mcp__crm__*\n---\nBody\n",
+			want: &agent.Skill{
+				Name: "prep", Description: "Prepares meetings.",
+				AllowedTools: []string{"read_file", "mcp__calendar", "mcp__crm__*"}, DeclaresTools: true,
+				Body: "Body",
+			},
+		},
+		{
 			name:   "minimal, empty body",
 			folder: "x",
 			data:   "---\nname: x\ndescription: d\n---\n",

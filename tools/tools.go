@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -157,15 +158,17 @@ func (tb *Toolbox) Names() []string {
 // Offer returns the specs offered to a run: the tools a skill lists in
 // allowed-tools (which must all exist: see Missing), or every tool when
 // the run has no skill or its skill lists none (allowed-tools omitted, as
-// public Agent Skills mostly do; an empty list offers nothing). The caller
-// then drops what the server policy denies (gateRules.offered), and every
-// call still passes the gate: allowed-tools chooses what is offered, never
-// what runs without asking.
+// public Agent Skills mostly do; an empty list offers nothing). An entry
+// "mcp__<server>" or "mcp__<server>__*" offers every tool that server
+// offers now (agent.MCPServerWildcard). The caller then drops what the
+// server policy denies (gateRules.offered), and every call still passes the
+// gate: allowed-tools chooses what is offered, never what runs without
+// asking.
 func (tb *Toolbox) Offer(skill *agent.Skill) []agent.ToolSpec {
 	all := tb.snapshot()
 	var names []string
 	if skill != nil && skill.DeclaresTools {
-		names = skill.AllowedTools
+		names = expand(all, skill.AllowedTools)
 	} else {
 		names = make([]string, 0, len(all))
 		for n := range all {
@@ -182,8 +185,47 @@ func (tb *Toolbox) Offer(skill *agent.Skill) []agent.ToolSpec {
 	return specs
 }
 
+// expand replaces the server wildcards of allowed-tools entries by the
+// server's tools among all, sorted, and drops repeats: "mcp__crm
+// mcp__crm__find" offers mcp__crm__find once.
+func expand(all map[string]Tool, entries []string) []string {
+	out := make([]string, 0, len(entries))
+	seen := map[string]bool{}
+	add := func(n string) {
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	for _, e := range entries {
+		server, ok := agent.MCPServerWildcard(e)
+		if !ok {
+			add(e)
+			continue
+		}
+		for _, n := range serverTools(all, server) {
+			add(n)
+		}
+	}
+	return out
+}
+
+// serverTools lists the tools of MCP server server among all, sorted.
+func serverTools(all map[string]Tool, server string) []string {
+	prefix := "mcp__" + server + "__"
+	var names []string
+	for n := range all {
+		if strings.HasPrefix(n, prefix) {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
 // Missing lists the tools a skill declares that the toolbox lacks now; a
-// skill that declares none misses nothing.
+// skill that declares none misses nothing. A server wildcard is missing
+// while the server offers no tool.
 func (tb *Toolbox) Missing(skill *agent.Skill) []string {
 	return missingFrom(tb.snapshot(), skill)
 }
@@ -191,11 +233,74 @@ func (tb *Toolbox) Missing(skill *agent.Skill) []string {
 func missingFrom(all map[string]Tool, skill *agent.Skill) []string {
 	var missing []string
 	for _, n := range skill.AllowedTools {
+		if server, ok := agent.MCPServerWildcard(n); ok {
+			if len(serverTools(all, server)) == 0 {
+				missing = append(missing, n)
+			}
+			continue
+		}
 		if _, ok := all[n]; !ok {
 			missing = append(missing, n)
 		}
 	}
 	return missing
+}
+
+// Needs says, for people, what the server needs before the tools missing
+// (Missing's answer) are there: one phrase each, for a list such as
+// "needs a search provider (PIZZA_SEARCH_PROVIDER) and the MCP server
+// calendar connected". publish_brief needs a publish destination, web_search
+// a search provider, an MCP tool or server wildcard its server connected
+// (all of a skill's servers in one phrase); any other tool is named as is.
+// It is the one place these reasons are written: the new-thread form and
+// the settings page show them.
+func (tb *Toolbox) Needs(missing []string) []string {
+	var all map[string]Tool
+	var out, servers []string
+	serverAt := -1
+	for _, n := range missing {
+		switch n {
+		case PublishTool:
+			out = append(out, "a publish destination (PIZZA_PUBLISH_FOLDER or PIZZA_PUBLISH_WEBHOOK_URL)")
+			continue
+		case WebSearchTool:
+			out = append(out, "a search provider (PIZZA_SEARCH_PROVIDER)")
+			continue
+		}
+		server, ok := agent.MCPServerWildcard(n)
+		if !ok {
+			server, ok = agent.MCPServerOfTool(n)
+			if ok {
+				if all == nil {
+					all = tb.snapshot()
+				}
+				if len(serverTools(all, server)) > 0 {
+					// The server is there; this one tool is not.
+					out = append(out, n+", which the MCP server "+server+" does not offer")
+					continue
+				}
+			}
+		}
+		if !ok {
+			out = append(out, n)
+			continue
+		}
+		if serverAt < 0 {
+			serverAt = len(out)
+			out = append(out, "")
+		}
+		if !slices.Contains(servers, server) {
+			servers = append(servers, server)
+		}
+	}
+	if serverAt >= 0 {
+		if len(servers) == 1 {
+			out[serverAt] = "the MCP server " + servers[0] + " connected"
+		} else {
+			out[serverAt] = "the MCP servers " + strings.Join(servers[:len(servers)-1], ", ") + " and " + servers[len(servers)-1] + " connected"
+		}
+	}
+	return out
 }
 
 // SkillStatus is a skill and whether it can be offered now.
