@@ -123,6 +123,7 @@ func (h *Handler) fillSkills(p *views.Compose) {
 		s := &set.Skills[i]
 		c := views.SkillChoice{Name: s.Name, Description: s.Description}
 		c.Missing = h.runs.Toolbox().Missing(s)
+		c.Needs = h.runs.Toolbox().Needs(c.Missing)
 		p.Skills = append(p.Skills, c)
 	}
 	for _, e := range set.Errors {

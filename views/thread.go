@@ -596,16 +596,39 @@ func editMode(f DecisionForm) string {
 }
 
 // skillLabel is a skill as the compose form's picker lists it: its name and
-// the start of its description.
+// one line of its description, its first sentence.
 func skillLabel(s SkillChoice) string {
-	if s.Description == "" {
-		return s.Name
+	if d := firstSentence(s.Description); d != "" {
+		return s.Name + " — " + d
 	}
-	d := strings.Join(strings.Fields(s.Description), " ")
-	if r := []rune(d); len(r) > 90 {
-		d = string(r[:89]) + "…"
+	return s.Name
+}
+
+// unavailableSkills counts the skills of the picker that cannot be chosen.
+func unavailableSkills(skills []SkillChoice) int {
+	n := 0
+	for _, s := range skills {
+		if len(s.Missing) > 0 {
+			n++
+		}
 	}
-	return s.Name + " — " + d
+	return n
+}
+
+// firstSentence is text's first sentence on one line, at most 100
+// characters.
+func firstSentence(text string) string {
+	d := strings.Join(strings.Fields(text), " ")
+	for i := 0; i+1 < len(d); i++ {
+		if (d[i] == '.' || d[i] == '!' || d[i] == '?') && d[i+1] == ' ' {
+			d = d[:i+1]
+			break
+		}
+	}
+	if r := []rune(d); len(r) > 100 {
+		d = string(r[:99]) + "…"
+	}
+	return d
 }
 
 // joinList joins names in English: "a", "a and b", "a, b and c".

@@ -167,6 +167,9 @@ type SkillChoice struct {
 	// Missing lists the tools the skill needs that are not connected; the
 	// skill cannot be chosen until they are.
 	Missing []string
+	// Needs says in words what it takes to offer the skill
+	// (tools.Toolbox.Needs of Missing).
+	Needs []string
 }
 
 // SkillProblem is a skill that failed to load, and why.
