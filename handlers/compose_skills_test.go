@@ -62,4 +62,22 @@ func TestComposeShippedSkillsSayWhatTheyNeed(t *testing.T) {
 	if got := r.texts("skill-needs"); len(got) != 3 || !strings.HasPrefix(got[1], "meeting-prep: Prepares a briefing for an upcoming meeting from the calendar, the CRM and past mail. It needs the MCP servers calendar, crm and mail connected.") {
 		t.Errorf("needs list = %q", got)
 	}
+
+	// Settings → Skills says the same.
+	b.admin()
+	page := b.get("carol", "/settings").wantStatus(http.StatusOK)
+	seen := 0
+	for _, n := range page.all("skill-row") {
+		name := attr(n, "data-skill")
+		if _, ok := want[name]; ok {
+			seen++
+		}
+		status := text(findAll(n, func(n *htmlNode) bool { return attr(n, "data-testid") == "skill-status" })[0])
+		if w, ok := want[name]; ok && !strings.Contains(status, "needs "+strings.TrimPrefix(w, name+" — needs ")) {
+			t.Errorf("settings: %s status = %q, want %q", name, status, w)
+		}
+	}
+	if seen != len(want) {
+		t.Errorf("settings lists %d of the unavailable shipped skills, want %d", seen, len(want))
+	}
 }

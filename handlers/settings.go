@@ -150,6 +150,7 @@ func (h *Handler) loadSettings(r *http.Request) (views.Settings, error) {
 			s := &set.Skills[i]
 			row := views.SkillRow{Name: s.Name, Description: s.Description, Source: s.Source, ReplacesBuiltin: s.ReplacesBuiltin, Warnings: s.Warnings}
 			row.Missing = h.runs.Toolbox().Missing(s)
+			row.Needs = h.runs.Toolbox().Needs(row.Missing)
 			p.Skills = append(p.Skills, row)
 		}
 		for _, e := range set.Errors {

@@ -127,6 +127,9 @@ type SkillRow struct {
 	ReplacesBuiltin bool
 	// Missing lists the tools it declares that are not connected.
 	Missing []string
+	// Needs says in words what it takes to offer the skill
+	// (tools.Toolbox.Needs of Missing).
+	Needs []string
 	// Warnings are the soft rules its SKILL.md breaks; it loads anyway.
 	Warnings []string
 }
