@@ -52,6 +52,10 @@ type Call struct {
 	Tool string
 	Why  string
 	Args []Arg
+	// Thread and Path name the thread the call waits in and its decision,
+	// in a digest (which lists calls of many threads); empty otherwise.
+	Thread string
+	Path   string
 }
 
 // Arg is one argument of a call, its value as the page shows it.

@@ -1,0 +1,87 @@
+package db
+
+import (
+	"context"
+	"fmt"
+)
+
+// Who is told that a call waits (docs/notifications.md): its deciders,
+// pizza_decide_check's rule as a set (decidersSQL), so that a routed call
+// is announced to its approvers and never to someone who could not decide.
+
+// CallDeciders returns the users who may decide waiting call callID now;
+// none when it does not wait.
+func CallDeciders(ctx context.Context, q Querier, callID int64) ([]int64, error) {
+	rows, err := q.Query(ctx, `SELECT DISTINCT d.id FROM tool_calls c
+		JOIN threads k ON k.id = c.thread_id
+		JOIN threads r ON r.id = coalesce(k.parent_thread_id, k.id),
+		LATERAL (`+decidersSQL+`) d
+		WHERE c.id = $1 AND c.state IN ('pending', 'unknown')
+		ORDER BY d.id`, callID)
+	if err != nil {
+		return nil, fmt.Errorf("deciders of call %d: %w", callID, err)
+	}
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
+// WaitingCall is a call waiting for a decision, with the thread a person
+// opens to decide it (the top-level one, for a sub-agent's call).
+type WaitingCall struct {
+	ToolCallRow
+	// TopThreadID and TopTitle are the thread the decision is taken on.
+	TopThreadID int64
+	TopTitle    string
+}
+
+// WaitingCallsFor returns the calls userID may decide now, oldest first,
+// at most limit.
+func WaitingCallsFor(ctx context.Context, q Querier, userID int64, limit int) ([]WaitingCall, error) {
+	rows, err := q.Query(ctx, `SELECT c.id, r.id, r.title FROM tool_calls c
+		JOIN threads k ON k.id = c.thread_id
+		JOIN threads r ON r.id = coalesce(k.parent_thread_id, k.id)
+		WHERE c.state IN ('pending', 'unknown') AND $1 IN (`+decidersSQL+`)
+		ORDER BY c.created_at, c.id LIMIT $2`, userID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("calls waiting for user %d: %w", userID, err)
+	}
+	var out []WaitingCall
+	for rows.Next() {
+		var w WaitingCall
+		if err := rows.Scan(&w.ID, &w.TopThreadID, &w.TopTitle); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	for i := range out {
+		c, err := GetToolCall(ctx, q, out[i].ID)
+		if err != nil {
+			return nil, err
+		}
+		out[i].ToolCallRow = c
+	}
+	return out, nil
+}
+
+// TopThread returns the thread a person opens for thread id: its parent
+// for a sub-agent's, else itself.
+func TopThread(ctx context.Context, q Querier, id int64) (Thread, error) {
+	t, err := GetRunThread(ctx, q, id)
+	if err != nil || t.ParentThreadID == nil {
+		return t, err
+	}
+	return GetRunThread(ctx, q, *t.ParentThreadID)
+}

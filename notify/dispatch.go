@@ -1,0 +1,367 @@
+package notify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"pizzabot/db"
+)
+
+// The dispatcher: events to deliveries to sends.
+//
+// Invariants:
+//   - An event is recorded once per person and key (notification_events),
+//     in the transaction of the change it tells: rolled back, it never
+//     happened. Publishing a key again does nothing.
+//   - Each (event, channel target) is one row of notification_deliveries
+//     and one River job, unique by its arguments (the pair), inserted in the
+//     same transaction: two replicas publishing the same event queue one
+//     job, and a crash after the commit loses none (River runs it later).
+//   - A job sends at most once per attempt and records the outcome; a
+//     failure is retried with River's backoff, up to MaxAttempts, and fails
+//     only its own job. Nothing here runs inside a run's step: Publish
+//     only inserts rows.
+//   - A decision or reminder whose call no longer waits when its job runs
+//     is not sent (state skipped): a decision taken anywhere stops what was
+//     still to be said about it.
+//   - Quiet hours defer a job to their end (ScheduledAt at publish, a
+//     snooze when they started since), re-read at each run.
+//
+// A send that succeeds and then fails to be recorded (the process dies in
+// between) is sent again by the retry: delivery is at least once.
+
+// MaxAttempts bounds the tries of one delivery (River's backoff: about
+// attempt⁴ seconds between them, some six hours in all).
+const MaxAttempts = 12
+
+// Config is what a Dispatcher is built from.
+type Config struct {
+	// Pool is where deliveries are recorded (required).
+	Pool *pgxpool.Pool
+	// Channels deliver; an event goes to every target of every channel the
+	// person wants it on.
+	Channels []Channel
+	Logger   *slog.Logger
+	// Now is the clock of quiet hours and the digest (default time.Now).
+	Now func() time.Time
+	// DigestEvery is how often the leader looks for people whose digest is
+	// due (default DigestEvery).
+	DigestEvery time.Duration
+}
+
+// DigestEvery is how often the leader looks for digests to send.
+const DigestEvery = 5 * time.Minute
+
+// Dispatcher is the notify.Publisher of the run service; its River workers
+// (AddWorkers, PeriodicJobs) deliver.
+type Dispatcher struct {
+	cfg      Config
+	channels map[string]Channel
+	inserter *river.Client[pgx.Tx]
+}
+
+// New returns a dispatcher delivering through cfg.Channels.
+func New(cfg Config) (*Dispatcher, error) {
+	if cfg.Pool == nil {
+		return nil, errors.New("notify.New: Config.Pool is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.DigestEvery <= 0 {
+		cfg.DigestEvery = DigestEvery
+	}
+	d := &Dispatcher{cfg: cfg, channels: map[string]Channel{}}
+	for _, c := range cfg.Channels {
+		if c == nil {
+			continue
+		}
+		if _, dup := d.channels[c.Name()]; dup {
+			return nil, fmt.Errorf("notify.New: two channels named %q", c.Name())
+		}
+		d.channels[c.Name()] = c
+	}
+	// Publish inserts in the caller's transaction only: an insert-only
+	// client (no pool, no workers) is all it needs. The jobs are worked by
+	// whichever client AddWorkers registered on.
+	ins, err := river.NewClient(riverpgxv5.New(nil), &river.Config{})
+	if err != nil {
+		return nil, fmt.Errorf("notify: river client: %w", err)
+	}
+	d.inserter = ins
+	return d, nil
+}
+
+// Channel returns the channel named name, if the dispatcher has it.
+func (d *Dispatcher) Channel(name string) (Channel, bool) {
+	c, ok := d.channels[name]
+	return c, ok
+}
+
+// DeliverArgs is one delivery: an event's key for a person, to one target
+// of one channel. Unique by all four.
+type DeliverArgs struct {
+	UserID   int64  `json:"user_id"`
+	EventKey string `json:"event_key"`
+	Channel  string `json:"channel"`
+	TargetID int64  `json:"target_id"`
+}
+
+// Kind implements river.JobArgs.
+func (DeliverArgs) Kind() string { return "notify_deliver" }
+
+// InsertOpts implements river.JobArgsWithInsertOpts.
+func (DeliverArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{MaxAttempts: MaxAttempts, UniqueOpts: river.UniqueOpts{ByArgs: true}}
+}
+
+// Publish implements Publisher: it records ev and queues one delivery per
+// target of every channel userID wants ev's kind on, deferred past quiet
+// hours, in tx.
+func (d *Dispatcher) Publish(ctx context.Context, tx pgx.Tx, ev Event) error {
+	if ev.Key == "" || ev.UserID == 0 || ev.Kind == "" {
+		return fmt.Errorf("notify: event needs a key, a user and a kind (got %q, %d, %q)", ev.Key, ev.UserID, ev.Kind)
+	}
+	raw, err := json.Marshal(ev)
+	if err != nil {
+		return err
+	}
+	var id int64
+	err = tx.QueryRow(ctx, `INSERT INTO notification_events (user_id, key, kind, thread_id, call_id, event)
+		VALUES ($1, $2, $3, nullif($4, 0), nullif($5, 0), $6) ON CONFLICT (user_id, key) DO NOTHING RETURNING id`,
+		ev.UserID, ev.Key, ev.Kind, ev.ThreadID, ev.CallID, raw).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // told already
+	}
+	if err != nil {
+		return fmt.Errorf("record notification %s: %w", ev.Key, err)
+	}
+	prefs, err := GetPrefs(ctx, tx, ev.UserID)
+	if err != nil {
+		return err
+	}
+	// Deferred past quiet hours, else at once (River's clock, not ours).
+	var at *time.Time
+	if until := prefs.QuietUntil(d.cfg.Now(), ev.Kind); !until.IsZero() {
+		at = &until
+	}
+	for _, name := range Channels {
+		ch, ok := d.channels[name]
+		if !ok || !prefs.Channel(name).Wants(ev.Kind) {
+			continue
+		}
+		targets, err := ch.Targets(ctx, tx, ev.UserID)
+		if err != nil {
+			return fmt.Errorf("targets of %s for user %d: %w", name, ev.UserID, err)
+		}
+		for _, t := range targets {
+			if _, err := tx.Exec(ctx, `INSERT INTO notification_deliveries
+				(user_id, event_key, kind, thread_id, call_id, channel, target_id, target_label, scheduled_at)
+				VALUES ($1, $2, $3, nullif($4, 0), nullif($5, 0), $6, $7, $8, coalesce($9, now()))
+				ON CONFLICT (user_id, event_key, channel, target_id) DO NOTHING`,
+				ev.UserID, ev.Key, ev.Kind, ev.ThreadID, ev.CallID, name, t.ID, t.Label, at); err != nil {
+				return fmt.Errorf("record delivery of %s: %w", ev.Key, err)
+			}
+			opts := DeliverArgs{}.InsertOpts()
+			if at != nil {
+				opts.ScheduledAt = *at
+			}
+			if _, err := d.inserter.InsertTx(ctx, tx, DeliverArgs{UserID: ev.UserID, EventKey: ev.Key, Channel: name, TargetID: t.ID}, &opts); err != nil {
+				return fmt.Errorf("queue delivery of %s: %w", ev.Key, err)
+			}
+		}
+	}
+	return nil
+}
+
+// AddWorkers registers the dispatcher's workers (deliveries and digests)
+// on the River client that works them (jobs.New).
+func (d *Dispatcher) AddWorkers(w *river.Workers) error {
+	if err := river.AddWorkerSafely(w, &deliverWorker{d: d}); err != nil {
+		return err
+	}
+	if err := river.AddWorkerSafely(w, &digestTickWorker{d: d}); err != nil {
+		return err
+	}
+	return river.AddWorkerSafely(w, &digestWorker{d: d})
+}
+
+// PeriodicJobs are the dispatcher's periodic jobs: the digest tick.
+func (d *Dispatcher) PeriodicJobs() []*river.PeriodicJob {
+	return []*river.PeriodicJob{
+		river.NewPeriodicJob(river.PeriodicInterval(d.cfg.DigestEvery),
+			func() (river.JobArgs, *river.InsertOpts) { return DigestTickArgs{}, &river.InsertOpts{MaxAttempts: 1} },
+			&river.PeriodicJobOpts{RunOnStart: true}),
+	}
+}
+
+type deliverWorker struct {
+	river.WorkerDefaults[DeliverArgs]
+	d *Dispatcher
+}
+
+// Delivery states (notification_deliveries.state).
+const (
+	StatePending  = "pending"
+	StateSent     = "sent"
+	StateRetrying = "retrying"
+	StateFailed   = "failed"
+	StateSkipped  = "skipped"
+	StateGone     = "gone"
+)
+
+func (w *deliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
+	d, a := w.d, job.Args
+	pool := d.cfg.Pool
+	var state string
+	var raw []byte
+	err := pool.QueryRow(ctx, `SELECT dl.state, e.event FROM notification_deliveries dl
+		JOIN notification_events e ON e.user_id = dl.user_id AND e.key = dl.event_key
+		WHERE dl.user_id = $1 AND dl.event_key = $2 AND dl.channel = $3 AND dl.target_id = $4`,
+		a.UserID, a.EventKey, a.Channel, a.TargetID).Scan(&state, &raw)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // the person (and their records) were deleted
+	}
+	if err != nil {
+		return err
+	}
+	switch state {
+	case StateSent, StateSkipped, StateGone, StateFailed:
+		return nil // done already: a job queued again after River forgot the first
+	}
+	var ev Event
+	if err := json.Unmarshal(raw, &ev); err != nil {
+		return w.record(ctx, a, StateFailed, "the recorded event cannot be read: "+err.Error(), false)
+	}
+	if ev.CallID != 0 && (ev.Kind == Decision || ev.Kind == Reminder) {
+		var callState string
+		err := pool.QueryRow(ctx, `SELECT state FROM tool_calls WHERE id = $1`, ev.CallID).Scan(&callState)
+		if errors.Is(err, pgx.ErrNoRows) || err == nil && !db.AwaitsDecision(callState) {
+			return w.record(ctx, a, StateSkipped, "the call was decided before this was sent", false)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	prefs, err := GetPrefs(ctx, pool, a.UserID)
+	if err != nil {
+		return err
+	}
+	now := d.cfg.Now()
+	if until := prefs.QuietUntil(now, ev.Kind); !until.IsZero() {
+		// Quiet hours began since it was queued (or were changed).
+		if _, err := pool.Exec(ctx, `UPDATE notification_deliveries SET scheduled_at = $5, updated_at = now()
+			WHERE user_id = $1 AND event_key = $2 AND channel = $3 AND target_id = $4`,
+			a.UserID, a.EventKey, a.Channel, a.TargetID, until); err != nil {
+			return err
+		}
+		return river.JobSnooze(until.Sub(now))
+	}
+	if !prefs.Channel(a.Channel).Wants(ev.Kind) {
+		return w.record(ctx, a, StateSkipped, "turned off in the preferences since it was queued", false)
+	}
+	ch, ok := d.channels[a.Channel]
+	if !ok {
+		return w.record(ctx, a, StateFailed, "channel "+a.Channel+" is not set up on this server", false)
+	}
+	sendErr := ch.Send(ctx, Target{Channel: a.Channel, ID: a.TargetID}, ev)
+	switch {
+	case sendErr == nil:
+		return w.record(ctx, a, StateSent, "", true)
+	case errors.Is(sendErr, ErrGone):
+		d.cfg.Logger.InfoContext(ctx, "notification target gone, removed", "user_id", a.UserID, "channel", a.Channel, "target_id", a.TargetID)
+		return w.record(ctx, a, StateGone, sendErr.Error(), true)
+	}
+	final := job.Attempt >= job.MaxAttempts
+	st := StateRetrying
+	if final {
+		st = StateFailed
+	}
+	if err := w.record(ctx, a, st, sendErr.Error(), true); err != nil {
+		return err
+	}
+	d.cfg.Logger.WarnContext(ctx, "notification not delivered", "user_id", a.UserID, "channel", a.Channel,
+		"target_id", a.TargetID, "event", a.EventKey, "attempt", job.Attempt, "final", final, "err", sendErr)
+	return sendErr
+}
+
+// record sets a delivery's outcome; tried counts an attempt.
+func (w *deliverWorker) record(ctx context.Context, a DeliverArgs, state, msg string, tried bool) error {
+	if r := []rune(msg); len(r) > 1000 {
+		msg = string(r[:1000]) + "…"
+	}
+	msg = strings.ToValidUTF8(msg, "?")
+	_, err := w.d.cfg.Pool.Exec(ctx, `UPDATE notification_deliveries
+		SET state = $5, last_error = $6, attempts = attempts + CASE WHEN $7 THEN 1 ELSE 0 END,
+		    sent_at = CASE WHEN $5 = 'sent' THEN now() ELSE sent_at END, updated_at = now()
+		WHERE user_id = $1 AND event_key = $2 AND channel = $3 AND target_id = $4`,
+		a.UserID, a.EventKey, a.Channel, a.TargetID, state, msg, tried)
+	if err != nil {
+		return fmt.Errorf("record delivery of %s: %w", a.EventKey, err)
+	}
+	return nil
+}
+
+// Delivery is one recorded delivery, as its person (and admins) see it.
+type Delivery struct {
+	ID          int64      `json:"id"`
+	UserID      int64      `json:"user_id"`
+	EventKey    string     `json:"event_key"`
+	Kind        string     `json:"kind"`
+	ThreadID    *int64     `json:"thread_id"`
+	Channel     string     `json:"channel"`
+	TargetID    int64      `json:"target_id"`
+	TargetLabel string     `json:"target"`
+	State       string     `json:"state"`
+	Attempts    int        `json:"attempts"`
+	LastError   string     `json:"last_error"`
+	ScheduledAt time.Time  `json:"scheduled_at"`
+	SentAt      *time.Time `json:"sent_at"`
+	CreatedAt   time.Time  `json:"created_at"`
+}
+
+// Deliveries returns userID's latest deliveries, newest first; userID 0
+// (an admin's view) returns everyone's.
+func Deliveries(ctx context.Context, q db.Querier, userID int64, limit int) ([]Delivery, error) {
+	rows, err := q.Query(ctx, `SELECT id, user_id, event_key, kind, thread_id, channel, target_id, target_label,
+		state, attempts, last_error, scheduled_at, sent_at, created_at
+		FROM notification_deliveries WHERE $1 = 0 OR user_id = $1 ORDER BY id DESC LIMIT $2`, userID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list deliveries: %w", err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Delivery, error) {
+		var x Delivery
+		return x, r.Scan(&x.ID, &x.UserID, &x.EventKey, &x.Kind, &x.ThreadID, &x.Channel, &x.TargetID, &x.TargetLabel,
+			&x.State, &x.Attempts, &x.LastError, &x.ScheduledAt, &x.SentAt, &x.CreatedAt)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list deliveries: %w", err)
+	}
+	return out, nil
+}
+
+// CallDecided marks what was still to be delivered about call callID as
+// skipped, in the deciding transaction: a decision taken anywhere stops
+// the other reminders of it. (A delivery job already running checks the
+// call itself before it sends.)
+func CallDecided(ctx context.Context, q db.Querier, callID int64) error {
+	if _, err := q.Exec(ctx, `UPDATE notification_deliveries
+		SET state = 'skipped', last_error = 'the call was decided before this was sent', updated_at = now()
+		WHERE call_id = $1 AND state IN ('pending', 'retrying')`, callID); err != nil {
+		return fmt.Errorf("stop the notifications of call %d: %w", callID, err)
+	}
+	return nil
+}

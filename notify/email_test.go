@@ -1,0 +1,331 @@
+package notify_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net"
+	"net/mail"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"pizzabot/db"
+	"pizzabot/notify"
+)
+
+// smtpSink is a real SMTP server the test reads the messages of: Debian's
+// aiosmtpd (python3-aiosmtpd) writing a Maildir when it is installed, else
+// a small SMTP server of the test's own over TCP.
+type smtpSink struct {
+	addr  string
+	read  func() []string // the messages received so far, raw
+	which string
+}
+
+func startSMTP(t *testing.T) *smtpSink {
+	t.Helper()
+	// NOTIFY_TEST_GO_SMTP=1 runs the tests on the Go server even where
+	// aiosmtpd is installed.
+	if err := exec.Command("/usr/bin/python3", "-c", "import aiosmtpd").Run(); err == nil && os.Getenv("NOTIFY_TEST_GO_SMTP") == "" {
+		return startAiosmtpd(t)
+	}
+	return startGoSMTP(t)
+}
+
+func freePort(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func startAiosmtpd(t *testing.T) *smtpSink {
+	dir := t.TempDir()
+	box := filepath.Join(dir, "Maildir")
+	addr := freePort(t)
+	cmd := exec.Command("/usr/bin/python3", "-m", "aiosmtpd", "-n", "-l", addr, "-c", "aiosmtpd.handlers.Mailbox", box)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("aiosmtpd did not listen on %s", addr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return &smtpSink{addr: addr, which: "aiosmtpd", read: func() []string {
+		files, _ := filepath.Glob(filepath.Join(box, "new", "*"))
+		var out []string
+		for _, f := range files {
+			if b, err := os.ReadFile(f); err == nil {
+				out = append(out, string(b))
+			}
+		}
+		return out
+	}}
+}
+
+// startGoSMTP speaks just enough SMTP (RFC 5321: EHLO, MAIL, RCPT, DATA
+// with dot-unstuffing, QUIT) for one client at a time.
+func startGoSMTP(t *testing.T) *smtpSink {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var mu sync.Mutex
+	var msgs []string
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func(c net.Conn) {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				say := func(s string) { fmt.Fprintf(c, "%s\r\n", s) }
+				say("220 test ESMTP")
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					cmd := strings.ToUpper(strings.TrimSpace(line))
+					switch {
+					case strings.HasPrefix(cmd, "EHLO"), strings.HasPrefix(cmd, "HELO"):
+						say("250-test\r\n250 8BITMIME")
+					case strings.HasPrefix(cmd, "MAIL"), strings.HasPrefix(cmd, "RCPT"), strings.HasPrefix(cmd, "RSET"), strings.HasPrefix(cmd, "NOOP"):
+						say("250 ok")
+					case cmd == "DATA":
+						say("354 go on")
+						var b strings.Builder
+						for {
+							l, err := r.ReadString('\n')
+							if err != nil {
+								return
+							}
+							if l == ".\r\n" {
+								break
+							}
+							b.WriteString(strings.TrimPrefix(l, "."))
+						}
+						mu.Lock()
+						msgs = append(msgs, b.String())
+						mu.Unlock()
+						say("250 queued")
+					case cmd == "QUIT":
+						say("221 bye")
+						return
+					default:
+						say("502 not here")
+					}
+				}
+			}(c)
+		}
+	}()
+	return &smtpSink{addr: ln.Addr().String(), which: "go", read: func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), msgs...)
+	}}
+}
+
+func (s *smtpSink) wait(t *testing.T, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if got := s.read(); len(got) >= n {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s received %d messages, want %d", s.which, len(s.read()), n)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// parts decodes a received message into its headers and its text/plain
+// and text/html bodies (quoted-printable undone).
+func parts(t *testing.T, raw string) (*mail.Message, string, string) {
+	t.Helper()
+	m, err := mail.ReadMessage(strings.NewReader(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mt, params, err := mime.ParseMediaType(m.Header.Get("Content-Type"))
+	if err != nil || mt != "multipart/alternative" {
+		t.Fatalf("Content-Type %q (%v)", m.Header.Get("Content-Type"), err)
+	}
+	var text, html string
+	mr := multipart.NewReader(m.Body, params["boundary"])
+	for {
+		p, err := mr.NextPart() // undoes quoted-printable
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(p)
+		switch {
+		case strings.HasPrefix(p.Header.Get("Content-Type"), "text/plain"):
+			text = strings.ReplaceAll(string(b), "\r\n", "\n")
+		case strings.HasPrefix(p.Header.Get("Content-Type"), "text/html"):
+			html = string(b)
+		}
+	}
+	return m, text, html
+}
+
+// A decision mailed through a real SMTP server: the message names the
+// thread, what waits and why, every argument in full, and links to the
+// decision; the HTML part escapes what the agent wrote.
+func TestEmailDecision(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	sink := startSMTP(t)
+	host, port, _ := net.SplitHostPort(sink.addr)
+	email := notify.NewEmail(b.pool, notify.SMTP{Host: host, Port: port, From: "Pizza Bot <pizza@example.com>"}, "https://pizza.example.com")
+	if _, err := b.pool.Exec(ctx, `UPDATE users SET email_verified = true WHERE id = $1`, b.user.ID); err != nil {
+		t.Fatal(err)
+	}
+	d := b.replica(notify.Config{Channels: []notify.Channel{email}})
+	ev := decision(b.user.ID, "decision:call:3")
+	ev.Calls[0].Args = append(ev.Calls[0].Args, notify.Arg{Name: "html", Value: "<script>alert(1)</script> & more"})
+	b.publish(d, ev)
+	if got := b.delivery(ev.Key, "email"); got.State != notify.StateSent || got.TargetLabel != "alice@example.com" {
+		t.Fatalf("delivery = %+v", got)
+	}
+	msgs := sink.wait(t, 1)
+	m, text, html := parts(t, msgs[0])
+	if subj, _ := new(mime.WordDecoder).DecodeHeader(m.Header.Get("Subject")); subj != "Decision waits: Research brief on heat pumps" {
+		t.Errorf("Subject = %q", subj)
+	}
+	if to := m.Header.Get("To"); to != "<alice@example.com>" {
+		t.Errorf("To = %q", to)
+	}
+	for _, want := range []string{
+		"Thread: Research brief on heat pumps",
+		"Call: publish_brief",
+		"Why it waits: skill researcher: interruptOn",
+		"  title: Research brief\n",
+		"  body: " + ev.Calls[0].Args[1].Value + "\n", // long, whole on its line
+		"  tags:\n    [\n      \"energy\",\n      \"homes\"\n    ]\n",
+		"Open the decision: https://pizza.example.com/threads/12#decide\n",
+		"nothing is approved from this message",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("text/plain lacks %q:\n%s", want, text)
+		}
+	}
+	if strings.Contains(html, "<script>") || !strings.Contains(html, "&lt;script&gt;") || !strings.Contains(html, `href="https://pizza.example.com/threads/12#decide"`) {
+		t.Errorf("text/html:\n%s", html)
+	}
+	// Folded for transport: no line of the raw message is over 78 + CRLF.
+	for _, line := range strings.Split(msgs[0], "\n") {
+		if len(line) > 80 {
+			t.Fatalf("a line of %d characters: %q", len(line), line)
+		}
+	}
+}
+
+// Without a verified address from sign-in, a person enters one and
+// confirms it with the code mailed to it; only then does e-mail go there.
+func TestEmailConfirmationCode(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	sink := startSMTP(t)
+	host, port, _ := net.SplitHostPort(sink.addr)
+	email := notify.NewEmail(b.pool, notify.SMTP{Host: host, Port: port, From: "pizza@example.com"}, "http://127.0.0.1:8080")
+	targets := func() []notify.Target {
+		ts, err := email.Targets(ctx, b.pool, b.user.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ts
+	}
+	if ts := targets(); len(ts) != 0 {
+		t.Fatalf("an unverified sign-in address is a target: %v", ts)
+	}
+	if err := email.StartConfirm(ctx, b.user.ID, "not an address"); !errors.Is(err, notify.ErrBadAddress) {
+		t.Fatalf("StartConfirm(bad) = %v", err)
+	}
+	if err := email.StartConfirm(ctx, b.user.ID, "me@home.example"); err != nil {
+		t.Fatal(err)
+	}
+	if ts := targets(); len(ts) != 0 {
+		t.Fatalf("an unconfirmed address is a target: %v", ts)
+	}
+	_, text, _ := parts(t, sink.wait(t, 1)[0])
+	code := regexp.MustCompile(`code is (\d{6})`).FindStringSubmatch(text)
+	if code == nil {
+		t.Fatalf("no code in:\n%s", text)
+	}
+	wrong := "000000"
+	if code[1] == wrong {
+		wrong = "111111"
+	}
+	if err := notify.Confirm(ctx, b.pool, b.user.ID, wrong); !errors.Is(err, notify.ErrBadCode) {
+		t.Fatalf("Confirm(wrong) = %v", err)
+	}
+	if err := notify.Confirm(ctx, b.pool, b.user.ID, code[1]); err != nil {
+		t.Fatal(err)
+	}
+	if ts := targets(); len(ts) != 1 || ts[0].Label != "me@home.example" || ts[0].ID != b.user.ID {
+		t.Fatalf("targets = %v", ts)
+	}
+	// Another person cannot use the code.
+	other, err := db.UpsertUser(ctx, b.pool, "https://idp.example", "bob", "bob@example.com", "Bob", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := notify.Confirm(ctx, b.pool, other.ID, code[1]); !errors.Is(err, notify.ErrBadCode) {
+		t.Fatalf("bob confirms alice's code: %v", err)
+	}
+}
+
+func TestParseSMTPURL(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		raw  string
+		want notify.SMTP
+		ok   bool
+	}{
+		{"smtp://user:p%40ss@mail.example.com:587", notify.SMTP{Host: "mail.example.com", Port: "587", Username: "user", Password: "p@ss"}, true},
+		{"smtp://mail.example.com", notify.SMTP{Host: "mail.example.com", Port: "587"}, true},
+		{"smtps://u:secretpw@mail.example.com", notify.SMTP{Host: "mail.example.com", Port: "465", Implicit: true, Username: "u", Password: "secretpw"}, true},
+		{"http://u:secretpw@mail.example.com", notify.SMTP{}, false},
+		{"smtp://u:secretpw@:25", notify.SMTP{}, false},
+	} {
+		got, err := notify.ParseSMTPURL(tc.raw)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("ParseSMTPURL(%q) = %+v, %v", tc.raw, got, err)
+		}
+		if err != nil && strings.Contains(err.Error(), "secretpw") {
+			t.Errorf("the error shows the password: %v", err)
+		}
+	}
+}

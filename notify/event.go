@@ -1,0 +1,120 @@
+package notify
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"pizzabot/db"
+)
+
+// DecisionEvent is what tells userID that call c waits for their decision,
+// on thread top (the thread they open: a sub-agent's parent).
+func DecisionEvent(userID int64, top db.Thread, c db.ToolCallRow) Event {
+	call := CallOf(c)
+	summary := call.Tool + " waits for your decision"
+	switch c.WaitKind {
+	case db.WaitQuestion:
+		summary = "The agent asks you a question"
+	case db.WaitUnknown:
+		summary = call.Tool + " may or may not have run: decide what happens"
+	}
+	return Event{
+		Key:      fmt.Sprintf("decision:call:%d", c.ID),
+		Kind:     Decision,
+		UserID:   userID,
+		ThreadID: top.ID,
+		CallID:   c.ID,
+		Title:    top.Title,
+		Summary:  summary,
+		Path:     fmt.Sprintf("/threads/%d#decide", top.ID),
+		Calls:    []Call{call},
+	}
+}
+
+// EndEvent tells the owner of top-level thread t that its run finished or
+// failed (status db.StatusDone or db.StatusFailed; msg the error). gen
+// tells runs of the same thread apart.
+func EndEvent(t db.Thread, status, msg string, gen int64) (Event, bool) {
+	ev := Event{UserID: t.UserID, ThreadID: t.ID, Title: t.Title, Path: fmt.Sprintf("/threads/%d", t.ID)}
+	switch status {
+	case db.StatusDone:
+		ev.Kind, ev.Summary = Finished, "The run finished: its answer waits in Unread"
+	case db.StatusFailed:
+		ev.Kind, ev.Summary = Failed, "The run failed"
+		if m := strings.TrimSpace(msg); m != "" {
+			ev.Summary += ": " + m
+		}
+	default:
+		return Event{}, false
+	}
+	ev.Key = fmt.Sprintf("%s:thread:%d:%d", ev.Kind, t.ID, gen)
+	return ev, true
+}
+
+// CallOf is a waiting call as a notification shows it: a script's call for
+// a parked run_js (what its approver is shown), every argument in order.
+func CallOf(c db.ToolCallRow) Call {
+	tool, args := c.Name, c.Arguments
+	if c.InnerCall != nil {
+		tool, args = c.InnerCall.Tool, c.InnerCall.Arguments
+	}
+	var why []string
+	switch c.WaitKind {
+	case db.WaitQuestion:
+		why = append(why, "the agent asks you")
+	case db.WaitUnknown:
+		why = append(why, "the server stopped while this call was running, so its outcome is unknown")
+	}
+	if c.GateReason != "" {
+		why = append(why, c.GateReason)
+	}
+	if d := strings.TrimSpace(c.Description); d != "" {
+		why = append(why, d)
+	}
+	return Call{Tool: tool, Why: strings.Join(why, "; "), Args: ArgsOf(args)}
+}
+
+// ArgsOf splits a call's JSON arguments into its top-level arguments, in
+// their order: a string as it is, anything else as indented JSON (as the
+// thread page shows them). Arguments that are not an object are one Arg
+// with no name.
+func ArgsOf(raw string) []Arg {
+	dec := json.NewDecoder(strings.NewReader(raw))
+	dec.UseNumber()
+	tok, err := dec.Token()
+	if d, ok := tok.(json.Delim); err != nil || !ok || d != '{' {
+		if strings.TrimSpace(raw) == "" {
+			return nil
+		}
+		return []Arg{{Value: pretty(raw)}}
+	}
+	var out []Arg
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return []Arg{{Value: pretty(raw)}}
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return []Arg{{Value: pretty(raw)}}
+		}
+		name, _ := k.(string)
+		var s string
+		if json.Unmarshal(v, &s) == nil {
+			out = append(out, Arg{Name: name, Value: s})
+		} else {
+			out = append(out, Arg{Name: name, Value: pretty(string(v))})
+		}
+	}
+	return out
+}
+
+func pretty(raw string) string {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, []byte(raw), "", "  "); err != nil {
+		return raw
+	}
+	return buf.String()
+}
