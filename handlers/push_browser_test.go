@@ -175,10 +175,20 @@ func TestInstallableAppAndPushInBrowser(t *testing.T) {
 		return chromedp.Void{}, err
 	})
 	run(deliver)
+	delivered := time.Now()
 	var note map[string]any
 	eventually.Ok(t, 20*time.Second, func() error {
 		v := eval(`navigator.serviceWorker.ready.then(r => r.getNotifications()).then(ns => ns.map(n => ({title: n.title, body: n.body, tag: n.tag, url: n.data && n.data.url})))`)
 		ns, _ := v.([]any)
+		if len(ns) == 0 && time.Since(delivered) > 4*time.Second {
+			// On a loaded machine Chromium can drop a push delivered while
+			// it is still settling the worker (seen in CI: none shown after
+			// 20 s, while alone it shows at once). Deliver it again: the
+			// notification's tag ("call:7") makes a second one replace
+			// the first, so more than one shown is still a failure.
+			run(deliver)
+			delivered = time.Now()
+		}
 		if len(ns) != 1 {
 			return fmt.Errorf("%d notifications shown, want 1", len(ns))
 		}
