@@ -95,8 +95,12 @@ type invalidWebhook struct{ msg string }
 func (e *invalidWebhook) Error() string   { return e.msg }
 func (e *invalidWebhook) Is(t error) bool { return t == ErrInvalidWebhook }
 
-func urlPurpose(userID int64) string    { return "notification_webhooks:url:" + strconv.FormatInt(userID, 10) }
-func secretPurpose(userID int64) string { return "notification_webhooks:secret:" + strconv.FormatInt(userID, 10) }
+func urlPurpose(userID int64) string {
+	return "notification_webhooks:url:" + strconv.FormatInt(userID, 10)
+}
+func secretPurpose(userID int64) string {
+	return "notification_webhooks:secret:" + strconv.FormatInt(userID, 10)
+}
 
 // Connect checks and stores a webhook of kind for userID. For a generic
 // webhook it returns the signing secret (whsec_...), shown once.
