@@ -584,7 +584,7 @@ func newRuntime(cfg config, st *store, p runtimeParts) (*jobs.Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	toolbox.AddSource(extensions.MCPTools(p.ext.Manager))
+	toolbox.AddSource(extensions.MCPTools(p.ext.Manager, p.creds))
 	return jobs.New(jobs.Config{
 		Pool:               st.workPool,
 		RequestPool:        st.pool,

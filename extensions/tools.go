@@ -16,7 +16,12 @@ import (
 // person instead of calling again (a server's read-only hint is not trusted
 // for that). A server that is down, or does not answer within the per-call
 // timeout, gives the model a tool error and the run goes on.
-func MCPTools(m *mcpclient.Manager) func() []tools.Tool {
+//
+// A call of a tool of a server each user signs in to goes with the run's
+// user's own token from signer (nil: such calls fail); without one, or
+// when the server refuses it, the call's error is an
+// *agent.NeedsConnection and the run waits for the person to connect.
+func MCPTools(m *mcpclient.Manager, signer mcpclient.Signer) func() []tools.Tool {
 	return func() []tools.Tool {
 		mts := m.Tools()
 		out := make([]tools.Tool, 0, len(mts))
@@ -24,8 +29,8 @@ func MCPTools(m *mcpclient.Manager) func() []tools.Tool {
 			name := mt.Spec.Name
 			out = append(out, tools.Tool{
 				Spec: mt.Spec,
-				Call: func(ctx context.Context, _ tools.Run, args map[string]any) (string, error) {
-					res, err := m.Call(ctx, name, args)
+				Call: func(ctx context.Context, run tools.Run, args map[string]any) (string, error) {
+					res, err := m.CallAs(ctx, signer, run.UserID, name, args)
 					if err != nil {
 						var ce *mcpclient.CallError
 						if errors.As(err, &ce) || ctx.Err() == nil {

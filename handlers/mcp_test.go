@@ -65,7 +65,7 @@ func mcpSetupRuns(t *testing.T, env map[string]string) (*bundle, *extensions.Ext
 		if err != nil {
 			t.Fatal(err)
 		}
-		toolbox.AddSource(extensions.MCPTools(ext.Manager))
+		toolbox.AddSource(extensions.MCPTools(ext.Manager, nil))
 		runs = jobstest.New(t, jobs.Config{Pool: d.Pool, Logger: d.Logger, Tools: toolbox, Skills: ext.Skills})
 		d.Runs = runs
 		d.Extensions = ext

@@ -73,7 +73,7 @@ func setupMCP(t *testing.T, script scriptmodel.Script, mcpJSON string) *mcpBundl
 		ProbeOptions: opts,
 		RefreshEvery: time.Hour,
 	}
-	b.rt.Toolbox().AddSource(extensions.MCPTools(b.ext.Manager))
+	b.rt.Toolbox().AddSource(extensions.MCPTools(b.ext.Manager, nil))
 	b.ext.Start(context.Background())
 	t.Cleanup(b.ext.Close)
 	return b

@@ -330,6 +330,8 @@ type CallError struct {
 	Server string
 	Tool   string
 	Msg    string
+	// unauthorized: the server answered 401 (see callAs).
+	unauthorized bool
 }
 
 func (e *CallError) Error() string { return e.Msg }
@@ -385,6 +387,10 @@ type server struct {
 	downSince time.Time
 	next      time.Time
 	info      string
+	// perUser: each user signs in to the server (peruser.go); sessions
+	// are their connections.
+	perUser  bool
+	sessions map[int64]*session
 }
 
 func (m *Manager) newServer(s Spec) *server {
@@ -399,7 +405,7 @@ func (m *Manager) newServer(s Spec) *server {
 // offered reports whether the tools are offered at now; s.mu is held.
 func (s *server) offered(now time.Time) bool {
 	switch s.state {
-	case StateConnected:
+	case StateConnected, StateSignIn:
 		return true
 	case StateRestarting, StateStarting:
 		return !s.downSince.IsZero() && now.Sub(s.downSince) < s.m.opts.Grace
@@ -449,6 +455,10 @@ func (s *server) stop() {
 func (s *server) run() {
 	defer close(s.done)
 	log := s.m.log.With("mcp_server", s.spec.Name)
+	if s.spec.Config.OAuth != nil {
+		s.waitSignedIn()
+		return
+	}
 	failures := 0
 	for {
 		s.setState(StateStarting, s.currentErr())
@@ -458,6 +468,12 @@ func (s *server) run() {
 				c.close()
 			}
 			s.finish()
+			return
+		}
+		if errors.Is(err, transport.ErrAuthorizationRequired) {
+			// The MCP authorization spec's challenge: each user signs in.
+			log.Info("mcp server asks each user to sign in")
+			s.waitSignedIn()
 			return
 		}
 		if err != nil {
@@ -591,7 +607,15 @@ func (s *server) down(msg string, delay time.Duration) {
 	s.m.changed()
 }
 
+// waitSignedIn serves the server's users' sessions until it is stopped.
+func (s *server) waitSignedIn() {
+	s.signIn()
+	<-s.ctx.Done()
+	s.finish()
+}
+
 func (s *server) finish() {
+	s.closeSessions()
 	s.mu.Lock()
 	s.conn = nil
 	s.state, s.since = StateStopped, time.Now()
@@ -636,8 +660,11 @@ func (s *server) nudge() {
 func (s *server) call(ctx context.Context, tool Tool, args map[string]any) (*mcp.CallToolResult, error) {
 	s.mu.Lock()
 	c, state, lastErr := s.conn, s.state, s.err
-	next := s.next
+	next, perUser := s.next, s.perUser
 	s.mu.Unlock()
+	if perUser {
+		return nil, &CallError{Server: s.spec.Name, Tool: tool.Name, Msg: fmt.Sprintf("MCP server %q is used with each person's own sign-in, and this call was made for nobody. The call did not run.", s.spec.Name)}
+	}
 	if c == nil {
 		msg := fmt.Sprintf("MCP server %q is not connected (%s", s.spec.Name, state)
 		if lastErr != "" {
@@ -649,6 +676,11 @@ func (s *server) call(ctx context.Context, tool Tool, args map[string]any) (*mcp
 		msg += "). The call did not run; try again later or do without this tool."
 		return nil, &CallError{Server: s.spec.Name, Tool: tool.Name, Msg: msg}
 	}
+	return s.callOn(ctx, c, tool, args)
+}
+
+// callOn runs one tool call on connection c.
+func (s *server) callOn(ctx context.Context, c *conn, tool Tool, args map[string]any) (*mcp.CallToolResult, error) {
 	cctx, cancel := context.WithTimeout(ctx, s.m.opts.CallTimeout)
 	defer cancel()
 	cctx, stop := withDeath(cctx, c)
@@ -679,6 +711,10 @@ func (s *server) call(ctx context.Context, tool Tool, args map[string]any) (*mcp
 		s.nudge()
 		return nil, &CallError{Server: s.spec.Name, Tool: tool.Name, Msg: fmt.Sprintf(
 			"MCP tool %s on server %q did not answer within %s; it may or may not have taken effect.", tool.Name, s.spec.Name, s.m.opts.CallTimeout)}
+	}
+	if errors.Is(err, transport.ErrAuthorizationRequired) {
+		return nil, &CallError{Server: s.spec.Name, Tool: tool.Name, unauthorized: true, Msg: fmt.Sprintf(
+			"MCP server %q refused the credentials (401); the call did not run.", s.spec.Name)}
 	}
 	var terr *transport.Error
 	if errors.As(err, &terr) || errors.Is(err, transport.ErrTransportClosed) {
