@@ -51,26 +51,36 @@ func New(cfg Config) (*Runtime, error) {
 	if err := river.AddWorkerSafely(workers, &ScheduleWorker{rt: rt, now: cfg.Now}); err != nil {
 		return nil, err
 	}
+	periodic := []*river.PeriodicJob{
+		river.NewPeriodicJob(river.PeriodicInterval(RescueEvery),
+			func() (river.JobArgs, *river.InsertOpts) { return RescueArgs{}, nil },
+			&river.PeriodicJobOpts{RunOnStart: true}),
+		// One attempt: a failed sweep is retried by the next one.
+		river.NewPeriodicJob(river.PeriodicInterval(cfg.ScheduleEvery),
+			func() (river.JobArgs, *river.InsertOpts) { return ScheduleArgs{}, &river.InsertOpts{MaxAttempts: 1} },
+			&river.PeriodicJobOpts{RunOnStart: true}),
+		river.NewPeriodicJob(river.PeriodicInterval(PruneEvery),
+			func() (river.JobArgs, *river.InsertOpts) { return PruneArgs{}, &river.InsertOpts{MaxAttempts: 1} },
+			nil),
+	}
+	// The notifications' deliveries and digest (notify.Dispatcher): its
+	// Publish inserts their jobs in the caller's transaction on its own,
+	// so it needs nothing of this client, which works them.
+	if nw, ok := cfg.Notify.(notifyWorkers); ok {
+		if err := nw.AddWorkers(workers); err != nil {
+			return nil, err
+		}
+		periodic = append(periodic, nw.PeriodicJobs()...)
+	}
 	rt.cfg = cfg
 	client, err := river.NewClient(riverpgxv5.New(rt.cfg.Pool), &river.Config{
 		ID: cfg.ClientID,
 		// River reports routine progress at info level every few seconds;
 		// only its warnings and errors belong in our log.
-		Logger:  slog.New(minLevel{rt.cfg.Logger.Handler(), slog.LevelWarn}).With("component", "river"),
-		Workers: workers,
-		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}},
-		PeriodicJobs: []*river.PeriodicJob{
-			river.NewPeriodicJob(river.PeriodicInterval(RescueEvery),
-				func() (river.JobArgs, *river.InsertOpts) { return RescueArgs{}, nil },
-				&river.PeriodicJobOpts{RunOnStart: true}),
-			// One attempt: a failed sweep is retried by the next one.
-			river.NewPeriodicJob(river.PeriodicInterval(cfg.ScheduleEvery),
-				func() (river.JobArgs, *river.InsertOpts) { return ScheduleArgs{}, &river.InsertOpts{MaxAttempts: 1} },
-				&river.PeriodicJobOpts{RunOnStart: true}),
-			river.NewPeriodicJob(river.PeriodicInterval(PruneEvery),
-				func() (river.JobArgs, *river.InsertOpts) { return PruneArgs{}, &river.InsertOpts{MaxAttempts: 1} },
-				nil),
-		},
+		Logger:       slog.New(minLevel{rt.cfg.Logger.Handler(), slog.LevelWarn}).With("component", "river"),
+		Workers:      workers,
+		Queues:       map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}},
+		PeriodicJobs: periodic,
 		// Our heartbeats rescue dead steps; River's rescuer is the backstop
 		// for jobs of other kinds and must wait out a whole step.
 		RescueStuckJobsAfter: StepTimeout + chainFor + 5*time.Minute,

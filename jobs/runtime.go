@@ -68,7 +68,9 @@ type Config struct {
 	// nil: every server is used with its configured headers only.
 	Credentials agent.Credentials
 	// Notify tells people what waits for them when no tab is open (issue
-	// 32); nil tells nobody.
+	// 32, jobs/notify.go); nil tells nobody. When it also has River
+	// workers (AddWorkers and PeriodicJobs, as notify.Dispatcher does),
+	// this runtime's River client works them.
 	Notify notify.Publisher
 
 	// Retention, when set, is how long an archived thread is kept: the
@@ -740,6 +742,12 @@ func (rt *Runtime) Decide(ctx context.Context, user db.User, threadID int64, dec
 			}
 			if err := rt.decide(ctx, tx, user, c, d); err != nil {
 				return err
+			}
+			// What was still to be said about the call is not said now.
+			if rt.cfg.Notify != nil {
+				if err := notify.CallDecided(ctx, tx, c.ID); err != nil {
+					return err
+				}
 			}
 			// Every decision is in the audit log, with who took it (and an
 			// admin's override with why).

@@ -228,6 +228,9 @@ func (rt *Runtime) endRun(ctx context.Context, tx pgx.Tx, threadID int64, status
 	if err := db.EndRun(ctx, tx, threadID, status, msg); err != nil {
 		return err
 	}
+	if err := rt.notifyRunEnd(ctx, tx, threadID, status, msg); err != nil {
+		return err
+	}
 	link, ok, err := db.ParentOf(ctx, tx, threadID)
 	if err != nil || !ok {
 		return err

@@ -1,0 +1,110 @@
+package jobs
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"pizzabot/db"
+	"pizzabot/notify"
+)
+
+// What a run's end tells people (docs/notifications.md), through
+// Config.Notify:
+//   - a run that ends waiting tells each waiting call, with every argument,
+//     to every person who may decide it now (db.CallDeciders: the rule the
+//     Action queue and Decide's check use, as a set), on the thread they
+//     decide it on (a sub-agent's parent);
+//   - a top-level run that finishes or fails tells its owner (a
+//     sub-agent's end is its parent's to tell).
+//
+// Publishing only inserts rows (the event, its deliveries, their River
+// jobs) in the run's transaction, behind a savepoint: a notification that
+// cannot be queued is logged and rolled back alone, and the run ends as it
+// would without it. A decision marks what was still to be said about its
+// call as skipped (Decide, notify.CallDecided).
+
+// notifyWorkers is a Publisher whose deliveries this runtime's River
+// client works (notify.Dispatcher): New registers its workers and periodic
+// jobs with the runtime's own.
+type notifyWorkers interface {
+	AddWorkers(*river.Workers) error
+	PeriodicJobs() []*river.PeriodicJob
+}
+
+// notifyRunEnd tells what the end of thread threadID's run (db.EndRun,
+// just done in tx) means to people. Only a broken transaction fails it.
+func (rt *Runtime) notifyRunEnd(ctx context.Context, tx pgx.Tx, threadID int64, status, msg string) error {
+	if rt.cfg.Notify == nil {
+		return nil
+	}
+	switch status {
+	case db.StatusWaiting, db.StatusDone, db.StatusFailed:
+	default:
+		return nil // cancelled: the person who cancelled knows
+	}
+	sp, err := tx.Begin(ctx) // a savepoint
+	if err != nil {
+		return fmt.Errorf("notifications of thread %d: %w", threadID, err)
+	}
+	if err := rt.publishRunEnd(ctx, sp, threadID, status, msg); err != nil {
+		rt.cfg.Logger.WarnContext(ctx, "notification not queued; the run goes on without it",
+			"thread_id", threadID, "status", status, "err", err)
+		if err := sp.Rollback(ctx); err != nil {
+			return fmt.Errorf("notifications of thread %d: roll back: %w", threadID, err)
+		}
+		return nil
+	}
+	return sp.Commit(ctx)
+}
+
+func (rt *Runtime) publishRunEnd(ctx context.Context, tx pgx.Tx, threadID int64, status, msg string) error {
+	t, err := db.GetRunThread(ctx, tx, threadID)
+	if err != nil {
+		return err
+	}
+	if status != db.StatusWaiting {
+		if t.ParentThreadID != nil {
+			return nil
+		}
+		// EndRun moved the generation on: each end of a run has its own.
+		gen, err := db.RunGen(ctx, tx, threadID)
+		if err != nil {
+			return err
+		}
+		ev, ok := notify.EndEvent(t, status, msg, gen)
+		if !ok {
+			return nil
+		}
+		return rt.cfg.Notify.Publish(ctx, tx, ev)
+	}
+	top := t
+	if t.ParentThreadID != nil {
+		if top, err = db.GetRunThread(ctx, tx, *t.ParentThreadID); err != nil {
+			return err
+		}
+	}
+	open, err := db.OpenToolCalls(ctx, tx, threadID)
+	if err != nil {
+		return err
+	}
+	for _, c := range open {
+		if !c.AwaitsDecision() {
+			continue
+		}
+		deciders, err := db.CallDeciders(ctx, tx, c.ID)
+		if err != nil {
+			return err
+		}
+		// Nobody may decide it: the thread page says why (deciders.go),
+		// and nobody is told it waits for them.
+		for _, userID := range deciders {
+			if err := rt.cfg.Notify.Publish(ctx, tx, notify.DecisionEvent(userID, top, c)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
