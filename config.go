@@ -26,6 +26,7 @@ import (
 	"pizzabot/agent"
 	"pizzabot/db"
 	"pizzabot/handlers"
+	"pizzabot/notify"
 	"pizzabot/tools"
 )
 
@@ -105,6 +106,10 @@ type config struct {
 
 	// Push is Web Push's configuration (loadPush).
 	Push pushConfig
+
+	// SMTP is where notification e-mail is sent from (loadNotify); nil:
+	// no e-mail.
+	SMTP *notify.SMTP
 }
 
 // oidcEnabled reports whether people sign in with SSO.
@@ -165,6 +170,8 @@ var envVars = []envVar{
 	{"PIZZA_SEARCH_KEY", "(none)", "the Brave or Tavily API key (or PIZZA_SEARCH_KEY_FILE: a file holding it); never logged"},
 	{"PIZZA_VAPID_PRIVATE_KEY", "(none: a key pair created once and kept in the database)", "Web Push's VAPID private key, base64url of the 32-byte P-256 scalar; its public key is derived; never logged"},
 	{"PIZZA_VAPID_SUBJECT", "mailto:admin@localhost", "the VAPID subject push services may contact about this server's pushes: mailto:you@example.com or an https URL"},
+	{"PIZZA_SMTP_URL", "(none: no e-mail)", "the SMTP server notification e-mail goes through: smtp://user:password@host:587 (STARTTLS whenever the server offers it) or smtps://user:password@host:465; never logged"},
+	{"PIZZA_SMTP_FROM", "(none; required with PIZZA_SMTP_URL)", "the sender of notification e-mail, e.g. Pizza Bot <pizza@example.com>"},
 	{"PIZZA_NOTIFY_ALLOW_INSECURE", "false", "tests and local services only: let push endpoints and chat webhooks be loopback http URLs"},
 	{"PIZZA_TIMEZONE", "UTC", "time zone of usage and budgets, an IANA name such as Europe/Berlin or America/Los_Angeles: a budget's day starts at midnight there, a month on the 1st; the usage report's days are its days"},
 }
@@ -285,6 +292,7 @@ func loadConfig(getenv func(string) string) (config, error) {
 	errs = append(errs, c.loadPublish(getenv)...)
 	errs = append(errs, c.loadWeb(getenv)...)
 	errs = append(errs, c.loadPush(getenv)...)
+	errs = append(errs, c.loadNotify(getenv)...)
 	return c, errors.Join(errs...)
 }
 

@@ -29,6 +29,7 @@ import (
 	"pizzabot/jobs"
 	"pizzabot/live"
 	"pizzabot/metrics"
+	"pizzabot/notify"
 	"pizzabot/push"
 	"pizzabot/skills"
 	"pizzabot/tools"
@@ -123,7 +124,19 @@ func serve(ctx context.Context, cfg config) error {
 	if err != nil {
 		return fmt.Errorf("connections: %w", err)
 	}
-	rt, err := newRuntime(cfg, st, runtimeParts{clientID: alive.ClientID(), log: log, ext: ext, broker: broker, metrics: mx, secrets: secrets, creds: conns})
+	// Web Push (docs/notifications.md): the VAPID keys every replica shares,
+	// and the channel the notify dispatcher delivers through with e-mail
+	// and the chat webhooks; the runtime publishes to it.
+	pushKeys, err := push.LoadKeys(ctx, st.pool, cfg.Push.VAPIDPrivateKey)
+	if err != nil {
+		return err
+	}
+	pushChannel := push.New(st.pool, pushKeys, cfg.Push.Subject, cfg.Push.Guard)
+	notes, err := newNotifier(cfg, st, pushChannel, log)
+	if err != nil {
+		return fmt.Errorf("notifications: %w", err)
+	}
+	rt, err := newRuntime(cfg, st, runtimeParts{clientID: alive.ClientID(), log: log, ext: ext, broker: broker, metrics: mx, secrets: secrets, creds: conns, notify: notes.Dispatcher})
 	if err != nil {
 		return err
 	}
@@ -171,13 +184,6 @@ func serve(ctx context.Context, cfg config) error {
 	if err := jobsUI.Start(ctx); err != nil {
 		return fmt.Errorf("job queue UI: %w", err)
 	}
-	// Web Push (docs/notifications.md): the VAPID keys every replica shares,
-	// and the channel the notify dispatcher delivers through.
-	pushKeys, err := push.LoadKeys(ctx, st.pool, cfg.Push.VAPIDPrivateKey)
-	if err != nil {
-		return err
-	}
-	pushChannel := push.New(st.pool, pushKeys, cfg.Push.Subject, cfg.Push.Guard)
 	h := handlers.New(handlers.Deps{
 		Pool:           st.pool,
 		Logger:         log,
@@ -567,6 +573,7 @@ type runtimeParts struct {
 	metrics  *metrics.Metrics
 	secrets  *db.SecretBox
 	creds    agent.Credentials
+	notify   notify.Publisher
 }
 
 // newRuntime builds the agent runtime and the River client that works it:
@@ -607,6 +614,8 @@ func newRuntime(cfg config, st *store, p runtimeParts) (*jobs.Runtime, error) {
 		MaxWorkers: cfg.MaxSteps,
 		// Each user's own MCP sign-ins and secrets (issue 30).
 		Credentials: p.creds,
+		// Push, e-mail and chat notifications (issue 32).
+		Notify: p.notify,
 	})
 }
 
