@@ -460,12 +460,47 @@ func searchRun(ctx context.Context, q Querier, sq SearchQuery, docs func(arg fun
 	return ts, nil
 }
 
+// foldLimit bounds the messages one fold takes: a search's takes all that
+// is pending, at most a few seconds' worth (jobs.SearchFoldEvery).
+const foldLimit = 1 << 30
+
+// FoldPendingSearch appends the words of up to limit pending messages to
+// their threads' search documents (search_fold, migration 0045), skipping
+// those another fold holds, and reports how many it folded: the periodic
+// job's part (jobs/search.go).
+func FoldPendingSearch(ctx context.Context, q Querier, limit int) (int, error) {
+	var n int
+	if err := q.QueryRow(ctx, `SELECT search_fold(NULL, $1, false)`, limit).Scan(&n); err != nil {
+		return 0, fmt.Errorf("fold search: %w", err)
+	}
+	return n, nil
+}
+
+// foldSearch appends the words of every message committed so far (of the
+// thread, or of all threads when threadID is 0) to the search documents,
+// waiting for a fold in progress: a search calls it before it reads them,
+// so that it finds a message's words as soon as it is committed although
+// the step that wrote it left them pending.
+func foldSearch(ctx context.Context, q Querier, threadID int64) error {
+	var thread *int64
+	if threadID != 0 {
+		thread = &threadID
+	}
+	if _, err := q.Exec(ctx, `SELECT search_fold($1, $2, true)`, thread, foldLimit); err != nil {
+		return fmt.Errorf("fold search: %w", err)
+	}
+	return nil
+}
+
 // searchAll is ListThreads with a search: the matches among the person's
 // own threads (as before sharing), among the threads of the folders shared
 // with them, and in Action among the threads routed to them, each searched
 // on its own and the pages merged.
 func searchAll(ctx context.Context, q Querier, a Access, f ThreadFilter, after *Cursor,
 	shared, owners []int64, own bool, limit int) ([]Thread, error) {
+	if err := foldSearch(ctx, q, 0); err != nil {
+		return nil, err
+	}
 	var out []Thread
 	// scope searches the documents docs selects among the threads cond
 	// selects, each with its own arguments ($1 is the person).
@@ -582,6 +617,9 @@ func SearchMatch(ctx context.Context, q Querier, userID int64, sq SearchQuery, t
 		// Shared with them: the owner's document, as they may read it.
 		docs = func(arg func(any) string) string { return "thread_id = " + arg(threadID) }
 		where = []string{"t.id = $2", "$1::bigint > 0"}
+	}
+	if err := foldSearch(ctx, q, threadID); err != nil {
+		return nil, false, err
 	}
 	ts, err := searchThreads(ctx, q, sq, docs, where, []any{userID, threadID}, 1)
 	if err != nil || len(ts) == 0 {

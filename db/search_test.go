@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -298,5 +299,114 @@ func TestSearchPlans(t *testing.T) {
 	ts, next, err = db.ListThreads(ctx, b.pool, db.OwnerAccess(b.alice.ID), db.ThreadFilter{Queue: db.QueueAction, Search: db.ParseSearch("renewal")}, nil, 50)
 	if err != nil || len(ts) != 2 || next != nil || ts[0].Title != "Renewal 7" || ts[1].Title != "Renewal 5" {
 		t.Fatalf("action: %+v, next %v, %v", ts, next, err)
+	}
+}
+
+// pendingWords reports how many of the thread's messages wait to join its
+// search document, and whether the document holds word.
+func (b *searchBundle) pendingWords(th db.Thread, word string) (pending int, indexed bool) {
+	b.t.Helper()
+	err := b.pool.QueryRow(context.Background(), `SELECT
+		(SELECT count(*) FROM search_pending WHERE thread_id = $1),
+		(SELECT doc @@ to_tsquery('pizza_search'::regconfig, $2) FROM thread_search WHERE thread_id = $1)`,
+		th.ID, word).Scan(&pending, &indexed)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return pending, indexed
+}
+
+// A message's words wait beside the document rather than being added in
+// its insert, and a search folds them in before it reads: it finds a
+// message the moment it is committed. The fold makes the same document
+// that adding each message on its insert made.
+func TestSearchFoldsPendingMessages(t *testing.T) {
+	t.Parallel()
+	b := searchSetup(t)
+	ctx := context.Background()
+	th := b.thread(b.alice, "Oven", []string{"preheat the pizza oven", "", "stone reached 400 degrees"})
+	if pending, indexed := b.pendingWords(th, "stone"); pending != 2 || indexed {
+		t.Fatalf("before a search: %d pending (want 2: the empty message has no words), indexed %v", pending, indexed)
+	}
+	if titles, _ := b.search(b.alice, "stone degrees", db.ThreadFilter{}); !slices.Equal(titles, []string{"Oven"}) {
+		t.Fatalf("search found %v", titles)
+	}
+	if pending, indexed := b.pendingWords(th, "stone"); pending != 0 || !indexed {
+		t.Fatalf("after a search: %d pending, indexed %v", pending, indexed)
+	}
+	var same bool
+	err := b.pool.QueryRow(ctx, `WITH words AS (
+			SELECT to_tsvector('pizza_search'::regconfig, search_text('Oven')) AS v
+			UNION ALL SELECT search FROM messages WHERE thread_id = $1)
+		SELECT (SELECT doc FROM thread_search WHERE thread_id = $1) =
+			(SELECT tsvector_agg FROM (SELECT string_agg((strip(v) || search_pairs(v))::text, ' ')::tsvector AS tsvector_agg FROM words) x)`,
+		th.ID).Scan(&same)
+	if err != nil || !same {
+		t.Fatalf("the folded document differs from the words of the title and messages (%v)", err)
+	}
+
+	// The job's fold, with no search: the same.
+	th2 := b.thread(b.bob, "Dough", []string{"hydration at seventy percent"})
+	if n, err := db.FoldPendingSearch(ctx, b.pool, 100); err != nil || n != 1 {
+		t.Fatalf("fold: %d, %v", n, err)
+	}
+	if pending, indexed := b.pendingWords(th2, "hydration"); pending != 0 || !indexed {
+		t.Fatalf("after the job's fold: %d pending, indexed %v", pending, indexed)
+	}
+
+	// A document at its bound takes no more words; the message is still
+	// taken off the pending list (and found by its thread's phrase check).
+	if _, err := b.pool.Exec(ctx, `UPDATE thread_search SET bytes = 799990 WHERE thread_id = $1`, th2.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.AddMessage(ctx, b.pool, db.Message{ThreadID: th2.ID, Role: db.RoleUser, Content: "fermentation overnight"}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := db.FoldPendingSearch(ctx, b.pool, 100); err != nil || n != 1 {
+		t.Fatalf("fold at the bound: %d, %v", n, err)
+	}
+	if pending, indexed := b.pendingWords(th2, "fermentation"); pending != 0 || indexed {
+		t.Fatalf("at the bound: %d pending, indexed %v (want not indexed)", pending, indexed)
+	}
+}
+
+// A search waits for a fold in progress (the job's) to commit, and then
+// sees what it folded: it never reads a document while the words of a
+// committed message are neither pending nor in it.
+func TestSearchWaitsForAFoldInProgress(t *testing.T) {
+	t.Parallel()
+	b := searchSetup(t)
+	ctx := context.Background()
+	b.thread(b.alice, "Oven", []string{"the stone cracked"})
+	tx, err := b.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if n, err := db.FoldPendingSearch(ctx, tx, 100); err != nil || n != 1 {
+		t.Fatalf("fold: %d, %v", n, err)
+	}
+	found := make(chan []string, 1)
+	go func() {
+		ts, _, err := db.ListThreads(ctx, b.pool, db.OwnerAccess(b.alice.ID), db.ThreadFilter{Queue: db.QueueAll, Search: db.ParseSearch("cracked")}, nil, 50)
+		if err != nil {
+			t.Error(err)
+		}
+		var titles []string
+		for _, th := range ts {
+			titles = append(titles, th.Title)
+		}
+		found <- titles
+	}()
+	select {
+	case titles := <-found:
+		t.Fatalf("the search answered %v while the fold was not committed", titles)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if titles := <-found; !slices.Equal(titles, []string{"Oven"}) {
+		t.Fatalf("after the fold committed the search found %v", titles)
 	}
 }

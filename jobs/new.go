@@ -45,6 +45,9 @@ func New(cfg Config) (*Runtime, error) {
 	if err := river.AddWorkerSafely(workers, &PruneWorker{rt: rt}); err != nil {
 		return nil, err
 	}
+	if err := river.AddWorkerSafely(workers, &SearchFoldWorker{rt: rt}); err != nil {
+		return nil, err
+	}
 	if cfg.ScheduleEvery <= 0 {
 		cfg.ScheduleEvery = ScheduleEvery
 	}
@@ -59,6 +62,10 @@ func New(cfg Config) (*Runtime, error) {
 		river.NewPeriodicJob(river.PeriodicInterval(cfg.ScheduleEvery),
 			func() (river.JobArgs, *river.InsertOpts) { return ScheduleArgs{}, &river.InsertOpts{MaxAttempts: 1} },
 			&river.PeriodicJobOpts{RunOnStart: true}),
+		// One attempt: what a failed fold left is the next one's.
+		river.NewPeriodicJob(river.PeriodicInterval(SearchFoldEvery),
+			func() (river.JobArgs, *river.InsertOpts) { return SearchFoldArgs{}, &river.InsertOpts{MaxAttempts: 1} },
+			nil),
 		river.NewPeriodicJob(river.PeriodicInterval(PruneEvery),
 			func() (river.JobArgs, *river.InsertOpts) { return PruneArgs{}, &river.InsertOpts{MaxAttempts: 1} },
 			nil),
