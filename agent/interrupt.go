@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"net/mail"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // The decisions a skill's interruptOn may allow on a tool's calls. They are
@@ -48,6 +50,103 @@ type Interrupt struct {
 	// DistinctApprover (four eyes): whoever started the run, or owns the
 	// schedule or webhook that started it, may not decide.
 	DistinctApprover bool `json:"distinct_approver,omitempty"`
+	// Timeout, when set, is how long a call waits for a decision before
+	// OnTimeout applies (interruptOn's "timeout: 4h", ParseGateTimeout).
+	Timeout time.Duration `json:"timeout,omitempty"`
+	// OnTimeout is what happens to a call nobody decided by its deadline:
+	// one of the OnTimeout* names; OnTimeoutReject when Timeout is set
+	// and it is not.
+	OnTimeout string `json:"on_timeout,omitempty"`
+}
+
+// What happens to a call nobody decided by its deadline (interruptOn's and
+// the policy routes' onTimeout). The runtime applies them (jobs/deadline.go).
+const (
+	// OnTimeoutReject does not run the call; the model is told that the
+	// request timed out (not that a person rejected it). The default.
+	OnTimeoutReject = "reject"
+	// OnTimeoutCancel ends the run, saying why.
+	OnTimeoutCancel = "cancel"
+	// OnTimeoutApprove runs the call as if approved: refused at load for a
+	// tool with effects outside the database (jobs.Runtime.Skills).
+	OnTimeoutApprove = "approve"
+)
+
+// OnTimeouts lists what onTimeout may say.
+var OnTimeouts = []string{OnTimeoutReject, OnTimeoutCancel, OnTimeoutApprove}
+
+// Bounds of a gate's timeout.
+const (
+	MinGateTimeout = time.Minute
+	MaxGateTimeout = 365 * 24 * time.Hour
+)
+
+// ParseGateTimeout reads a gate's timeout: a Go duration ("90m", "4h",
+// "1h30m") or a number of days ("3d", also "1d12h"), from a minute to a
+// year.
+func ParseGateTimeout(s string) (time.Duration, error) {
+	s = strings.TrimSpace(s)
+	var d time.Duration
+	rest := s
+	if i := strings.IndexByte(rest, 'd'); i > 0 {
+		n, err := strconv.Atoi(rest[:i])
+		if err != nil || n < 0 || n > 366 {
+			return 0, fmt.Errorf("timeout %q: write a duration such as 30m, 4h or 3d", s)
+		}
+		d, rest = time.Duration(n)*24*time.Hour, rest[i+1:]
+	}
+	if rest != "" {
+		more, err := time.ParseDuration(rest)
+		if err != nil || more < 0 {
+			return 0, fmt.Errorf("timeout %q: write a duration such as 30m, 4h or 3d", s)
+		}
+		d += more
+	}
+	switch {
+	case s == "":
+		return 0, fmt.Errorf("timeout is empty: write a duration such as 30m, 4h or 3d")
+	case d < MinGateTimeout:
+		return 0, fmt.Errorf("timeout %q is shorter than a minute", s)
+	case d > MaxGateTimeout:
+		return 0, fmt.Errorf("timeout %q is longer than a year", s)
+	}
+	return d, nil
+}
+
+// checkOnTimeout says what is wrong with an onTimeout value, given whether
+// a timeout is set.
+func checkOnTimeout(v string, timeout bool) error {
+	switch {
+	case v == "escalate":
+		return fmt.Errorf("onTimeout: escalate is not supported yet: use reject, cancel or approve")
+	case !slices.Contains(OnTimeouts, v):
+		return fmt.Errorf("onTimeout %q: want %s", v, strings.Join(OnTimeouts, ", "))
+	case !timeout:
+		return fmt.Errorf("onTimeout %q needs a timeout, e.g. timeout: 4h", v)
+	}
+	return nil
+}
+
+// FormatGateTimeout writes a timeout as a person reads it: "2m", "4h",
+// "3d", "1d12h".
+func FormatGateTimeout(d time.Duration) string {
+	var b strings.Builder
+	if days := d / (24 * time.Hour); days > 0 {
+		b.WriteString(strconv.Itoa(int(days)) + "d")
+		d -= days * 24 * time.Hour
+	}
+	if h := d / time.Hour; h > 0 {
+		b.WriteString(strconv.Itoa(int(h)) + "h")
+		d -= h * time.Hour
+	}
+	if m := d / time.Minute; m > 0 {
+		b.WriteString(strconv.Itoa(int(m)) + "m")
+		d -= m * time.Minute
+	}
+	if d > 0 || b.Len() == 0 {
+		b.WriteString(d.String())
+	}
+	return b.String()
 }
 
 // Principal prefixes: who shares and routes name.

@@ -37,7 +37,10 @@ type ToolPolicy struct {
 	//	 "routes": [{"tools": ["mcp__deploy__*"],
 	//	             "approvers": ["group:deploy-oncall"], "distinctApprover": true}]}
 	//
-	// A route never makes a call ask; it says who decides when one does.
+	// A route never makes a call ask; it says who decides when one does, and
+	// by when: "timeout": "4h", "onTimeout": "reject" (or cancel; approve
+	// only for a tool named exactly, never a pattern, and acting only in
+	// Pizza Bot's database: jobs.Runtime.CheckToolPolicy).
 	Routes []ApprovalRoute `json:"-"`
 }
 
@@ -48,6 +51,24 @@ type ApprovalRoute struct {
 	Tools            []string `json:"tools"`
 	Approvers        []string `json:"approvers,omitempty"`
 	DistinctApprover bool     `json:"distinctApprover,omitempty"`
+	// Timeout and OnTimeout give the calls a deadline, as interruptOn's
+	// keys of the same names do (ParseGateTimeout, OnTimeouts).
+	Timeout   string `json:"timeout,omitempty"`
+	OnTimeout string `json:"onTimeout,omitempty"`
+}
+
+// Interrupt returns the route's deadline as an interrupt's (Timeout and
+// OnTimeout; zero without one). The route was checked when parsed.
+func (r ApprovalRoute) Interrupt() Interrupt {
+	if r.Timeout == "" {
+		return Interrupt{}
+	}
+	d, _ := ParseGateTimeout(r.Timeout)
+	on := r.OnTimeout
+	if on == "" {
+		on = OnTimeoutReject
+	}
+	return Interrupt{Timeout: d, OnTimeout: on}
 }
 
 // RoutesFor returns the routes that match a tool, in the policy's order.
@@ -145,8 +166,24 @@ func ParseToolPolicy(data []byte) (ToolPolicy, error) {
 				errs = append(errs, fmt.Errorf("routes[%d].tools: %w", i, err))
 			}
 		}
-		if len(r.Approvers) == 0 && !r.DistinctApprover {
-			errs = append(errs, fmt.Errorf(`routes[%d] routes to nobody: give "approvers" (e.g. ["group:deploy-oncall"]) or "distinctApprover": true`, i))
+		if len(r.Approvers) == 0 && !r.DistinctApprover && r.Timeout == "" {
+			errs = append(errs, fmt.Errorf(`routes[%d] routes to nobody: give "approvers" (e.g. ["group:deploy-oncall"]), "distinctApprover": true or a "timeout"`, i))
+		}
+		if r.Timeout != "" {
+			if _, err := ParseGateTimeout(r.Timeout); err != nil {
+				errs = append(errs, fmt.Errorf("routes[%d]: %w", i, err))
+			}
+		}
+		if r.OnTimeout != "" {
+			if err := checkOnTimeout(r.OnTimeout, r.Timeout != ""); err != nil {
+				errs = append(errs, fmt.Errorf("routes[%d].%w", i, err))
+			} else if r.OnTimeout == OnTimeoutApprove {
+				for _, e := range r.Tools {
+					if strings.Contains(e, "*") {
+						errs = append(errs, fmt.Errorf(`routes[%d]: onTimeout "approve" names tools one by one, not by a pattern such as %q: a pattern may match a tool that acts outside Pizza Bot`, i, e))
+					}
+				}
+			}
 		}
 		for j, a := range r.Approvers {
 			c, err := ParsePrincipal(a)
@@ -187,7 +224,7 @@ func policyJSONError(data []byte, err error) error {
 		return fmt.Errorf("the policy has a %s where %s wants %s", typ.Value, typ.Field, typeWord(typ.Type.Kind().String()))
 	}
 	if msg, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return fmt.Errorf("unknown key %s: the policy knows permissions and, inside it, allow, ask and deny", msg)
+		return fmt.Errorf("unknown key %s: the policy knows permissions (allow, ask, deny) and routes (tools, approvers, distinctApprover, timeout, onTimeout)", msg)
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return errors.New("the policy is not valid JSON: it ends too early")

@@ -28,6 +28,10 @@ func TestParseToolPolicyRefusesWhatItDoesNotUnderstand(t *testing.T) {
 		{"route to nobody", `{"permissions": {}, "routes": [{"tools": ["x"]}]}`, "routes[0] routes to nobody"},
 		{"route without tools", `{"permissions": {}, "routes": [{"approvers": ["group:a"]}]}`, "routes[0].tools is empty"},
 		{"route bad approver", `{"permissions": {}, "routes": [{"tools": ["x"], "approvers": ["deploy-oncall"]}]}`, `routes[0].approvers: "deploy-oncall" is neither an email`},
+		{"route with a deadline only", `{"permissions": {}, "routes": [{"tools": ["mcp__deploy__*"], "timeout": "4h", "onTimeout": "cancel"}]}`, ""},
+		{"route bad timeout", `{"permissions": {}, "routes": [{"tools": ["x"], "timeout": "soon"}]}`, `routes[0]: timeout "soon": write a duration such as 30m, 4h or 3d`},
+		{"route onTimeout without timeout", `{"permissions": {}, "routes": [{"tools": ["x"], "approvers": ["group:a"], "onTimeout": "reject"}]}`, `routes[0].onTimeout "reject" needs a timeout`},
+		{"route approve by pattern", `{"permissions": {}, "routes": [{"tools": ["note_*"], "timeout": "1h", "onTimeout": "approve"}]}`, `routes[0]: onTimeout "approve" names tools one by one, not by a pattern such as "note_*"`},
 		{"route unknown key", `{"permissions": {}, "routes": [{"tools": ["x"], "approver": ["group:a"]}]}`, `unknown key "approver"`},
 	}
 	for _, c := range cases {

@@ -63,6 +63,8 @@ const SkillFile = "SKILL.md"
 //	  publish_brief:
 //	    allowedDecisions: [approve, reject]
 //	    description: Publishing is visible to the whole company
+//	    timeout: 4h           # nobody decided in 4 hours: onTimeout applies
+//	    onTimeout: reject     # reject (the default), cancel or approve
 //	schedule: "0 9 * * 1-5"   # or {cron: ..., prompt: ..., timezone: Europe/Paris}
 //	model: anthropic:claude-sonnet-4-5   # this skill's runs use this model
 //	effort: high              # how hard its model thinks (Efforts)
@@ -712,7 +714,7 @@ func (p *skillParser) interruptOn(v *yaml.Node) {
 				out[tool] = in
 			}
 		default:
-			p.errorf(val, "%s must be true, false or {allowedDecisions, description, approvers, distinctApprover}, not %s", field, kindName(val))
+			p.errorf(val, "%s must be true, false or {allowedDecisions, description, approvers, distinctApprover, timeout, onTimeout}, not %s", field, kindName(val))
 		}
 	}
 	if len(out) > 0 {
@@ -724,6 +726,7 @@ func (p *skillParser) interruptConfig(field string, v *yaml.Node) (Interrupt, bo
 	in := Interrupt{}
 	ok := true
 	hasDecisions := false
+	var onTimeout *yaml.Node
 	for i := 0; i+1 < len(v.Content); i += 2 {
 		k, val := v.Content[i], resolve(v.Content[i+1])
 		switch k.Value {
@@ -780,13 +783,40 @@ func (p *skillParser) interruptConfig(field string, v *yaml.Node) (Interrupt, bo
 				continue
 			}
 			_ = val.Decode(&in.DistinctApprover)
+		case "timeout":
+			d, err := ParseGateTimeout(val.Value)
+			if val.Kind != yaml.ScalarNode {
+				err = fmt.Errorf("must be a duration such as 30m, 4h or 3d, not %s", kindName(val))
+			}
+			if err != nil {
+				p.errorf(val, "%s.timeout: %v", field, err)
+				ok = false
+				continue
+			}
+			in.Timeout = d
+		case "onTimeout":
+			if val.Kind != yaml.ScalarNode {
+				p.errorf(val, "%s.onTimeout must be one of %s, not %s", field, strings.Join(OnTimeouts, ", "), kindName(val))
+				ok = false
+				continue
+			}
+			in.OnTimeout = strings.TrimSpace(val.Value)
+			onTimeout = val
 		default:
-			p.errorf(k, "%s: unknown key %q (want allowedDecisions, description, approvers or distinctApprover)", field, k.Value)
+			p.errorf(k, "%s: unknown key %q (want allowedDecisions, description, approvers, distinctApprover, timeout or onTimeout)", field, k.Value)
 			ok = false
 		}
 	}
 	if !hasDecisions {
 		in.AllowedDecisions = slices.Clone(DefaultDecisions)
+	}
+	if onTimeout != nil {
+		if err := checkOnTimeout(in.OnTimeout, in.Timeout > 0); err != nil {
+			p.errorf(onTimeout, "%s.%v", field, err)
+			ok = false
+		}
+	} else if in.Timeout > 0 {
+		in.OnTimeout = OnTimeoutReject
 	}
 	return in, ok
 }

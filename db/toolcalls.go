@@ -83,6 +83,14 @@ type ToolCallRow struct {
 	Approvers        [][]string `db:"approvers"`
 	DistinctApprover bool       `db:"distinct_approver"`
 
+	// DecideBy is the call's deadline (a gate's timeout, migration 0042):
+	// nobody decided by then, OnTimeout applies (jobs/deadline.go). Nil:
+	// it waits as long as it takes. TimedOut reports that the deadline
+	// decided it (Decision reject or approve, DecidedBy nil).
+	DecideBy  *time.Time `db:"decide_by"`
+	OnTimeout string     `db:"on_timeout"`
+	TimedOut  bool       `db:"timed_out"`
+
 	// InnerCall is, on a parked run_js call, the script's call it stopped
 	// at: what its approver is shown and what an approval lets run
 	// (sandboxcalls.go). Nil on every other call.
@@ -112,7 +120,7 @@ const toolCallColumns = `c.id, c.thread_id, c.message_id, c.call_id, c.name, c.a
 	c.wait_kind, c.allowed_decisions, c.description, c.gate_reason, c.decision, c.decided_by,
 	coalesce(nullif(u.name, ''), u.email, '') AS decided_by_name, c.decided_at,
 	c.edited_arguments, c.decision_message, c.result, c.is_error, c.created_at, c.updated_at,
-	c.inner_call, c.approvers, c.distinct_approver`
+	c.inner_call, c.approvers, c.distinct_approver, c.decide_by, c.on_timeout, c.timed_out`
 
 const toolCallFrom = ` FROM tool_calls c LEFT JOIN users u ON u.id = c.decided_by `
 
@@ -130,8 +138,11 @@ type NewToolCall struct {
 	GateReason       string // see ToolCallRow.GateReason
 	Approvers        [][]string
 	DistinctApprover bool
-	Result           string
-	IsError          bool
+	// DecideBy and OnTimeout are the call's deadline (ToolCallRow.DecideBy).
+	DecideBy  *time.Time
+	OnTimeout string
+	Result    string
+	IsError   bool
 }
 
 // InsertToolCall records a tool call.
@@ -145,10 +156,11 @@ func InsertToolCall(ctx context.Context, q Querier, c NewToolCall) (int64, error
 	var id int64
 	err := q.QueryRow(ctx, `INSERT INTO tool_calls
 		(thread_id, message_id, call_id, name, arguments, state, wait_kind, allowed_decisions, description, gate_reason, result, is_error,
-		 approvers, distinct_approver)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) RETURNING id`,
+		 approvers, distinct_approver, decide_by, on_timeout)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) RETURNING id`,
 		c.ThreadID, c.MessageID, c.CallID, c.Name, c.Arguments, c.State, c.WaitKind,
-		c.AllowedDecisions, c.Description, c.GateReason, c.Result, c.IsError, c.Approvers, c.DistinctApprover).Scan(&id)
+		c.AllowedDecisions, c.Description, c.GateReason, c.Result, c.IsError, c.Approvers, c.DistinctApprover,
+		c.DecideBy, c.OnTimeout).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("record tool call %s: %w", c.Name, err)
 	}
@@ -214,21 +226,66 @@ func SetToolCallGate(ctx context.Context, q Querier, id int64, reason string, ap
 	return nil
 }
 
+// SetToolCallDeadline gives a waiting call its deadline (decideBy nil:
+// none, and onTimeout is ignored).
+func SetToolCallDeadline(ctx context.Context, q Querier, id int64, decideBy *time.Time, onTimeout string) error {
+	if decideBy == nil {
+		onTimeout = ""
+	}
+	if _, err := q.Exec(ctx, `UPDATE tool_calls SET decide_by = $2, on_timeout = $3 WHERE id = $1`, id, decideBy, onTimeout); err != nil {
+		return fmt.Errorf("tool call %d deadline: %w", id, err)
+	}
+	return nil
+}
+
+// DueCall is a pending call whose deadline has passed.
+type DueCall struct {
+	ID       int64     `db:"id"`
+	ThreadID int64     `db:"thread_id"`
+	DecideBy time.Time `db:"decide_by"`
+}
+
+// DueCalls returns up to limit pending calls of waiting runs whose deadline
+// is at or before now, soonest first, leaving out skip. It locks nothing: the caller locks
+// the call's thread and reads the call again (jobs/deadline.go).
+func DueCalls(ctx context.Context, q Querier, now time.Time, skip []int64, limit int) ([]DueCall, error) {
+	if skip == nil {
+		skip = []int64{}
+	}
+	// A run that is not waiting (it failed, or was cancelled with the
+	// call open) takes no decision: Retry makes it wait again, and the
+	// deadline then fires.
+	cs, err := all[DueCall](q.Query(ctx, `SELECT c.id, c.thread_id, c.decide_by FROM tool_calls c
+		JOIN threads t ON t.id = c.thread_id AND t.status = 'waiting'
+		WHERE c.state = 'pending' AND c.decide_by IS NOT NULL AND c.decide_by <= $1 AND NOT c.id = ANY($2)
+		ORDER BY c.decide_by, c.id LIMIT $3`, now, skip, limit))
+	if err != nil {
+		return nil, fmt.Errorf("calls past their deadline: %w", err)
+	}
+	return cs, nil
+}
+
 // Decision is a human's decision on a waiting call.
 type Decision struct {
 	CallID          int64
 	Type            string
 	EditedArguments *string
 	Message         string
-	UserID          int64
+	UserID          int64 // 0: nobody, for a deadline's (TimedOut)
+	// TimedOut: the call's deadline decided, not a person.
+	TimedOut bool
 }
 
 // RecordDecision stores a decision and moves the call to state.
 func RecordDecision(ctx context.Context, q Querier, d Decision, state string) error {
+	var by *int64
+	if d.UserID != 0 {
+		by = &d.UserID
+	}
 	_, err := q.Exec(ctx, `UPDATE tool_calls
 		SET decision = $2, edited_arguments = coalesce($3, edited_arguments), decision_message = $4,
-		    decided_by = $5, decided_at = now(), state = $6, updated_at = now()
-		WHERE id = $1`, d.CallID, d.Type, d.EditedArguments, d.Message, d.UserID, state)
+		    decided_by = $5, decided_at = now(), state = $6, timed_out = $7, updated_at = now()
+		WHERE id = $1`, d.CallID, d.Type, d.EditedArguments, d.Message, by, state, d.TimedOut)
 	if err != nil {
 		return fmt.Errorf("record decision on tool call %d: %w", d.CallID, err)
 	}

@@ -130,6 +130,9 @@ type Runs interface {
 	ProviderEnv(ctx context.Context, provider string) (func(string) string, error)
 	// Skills are the skills now; Toolbox the tools runs may be offered.
 	Skills() agent.SkillSet
+	// CheckToolPolicy refuses what ParseToolPolicy cannot know: a route
+	// approving on timeout a tool that acts outside the database.
+	CheckToolPolicy(agent.ToolPolicy) error
 	Toolbox() *tools.Toolbox
 	// ResumeWithinBudget and ApproveBudgetOnce end budget holds, in the
 	// caller's transaction (jobs/budget.go; usage.go).

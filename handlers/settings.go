@@ -381,6 +381,9 @@ func (h *Handler) saveToolPolicy(w http.ResponseWriter, r *http.Request) error {
 	}
 	raw := strings.TrimSpace(r.PostForm.Get("policy"))
 	policy, err := agent.ParseToolPolicy([]byte(raw))
+	if err == nil {
+		err = h.runs.CheckToolPolicy(policy) // onTimeout approve only for database tools
+	}
 	if err != nil {
 		p, lerr := h.loadSettings(r)
 		if lerr != nil {

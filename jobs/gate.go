@@ -40,6 +40,13 @@ import (
 // included: their owner).
 // The rules are read at each decision, through the caller's Querier: inside
 // a transaction, through the transaction.
+//
+// By when (deadline.go): each asking rule may give a timeout (interruptOn's
+// timeout and onTimeout, the policy's routes'); the call's deadline is the
+// shortest, with that rule's onTimeout, except that "approve" holds only
+// when every rule that made the call ask says approve on the same or an
+// earlier deadline, and the tool acts only in the database: otherwise the
+// deadline rejects. A rule without a timeout lets the call wait.
 
 // gateRules are the rules a run's calls are decided by.
 type gateRules struct {
@@ -130,8 +137,19 @@ func (r gateRules) decide(name string, tool tools.Tool, known bool) tools.Gate {
 	var g tools.Gate
 	restricted := false // AllowedDecisions is some rule's list, narrowed by the others'
 	var reasons, descs []string
+	approveAll := true // every asking rule approves at its deadline
+	deadline := func(in agent.Interrupt) {
+		if in.Timeout <= 0 {
+			return
+		}
+		if g.Timeout == 0 || in.Timeout < g.Timeout || (in.Timeout == g.Timeout && in.OnTimeout != agent.OnTimeoutApprove) {
+			g.Timeout, g.OnTimeout = in.Timeout, in.OnTimeout
+		}
+	}
 	ask := func(reason string, in agent.Interrupt) {
 		g.Ask = true
+		approveAll = approveAll && in.OnTimeout == agent.OnTimeoutApprove
+		deadline(in)
 		reasons = append(reasons, reason)
 		g.Route(in.Approvers, in.DistinctApprover)
 		switch {
@@ -145,13 +163,21 @@ func (r gateRules) decide(name string, tool tools.Tool, known bool) tools.Gate {
 			descs = append(descs, in.Description)
 		}
 	}
+	// The policy's own asks are bound by its routes' deadline.
+	var policyIn agent.Interrupt
+	for _, route := range r.policy.RoutesFor(name) {
+		if in := route.Interrupt(); in.Timeout > 0 {
+			policyIn = in
+			break
+		}
+	}
 	switch {
 	case r.policyErr != nil:
 		ask("server policy cannot be read, so every call asks", agent.Interrupt{})
 	case verdict == agent.PolicyAsk:
-		ask("server policy: ask "+entry, agent.Interrupt{})
+		ask("server policy: ask "+entry, policyIn)
 	case verdict == agent.PolicyUnset && outsideEffects(name, tool, known):
-		ask("server policy default: "+name+" acts outside Pizza Bot, so it asks unless the policy allows it", agent.Interrupt{})
+		ask("server policy default: "+name+" acts outside Pizza Bot, so it asks unless the policy allows it", policyIn)
 	}
 	for _, s := range r.skills {
 		who := "skill " + s.name
@@ -173,6 +199,7 @@ func (r gateRules) decide(name string, tool tools.Tool, known bool) tools.Gate {
 	// make a call ask by themselves.
 	for _, route := range r.policy.RoutesFor(name) {
 		g.Route(route.Approvers, route.DistinctApprover)
+		deadline(route.Interrupt())
 		if len(route.Approvers) > 0 {
 			reasons = append(reasons, "server policy: routed to "+db.WaitingFor([][]string{route.Approvers}))
 		}
@@ -187,9 +214,28 @@ func (r gateRules) decide(name string, tool tools.Tool, known bool) tools.Gate {
 		// The rules allow nothing in common: only the strictest remains.
 		g.AllowedDecisions = []string{db.DecisionReject}
 	}
+	if g.OnTimeout == agent.OnTimeoutApprove && (!approveAll || outsideEffects(name, tool, known)) {
+		// Refused at load (Runtime.Skills, CheckToolPolicy); a tool that
+		// changed since, or a rule that does not agree, rejects instead.
+		g.OnTimeout = agent.OnTimeoutReject
+	}
+	if g.Timeout > 0 {
+		reasons = append(reasons, "nobody decides within "+agent.FormatGateTimeout(g.Timeout)+": "+onTimeoutWords(g.OnTimeout))
+	}
 	g.Reason = strings.Join(reasons, "; ")
 	g.Description = strings.Join(descs, "\n")
 	return g
+}
+
+// onTimeoutWords says what a call's deadline does, for the person deciding.
+func onTimeoutWords(on string) string {
+	switch on {
+	case agent.OnTimeoutCancel:
+		return "the run is cancelled"
+	case agent.OnTimeoutApprove:
+		return "the call runs as if approved"
+	}
+	return "the call is rejected as timed out"
 }
 
 // outsideEffects reports whether a tool may act outside the database, so

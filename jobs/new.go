@@ -54,6 +54,9 @@ func New(cfg Config) (*Runtime, error) {
 	if err := river.AddWorkerSafely(workers, &ScheduleWorker{rt: rt, now: cfg.Now}); err != nil {
 		return nil, err
 	}
+	if err := river.AddWorkerSafely(workers, &DeadlineWorker{rt: rt}); err != nil {
+		return nil, err
+	}
 	periodic := []*river.PeriodicJob{
 		river.NewPeriodicJob(river.PeriodicInterval(RescueEvery),
 			func() (river.JobArgs, *river.InsertOpts) { return RescueArgs{}, nil },
@@ -66,6 +69,9 @@ func New(cfg Config) (*Runtime, error) {
 		river.NewPeriodicJob(river.PeriodicInterval(SearchFoldEvery),
 			func() (river.JobArgs, *river.InsertOpts) { return SearchFoldArgs{}, &river.InsertOpts{MaxAttempts: 1} },
 			nil),
+		river.NewPeriodicJob(river.PeriodicInterval(cfg.ScheduleEvery),
+			func() (river.JobArgs, *river.InsertOpts) { return DeadlineArgs{}, &river.InsertOpts{MaxAttempts: 1} },
+			&river.PeriodicJobOpts{RunOnStart: true}),
 		river.NewPeriodicJob(river.PeriodicInterval(PruneEvery),
 			func() (river.JobArgs, *river.InsertOpts) { return PruneArgs{}, &river.InsertOpts{MaxAttempts: 1} },
 			nil),

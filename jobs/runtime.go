@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -277,11 +279,82 @@ func (rt *Runtime) runSkill(ctx context.Context, q db.Querier, threadID int64, n
 }
 
 // Skills returns the skills available now.
+//
+// A skill whose interruptOn approves on timeout a call of a tool that acts
+// outside the database (or that the toolbox does not know) is refused
+// here, as at load: it is among the Errors, saying why, not the Skills.
 func (rt *Runtime) Skills() agent.SkillSet {
 	if rt.cfg.Skills == nil {
 		return agent.SkillSet{}
 	}
-	return rt.cfg.Skills()
+	set := rt.cfg.Skills()
+	var refused []agent.SkillError
+	kept := set.Skills[:0:0]
+	for i, s := range set.Skills {
+		if err := rt.timeoutApprovals(s); err != nil {
+			if refused == nil {
+				kept = append(kept, set.Skills[:i]...)
+			}
+			refused = append(refused, agent.SkillError{Name: s.Name, Source: s.Source, Plugin: s.Plugin, Path: s.Path, Err: err})
+			continue
+		}
+		if refused != nil {
+			kept = append(kept, s)
+		}
+	}
+	if refused == nil {
+		return set
+	}
+	out := agent.SkillSet{Skills: kept, Errors: append(slices.Clone(set.Errors), refused...)}
+	return out
+}
+
+// timeoutApprovals refuses a skill's interruptOn that approves on timeout
+// a call of a tool acting outside the database: a call nobody looked at
+// must not act in the world.
+func (rt *Runtime) timeoutApprovals(s agent.Skill) error {
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(s.InterruptOn)) {
+		if s.InterruptOn[name].OnTimeout != agent.OnTimeoutApprove {
+			continue
+		}
+		if err := rt.mayApproveOnTimeout(name); err != nil {
+			errs = append(errs, fmt.Errorf("interruptOn.%s.onTimeout: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// mayApproveOnTimeout refuses onTimeout approve for a tool that acts
+// outside the database, or that the toolbox does not know.
+func (rt *Runtime) mayApproveOnTimeout(name string) error {
+	tool, known := rt.cfg.Tools.Get(name)
+	if outsideEffects(name, tool, known) || name == tools.TaskTool || name == tools.RunJSTool {
+		what := "acts outside Pizza Bot's database"
+		if !known {
+			what = "is not a tool this server knows, so it may act outside Pizza Bot"
+		}
+		return fmt.Errorf("approve is refused for %s: it %s, and a call nobody looked at must not; use reject or cancel", name, what)
+	}
+	return nil
+}
+
+// CheckToolPolicy refuses a tool policy whose routes approve on timeout a
+// call of a tool acting outside the database (agent.ParseToolPolicy has
+// refused patterns already). The settings page checks it before saving.
+func (rt *Runtime) CheckToolPolicy(p agent.ToolPolicy) error {
+	var errs []error
+	for i, r := range p.Routes {
+		if r.OnTimeout != agent.OnTimeoutApprove {
+			continue
+		}
+		for _, name := range r.Tools {
+			if err := rt.mayApproveOnTimeout(name); err != nil {
+				errs = append(errs, fmt.Errorf("routes[%d].onTimeout: %w", i, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Toolbox is the tools runs may be offered.
@@ -529,40 +602,69 @@ func (rt *Runtime) Cancel(ctx context.Context, user db.User, threadID int64) err
 		if t.Finished() {
 			return refusal.New(refusal.Conflict, "", "the run has already ended (%s)", t.Status)
 		}
-		var leaseJob *int64
-		if err := tx.QueryRow(ctx, `SELECT run_lease_job FROM threads WHERE id = $1`, t.ID).Scan(&leaseJob); err != nil {
-			return err
-		}
-		if leaseJob != nil {
-			leaseJobs = append(leaseJobs, *leaseJob)
-		}
-		open, err := db.OpenToolCalls(ctx, tx, t.ID)
-		if err != nil {
-			return err
-		}
-		for _, c := range open {
-			if c.State == db.CallRunning {
-				continue // the executing job writes its result, or the next run asks about it
-			}
-			msg := "Cancelled by the user before this call ran."
-			if c.State == db.CallDelegated {
-				msg = "Cancelled by the user while its sub-agent was working."
-			}
-			if err := db.CompleteToolCall(ctx, tx, c, msg, true); err != nil {
-				return err
-			}
-		}
-		if err := rt.endRun(ctx, tx, t.ID, db.StatusCancelled, "Cancelled by "+displayName(user)+"."); err != nil {
-			return err
-		}
-		subJobs, err := rt.cancelSubagents(ctx, tx, subs, displayName(user))
-		leaseJobs = append(leaseJobs, subJobs...)
+		leaseJobs, err = rt.cancelRun(ctx, tx, t.ID, subs, cancelNotes{
+			call:      "Cancelled by the user before this call ran.",
+			delegated: "Cancelled by the user while its sub-agent was working.",
+			run:       "Cancelled by " + displayName(user) + ".",
+			who:       displayName(user),
+		})
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	for _, job := range leaseJobs {
+	rt.interruptSteps(ctx, threadID, leaseJobs)
+	return nil
+}
+
+// cancelNotes are what a cancelled run's calls, the run and its
+// sub-agents say about why (cancelRun).
+type cancelNotes struct {
+	call, delegated string // a waiting call's result; a delegated call's
+	run             string // the run's note
+	who             string // who cancelled, as the sub-agents say it
+}
+
+// cancelRun cancels the locked thread's run and its locked sub-agents
+// (LockSubagents), in the caller's transaction: the calls not running get
+// a result saying so. It returns the step jobs holding them, to interrupt
+// once it commits (interruptSteps).
+func (rt *Runtime) cancelRun(ctx context.Context, tx pgx.Tx, threadID int64, subs []db.ActiveRun, n cancelNotes) ([]int64, error) {
+	var leaseJobs []int64
+	var leaseJob *int64
+	if err := tx.QueryRow(ctx, `SELECT run_lease_job FROM threads WHERE id = $1`, threadID).Scan(&leaseJob); err != nil {
+		return nil, err
+	}
+	if leaseJob != nil {
+		leaseJobs = append(leaseJobs, *leaseJob)
+	}
+	open, err := db.OpenToolCalls(ctx, tx, threadID)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range open {
+		if c.State == db.CallRunning {
+			continue // the executing job writes its result, or the next run asks about it
+		}
+		msg := n.call
+		if c.State == db.CallDelegated {
+			msg = n.delegated
+		}
+		if err := db.CompleteToolCall(ctx, tx, c, msg, true); err != nil {
+			return nil, err
+		}
+	}
+	if err := rt.endRun(ctx, tx, threadID, db.StatusCancelled, n.run); err != nil {
+		return nil, err
+	}
+	subJobs, err := rt.cancelSubagents(ctx, tx, subs, n.who)
+	return append(leaseJobs, subJobs...), err
+}
+
+// interruptSteps cancels the step jobs of a cancelled run (cancelRun),
+// after its commit.
+func (rt *Runtime) interruptSteps(ctx context.Context, threadID int64, jobs []int64) {
+	for _, job := range jobs {
 		if rt.client == nil {
 			break
 		}
@@ -571,7 +673,6 @@ func (rt *Runtime) Cancel(ctx context.Context, user db.User, threadID int64) err
 			rt.cfg.Logger.Warn("cancel step job", "thread_id", threadID, "job_id", job, "err", err)
 		}
 	}
-	return nil
 }
 
 // mayAct refuses a reply, retry or cancel from someone who may only read

@@ -473,6 +473,7 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 				nc.State, nc.WaitKind = db.CallPending, db.WaitApproval
 				nc.AllowedDecisions, nc.Description, nc.GateReason = g.AllowedDecisions, g.Description, g.Reason
 				nc.Approvers, nc.DistinctApprover = g.Approvers, g.DistinctApprover
+				nc.DecideBy, nc.OnTimeout = rt.decideBy(g.Timeout), g.OnTimeout
 			}
 			id, err := db.InsertToolCall(ctx, tx, nc)
 			if err != nil {
@@ -652,7 +653,7 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run too
 				if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT tool_call`); err != nil {
 					return err
 				}
-				if err := failCall(ctx, tx, c, terr); err != nil { // an error result, or parked for approval
+				if err := rt.failCall(ctx, tx, c, terr); err != nil { // an error result, or parked for approval
 					return err
 				}
 				if then != nil {
@@ -690,7 +691,7 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run too
 	// the call's outcome unknown.
 	return false, rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
 		if terr != nil {
-			return failCall(ctx, tx, c, terr) // an error result, or parked for approval
+			return rt.failCall(ctx, tx, c, terr) // an error result, or parked for approval
 		}
 		return db.CompleteToolCall(ctx, tx, c, result, false)
 	})
@@ -754,7 +755,7 @@ func (h *callHost) Gate(ctx context.Context, q db.Querier, threadID int64, name 
 
 // failCall writes the outcome of a call whose tool returned terr: parked
 // for a decision when terr is a tools.NeedsApproval, an error result otherwise.
-func failCall(ctx context.Context, tx pgx.Tx, c db.ToolCallRow, terr error) error {
+func (rt *Runtime) failCall(ctx context.Context, tx pgx.Tx, c db.ToolCallRow, terr error) error {
 	var na *tools.NeedsApproval
 	if errors.As(terr, &na) {
 		allowed := na.AllowedDecisions
@@ -769,7 +770,10 @@ func failCall(ctx context.Context, tx pgx.Tx, c db.ToolCallRow, terr error) erro
 		if err := db.SetToolCallWait(ctx, tx, c.ID, db.CallPending, db.WaitApproval, allowed, na.Description); err != nil {
 			return err
 		}
-		return db.SetToolCallGate(ctx, tx, c.ID, na.Reason, na.Approvers, na.DistinctApprover)
+		if err := db.SetToolCallGate(ctx, tx, c.ID, na.Reason, na.Approvers, na.DistinctApprover); err != nil {
+			return err
+		}
+		return db.SetToolCallDeadline(ctx, tx, c.ID, rt.decideBy(na.Timeout), na.OnTimeout)
 	}
 	return db.CompleteToolCall(ctx, tx, c, terr.Error(), true)
 }

@@ -3,6 +3,7 @@ package tools
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"pizzabot/agent"
 )
@@ -30,6 +31,12 @@ type Gate struct {
 	// DistinctApprover (four eyes), when any rule asks for it: whoever
 	// started the run may not decide.
 	DistinctApprover bool
+	// Timeout, when set, is how long the call waits for a decision before
+	// OnTimeout applies (agent.OnTimeout*): the shortest of the rules'
+	// timeouts. Kept on the waiting call as its deadline
+	// (tool_calls.decide_by, on_timeout).
+	Timeout   time.Duration
+	OnTimeout string
 }
 
 // Route adds a rule's approvers (one set; none: the rule names nobody)
@@ -48,7 +55,8 @@ func (g *Gate) Route(approvers []string, distinct bool) {
 // Interrupt returns an asking gate as a skill's interrupt (its routing
 // is carried apart: Approvers, DistinctApprover).
 func (g Gate) Interrupt() agent.Interrupt {
-	return agent.Interrupt{AllowedDecisions: slices.Clone(g.AllowedDecisions), Description: g.Description}
+	return agent.Interrupt{AllowedDecisions: slices.Clone(g.AllowedDecisions), Description: g.Description,
+		Timeout: g.Timeout, OnTimeout: g.OnTimeout}
 }
 
 // Refusal is the result a denied call gets.

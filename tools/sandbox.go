@@ -298,7 +298,8 @@ func (b *scriptBridge) park(seq int, name, canon string, in agent.Interrupt, rea
 	if in.Description != "" {
 		desc = in.Description + "\n\n" + desc
 	}
-	return &NeedsApproval{AllowedDecisions: allowed, Description: desc, Reason: reason, Inner: &db.InnerCall{Seq: seq, Tool: name, Arguments: canon}}
+	return &NeedsApproval{AllowedDecisions: allowed, Description: desc, Reason: reason, Inner: &db.InnerCall{Seq: seq, Tool: name, Arguments: canon},
+		Timeout: in.Timeout, OnTimeout: in.OnTimeout}
 }
 
 // execute runs an inner call and journals its result, with the approval

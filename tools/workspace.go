@@ -2,6 +2,7 @@ package tools
 
 import (
 	"fmt"
+	"time"
 
 	"pizzabot/agent"
 	"pizzabot/db"
@@ -44,6 +45,9 @@ type NeedsApproval struct {
 	// Approvers and DistinctApprover say who may decide (Gate).
 	Approvers        [][]string
 	DistinctApprover bool
+	// Timeout and OnTimeout give the waiting call a deadline (Gate).
+	Timeout   time.Duration
+	OnTimeout string
 }
 
 func (e *NeedsApproval) Error() string { return "waiting for approval: " + e.Description }

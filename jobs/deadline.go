@@ -1,0 +1,210 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"pizzabot/agent"
+	"pizzabot/db"
+)
+
+// Deadlines of waiting calls (issue 33). A gate with a timeout (gate.go)
+// gives its call a deadline, kept on the call (tool_calls.decide_by and
+// on_timeout, migration 0042) in the transaction that makes it wait. The
+// elected leader sweeps for calls past their deadline (DeadlineWorker, a
+// periodic job like the schedules' sweep, also at its start), so a
+// deadline that passed while no server ran fires once, when one starts.
+//
+// A deadline races a person's decision, and two replicas' sweeps race each
+// other: each side locks the call's thread (Decide: LockThread; here:
+// LockRun) and reads the call again under the lock, so exactly one of
+// them finds it waiting. What fires is the call's onTimeout:
+//
+//   - reject: the call does not run; the model reads that the request
+//     timed out, in words that are not a person's rejection (timeoutResult);
+//   - cancel: the run ends, cancelled, saying which deadline passed;
+//   - approve: the call runs as approved (only for database tools: refused
+//     at load for others, Runtime.Skills and CheckToolPolicy).
+//
+// The decision is recorded on the call (timed_out, decided_by NULL) and in
+// the audit log, as a person's is.
+
+// DeadlineArgs queue a sweep that applies the deadlines that have passed.
+type DeadlineArgs struct{}
+
+// Kind is River's name for the job.
+func (DeadlineArgs) Kind() string { return "fire_deadlines" }
+
+// DeadlineWorker applies passed deadlines (FireDueDeadlines) on the elected
+// leader, every Config.ScheduleEvery.
+type DeadlineWorker struct {
+	river.WorkerDefaults[DeadlineArgs]
+	rt *Runtime
+}
+
+// Work applies the deadlines due by now.
+func (w *DeadlineWorker) Work(ctx context.Context, _ *river.Job[DeadlineArgs]) error {
+	_, err := w.rt.FireDueDeadlines(ctx, w.rt.now())
+	return err
+}
+
+// deadlineBatch bounds the calls one look-up returns.
+const deadlineBatch = 100
+
+// deadlineActor is who the audit log says decided at a deadline.
+var deadlineActor = db.User{Name: "deadline"}
+
+// decideBy is the deadline of a call that starts waiting now with timeout
+// (nil: none).
+func (rt *Runtime) decideBy(timeout time.Duration) *time.Time {
+	if timeout <= 0 {
+		return nil
+	}
+	t := rt.now().Add(timeout)
+	return &t
+}
+
+// FireDueDeadlines applies the onTimeout of every waiting call whose
+// deadline is at or before now, each in a transaction of its own, and
+// returns how many it applied. A call decided meanwhile, by a person or by
+// another process, is left alone. A call that fails is logged and left for
+// the next sweep.
+func (rt *Runtime) FireDueDeadlines(ctx context.Context, now time.Time) (int, error) {
+	var skip []int64
+	n := 0
+	for {
+		due, err := db.DueCalls(ctx, rt.cfg.Pool, now, skip, deadlineBatch)
+		if err != nil {
+			return n, err
+		}
+		for _, c := range due {
+			fired, err := rt.fireDeadline(ctx, c, now)
+			switch {
+			case err != nil && ctx.Err() != nil:
+				return n, ctx.Err()
+			case err != nil:
+				rt.cfg.Logger.Error("apply a call's deadline", "call_id", c.ID, "thread_id", c.ThreadID, "err", err)
+				skip = append(skip, c.ID)
+			case fired:
+				n++
+			default:
+				skip = append(skip, c.ID) // decided meanwhile; not pending any more anyway
+			}
+		}
+		if len(due) < deadlineBatch {
+			return n, nil
+		}
+	}
+}
+
+// fireDeadline applies one call's onTimeout if it still waits, past its
+// deadline, in a run that waits; it reports whether it did.
+func (rt *Runtime) fireDeadline(ctx context.Context, due db.DueCall, now time.Time) (bool, error) {
+	fired := false
+	var leaseJobs []int64
+	err := db.InTx(ctx, rt.cfg.Pool, func(ctx context.Context, tx pgx.Tx) error {
+		seen, err := db.GetRunThread(ctx, tx, due.ThreadID)
+		if err != nil {
+			return err
+		}
+		// Locked as Cancel locks them: the sub-agents, then the thread
+		// (Decide locks the thread; both then lock its parent).
+		subs, err := db.LockSubagents(ctx, tx, seen.UserID, seen.ID)
+		if err != nil {
+			return err
+		}
+		if _, err := db.LockRun(ctx, tx, seen.ID); err != nil {
+			return err
+		}
+		t, err := db.GetRunThread(ctx, tx, seen.ID)
+		if err != nil {
+			return err
+		}
+		if t.Status != db.StatusWaiting {
+			return nil
+		}
+		open, err := db.OpenToolCalls(ctx, tx, t.ID)
+		if err != nil {
+			return err
+		}
+		var c db.ToolCallRow
+		waiting := 0
+		for _, o := range open {
+			if o.AwaitsDecision() {
+				waiting++
+			}
+			if o.ID == due.ID {
+				c = o
+			}
+		}
+		if c.ID == 0 || c.State != db.CallPending || c.DecideBy == nil || c.DecideBy.After(now) {
+			return nil // a person, or another process, decided it first
+		}
+		fired = true
+		detail := fmt.Sprintf("thread %d (%s), call %d: %s; nobody decided by its deadline, %s", t.ID, t.Title, c.ID, c.Name, deadlineTime(*c.DecideBy))
+		if err := db.AddAudit(ctx, tx, deadlineActor, "decision timed out "+c.OnTimeout, detail); err != nil {
+			return err
+		}
+		rt.cfg.Logger.Info("call deadline passed", "thread_id", t.ID, "call_id", c.ID, "tool", c.Name, "on_timeout", c.OnTimeout)
+		switch c.OnTimeout {
+		case agent.OnTimeoutCancel:
+			leaseJobs, err = rt.cancelRun(ctx, tx, t.ID, subs, cancelNotes{
+				call:      fmt.Sprintf("Cancelled before this call ran: nobody decided on %s by its deadline (%s).", c.Name, deadlineTime(*c.DecideBy)),
+				delegated: fmt.Sprintf("Cancelled while its sub-agent was working: nobody decided on %s by its deadline (%s).", c.Name, deadlineTime(*c.DecideBy)),
+				run:       timeoutCancelNote(c),
+				who:       "the deadline of " + c.Name,
+			})
+			return err
+		case agent.OnTimeoutApprove:
+			if err := db.RecordDecision(ctx, tx, db.Decision{CallID: c.ID, Type: db.DecisionApprove, TimedOut: true}, db.CallReady); err != nil {
+				return err
+			}
+		default:
+			if err := db.RecordDecision(ctx, tx, db.Decision{CallID: c.ID, Type: db.DecisionReject, TimedOut: true}, db.CallReady); err != nil {
+				return err
+			}
+			if err := db.CompleteToolCall(ctx, tx, c, timeoutResult(c), true); err != nil {
+				return err
+			}
+		}
+		if waiting > 1 {
+			return nil // others still wait
+		}
+		if err := rt.advance(ctx, tx, t.ID); err != nil {
+			return err
+		}
+		return rt.resumeParent(ctx, tx, t)
+	})
+	if errors.Is(err, db.ErrNotFound) {
+		return false, nil // the thread was deleted meanwhile
+	}
+	if err != nil {
+		return false, err
+	}
+	rt.interruptSteps(ctx, due.ThreadID, leaseJobs)
+	return fired, nil
+}
+
+// deadlineTime writes a deadline for the model, the run's note and the
+// audit log.
+func deadlineTime(t time.Time) string { return t.UTC().Format("Mon Jan 2, 2006 15:04 UTC") }
+
+// timeoutResult is what the model reads of a call whose deadline rejected
+// it: nobody decided, which is not a person's rejection ("The user (…)
+// rejected this call", Runtime.decide), and may not be tried again as if
+// nothing happened.
+func timeoutResult(c db.ToolCallRow) string {
+	return fmt.Sprintf("The request for approval of this call timed out: nobody decided on it by its deadline (%s), so it did not run. "+
+		"Nobody rejected it, and it may still be wanted: do not call it again on your own; say in your answer that it timed out waiting for approval.",
+		deadlineTime(*c.DecideBy))
+}
+
+// timeoutCancelNote is the note of a run its call's deadline cancelled.
+func timeoutCancelNote(c db.ToolCallRow) string {
+	return fmt.Sprintf("Cancelled: nobody decided on %s by its deadline (%s), and its gate cancels the run then.", c.Name, deadlineTime(*c.DecideBy))
+}
