@@ -11,6 +11,7 @@ import (
 
 	"pizzabot/agent"
 	"pizzabot/db"
+	"pizzabot/notify"
 )
 
 // Deadlines of waiting calls (issue 33). A gate with a timeout (gate.go)
@@ -149,6 +150,12 @@ func (rt *Runtime) fireDeadline(ctx context.Context, due db.DueCall, now time.Ti
 		detail := fmt.Sprintf("thread %d (%s), call %d: %s; nobody decided by its deadline, %s", t.ID, t.Title, c.ID, c.Name, deadlineTime(*c.DecideBy))
 		if err := db.AddAudit(ctx, tx, deadlineActor, "decision timed out "+c.OnTimeout, detail); err != nil {
 			return err
+		}
+		// What was still to be said about the call is not said now.
+		if rt.cfg.Notify != nil {
+			if err := notify.CallDecided(ctx, tx, c.ID); err != nil {
+				return err
+			}
 		}
 		rt.cfg.Logger.Info("call deadline passed", "thread_id", t.ID, "call_id", c.ID, "tool", c.Name, "on_timeout", c.OnTimeout)
 		switch c.OnTimeout {
