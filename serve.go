@@ -612,8 +612,10 @@ func newRuntime(cfg config, st *store, p runtimeParts) (*jobs.Runtime, error) {
 		Zone:       cfg.Zone, // the handlers' too (serve)
 		ClientID:   p.clientID,
 		MaxWorkers: cfg.MaxSteps,
-		// Each user's own MCP sign-ins and secrets (issue 30).
+		// Each user's own MCP sign-ins and secrets (issue 30), for the
+		// servers each user signs in to.
 		Credentials: p.creds,
+		SignIns:     p.ext.Manager,
 		// Push, e-mail and chat notifications (issue 32).
 		Notify: p.notify,
 	})

@@ -72,6 +72,13 @@ type Thread struct {
 	// BudgetHold is, on a waiting thread, the budget hold its run or one
 	// of its sub-agents' waits on (budgets.go); nil otherwise.
 	BudgetHold *BudgetHoldNote `db:"budget_hold"`
+	// ConnectionWaits are, on a waiting thread, the MCP servers its run or
+	// its waiting sub-agents' wait for their user to connect
+	// (connectionwaits.go); nil otherwise.
+	ConnectionWaits []ConnectionWait `db:"connection_waits"`
+	// LeftOut are the servers each user signs in to that the run, having
+	// no skill, was not offered: its user has not connected them.
+	LeftOut []string `db:"left_out"`
 	// Undecidable reports, on a waiting thread as GetThread and
 	// ListThreads read it, that it is not in the reader's Action queue and
 	// that nobody could decide a waiting call of it or of its sub-agents
@@ -100,7 +107,7 @@ func (t Thread) Summary() string {
 	}
 	switch t.Status {
 	case StatusWaiting:
-		if t.Undecidable && t.BudgetHold == nil {
+		if t.Undecidable && t.BudgetHold == nil && len(t.ConnectionWaits) == 0 {
 			// It waits for nobody: say so before what it waits at.
 			if tool == "" {
 				return "Nobody can decide its waiting call"
@@ -130,6 +137,8 @@ func (t Thread) Summary() string {
 // waitingSummary is the Summary of a waiting thread: what it waits at.
 func (t Thread) waitingSummary(kind, tool, args, desc string) string {
 	switch {
+	case tool == "" && len(t.ConnectionWaits) > 0:
+		return "Connect " + t.ConnectionWaits[0].Server + " to continue"
 	case tool == "" && t.BudgetHold != nil:
 		return firstLine(t.BudgetHold.Summary, 140)
 	case tool == "":
@@ -226,7 +235,7 @@ func (t Thread) Finished() bool {
 const threadColumns = `t.id, t.user_id, t.folder_id, coalesce(f.name, '') AS folder_name,
 	t.title, t.skill, t.model, t.status, t.unread, t.archived,
 	t.trigger_kind, t.trigger_at, t.trigger_ref, t.error, t.created_at, t.updated_at,
-	t.parent_thread_id, t.parent_call_id, ` + summaryColumns
+	t.parent_thread_id, t.parent_call_id, t.left_out, ` + summaryColumns
 
 // summaryColumns are what Thread.Summary is made of, computed for the
 // threads a query returns only (a page of 50 costs 50 lookups by index:
@@ -253,7 +262,12 @@ const summaryColumns = `
 		FROM budget_holds h
 		WHERE h.thread_id = t.id OR h.thread_id IN (
 			SELECT c.id FROM threads c WHERE c.parent_thread_id = t.id AND c.status = 'waiting')
-		ORDER BY h.thread_id LIMIT 1) END AS budget_hold`
+		ORDER BY h.thread_id LIMIT 1) END AS budget_hold,
+	CASE WHEN t.status = 'waiting' THEN (
+		SELECT json_agg(json_build_object('thread_id', w.thread_id, 'server', w.server, 'reason', w.reason) ORDER BY w.thread_id, w.server)
+		FROM connection_waits w
+		WHERE w.thread_id = t.id OR w.thread_id IN (
+			SELECT c.id FROM threads c WHERE c.parent_thread_id = t.id AND c.status = 'waiting')) END AS connection_waits`
 
 const threadFrom = ` FROM threads t LEFT JOIN folders f ON f.id = t.folder_id `
 

@@ -1,10 +1,239 @@
 package jobs
 
-import "context"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"pizzabot/agent"
+	"pizzabot/agent/mcpclient"
+	"pizzabot/db"
+)
+
+// Each person's own accounts (docs/mcp.md, issue 30). Some MCP servers are
+// used with each user's own sign-in (SignIns): a run's calls of their tools
+// carry its user's token (Credentials), never a shared one; a sub-agent's
+// and a schedule's or webhook's run are their owner's, so they use the
+// owner's connections.
+//
+// A run needs a connection its user has not made (or the server revoked,
+// or whose refresh failed) in three places, and waits for it in Action
+// ("Connect <server> to continue", db/connectionwaits.go) in each:
+//
+//  1. Before a model call, when its skill's allowed-tools name tools of
+//     the server: the run waits before calling the model.
+//  2. A run without a skill (or whose skill lists no tools) is instead not
+//     offered the tools of the servers its user has not connected, and the
+//     thread says which (db.Thread.LeftOut).
+//  3. During a call, when the server answers 401 (or no token can be had):
+//     the server refused the call, which did not run, so it goes back to
+//     ready and runs again once the run resumes.
+//
+// Connecting the server (the callback of connections.Service.Finish)
+// calls ConnectionReady, which ends the user's waits for it and resumes in
+// the same transaction every run that waits for nothing else, as Decide
+// does after a decision: each run once, whichever replica calls it and
+// however many do. The wait is recorded before the user can see it; a
+// connection made between a step's look and its commit is caught by the
+// step looking again after the commit (recheck).
+
+// SignIns are the MCP servers each user signs in to themselves
+// (mcpclient.Manager).
+type SignIns interface {
+	// SignInServers lists them.
+	SignInServers() []string
+	// OpenAs opens userID's session to server with their token from
+	// signer, which lists the server's tools for the toolbox; a
+	// *agent.NeedsConnection when they have no live connection to it.
+	OpenAs(ctx context.Context, signer mcpclient.Signer, userID int64, server string) error
+}
+
+// signIns opens the sessions of userID to the servers each user signs in
+// to that a run of skill may use. A skill that lists tools of such servers
+// waits for those its user has not connected (waits); a run without a
+// skill, or whose skill lists no tools, is offered every tool, and goes
+// without the servers its user has not connected (leftOut).
+func (rt *Runtime) signIns(ctx context.Context, userID int64, skill *agent.Skill) (waits []db.ConnectionWait, leftOut []string, err error) {
+	if rt.cfg.SignIns == nil || rt.cfg.Credentials == nil {
+		return nil, nil, nil
+	}
+	servers := rt.cfg.SignIns.SignInServers()
+	declared := skill != nil && len(skill.AllowedTools) > 0
+	if declared {
+		servers = slices.DeleteFunc(slices.Clone(servers), func(s string) bool { return !declares(skill, s) })
+	}
+	for _, s := range servers {
+		err := rt.cfg.SignIns.OpenAs(ctx, rt.cfg.Credentials, userID, s)
+		var nc *agent.NeedsConnection
+		var ce *mcpclient.CallError
+		switch {
+		case err == nil:
+		case errors.As(err, &nc):
+			if declared {
+				waits = append(waits, db.ConnectionWait{Server: s, Reason: nc.Reason})
+			} else {
+				leftOut = append(leftOut, s)
+			}
+		case errors.As(err, &ce):
+			// The server is unreachable: its tools are those last listed,
+			// and a call of one says so to the model.
+			rt.cfg.Logger.WarnContext(ctx, "open a user's MCP session", "server", s, "user_id", userID, "err", err)
+		default:
+			return nil, nil, err
+		}
+	}
+	return waits, leftOut, nil
+}
+
+// declares reports whether skill's allowed-tools name a tool of server.
+func declares(skill *agent.Skill, server string) bool {
+	for _, n := range skill.AllowedTools {
+		if s, ok := agent.MCPServerWildcard(n); ok && s == server {
+			return true
+		}
+		if s, ok := agent.MCPServerOfTool(n); ok && s == server {
+			return true
+		}
+	}
+	return false
+}
+
+// withoutServers drops the tools of servers from specs.
+func withoutServers(specs []agent.ToolSpec, servers []string) []agent.ToolSpec {
+	if len(servers) == 0 {
+		return specs
+	}
+	return slices.DeleteFunc(specs, func(s agent.ToolSpec) bool {
+		server, ok := agent.MCPServerOfTool(s.Name)
+		return ok && slices.Contains(servers, server)
+	})
+}
+
+// leftOutPrompt tells the model which servers it goes without.
+func leftOutPrompt(servers []string) string {
+	if len(servers) == 0 {
+		return ""
+	}
+	return "\n\nNot offered to you: the tools of the MCP server(s) " + strings.Join(servers, ", ") +
+		", which the user has not connected. If the task needs them, say so: the user connects them on the Connections page."
+}
+
+// waitForConnections makes the run wait for its user to connect the
+// servers of waits, before its next model call.
+func (rt *Runtime) waitForConnections(ctx context.Context, jobID int64, a StepArgs, t db.Thread, waits []db.ConnectionWait) error {
+	err := rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
+		if err := db.WaitForConnections(ctx, tx, t.ID, t.UserID, waits); err != nil {
+			return err
+		}
+		return rt.endRun(ctx, tx, t.ID, db.StatusWaiting, "")
+	})
+	if err != nil {
+		return err
+	}
+	rt.recheck(ctx, t.UserID, waits)
+	return nil
+}
+
+// refusedCall makes the run wait for its user to connect nc.Server after
+// the server refused call c (401, or no token could be had): the call did
+// not run, so it is ready again, to run once the run resumes.
+func (rt *Runtime) refusedCall(ctx context.Context, jobID int64, a StepArgs, userID int64, c db.ToolCallRow, nc *agent.NeedsConnection) error {
+	waits := []db.ConnectionWait{{Server: nc.Server, Reason: nc.Reason}}
+	err := rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := db.SetToolCallState(ctx, tx, c.ID, db.CallReady, db.CallRunning); err != nil {
+			return err
+		}
+		if err := db.WaitForConnections(ctx, tx, a.ThreadID, userID, waits); err != nil {
+			return err
+		}
+		return rt.endRun(ctx, tx, a.ThreadID, db.StatusWaiting, "")
+	})
+	if err != nil {
+		return err
+	}
+	rt.recheck(ctx, userID, waits)
+	return nil
+}
+
+// recheck looks again, after a wait committed, at the connections it
+// waits for: one made since the step looked, whose ConnectionReady came
+// before the wait was there to end, resumes the run now.
+func (rt *Runtime) recheck(ctx context.Context, userID int64, waits []db.ConnectionWait) {
+	// Not the step's context: the run's resume is a new step job of its
+	// own (advance), never this job's chained step.
+	bg, cancel := context.WithTimeout(context.WithoutCancel(context.Background()), 30*time.Second)
+	defer cancel()
+	for _, w := range waits {
+		if _, err := rt.cfg.Credentials.Token(bg, userID, w.Server); err != nil {
+			continue
+		}
+		if err := rt.ConnectionReady(bg, userID, w.Server); err != nil {
+			rt.cfg.Logger.WarnContext(ctx, "resume a run connected meanwhile", "server", w.Server, "user_id", userID, "err", err)
+		}
+	}
+}
 
 // ConnectionReady resumes every run of userID that waits for a connection
 // to server (docs/mcp.md): called once the person connected it or entered
-// the secret it waited for.
+// the secret it waited for. The waits end and the runs that wait for
+// nothing else resume in one transaction: a run resumes once, whoever
+// calls this and however often.
 func (rt *Runtime) ConnectionReady(ctx context.Context, userID int64, server string) error {
-	return nil
+	return db.InTx(ctx, rt.requestPool(), func(ctx context.Context, tx pgx.Tx) error {
+		ids, err := db.EndConnectionWaits(ctx, tx, userID, server)
+		if err != nil {
+			return err
+		}
+		slices.Sort(ids) // lock in one order
+		for _, id := range ids {
+			s, err := db.LockRun(ctx, tx, id)
+			if err != nil {
+				return err
+			}
+			if s.Status != db.StatusWaiting {
+				continue // cancelled meanwhile
+			}
+			more, err := db.WaitsForMore(ctx, tx, id)
+			if err != nil {
+				return err
+			}
+			if more {
+				continue // it resumes when the last wait ends
+			}
+			t, err := db.GetRunThread(ctx, tx, id)
+			if err != nil {
+				return err
+			}
+			if err := rt.advance(ctx, tx, id); err != nil {
+				return fmt.Errorf("resume thread %d: %w", id, err)
+			}
+			if err := rt.resumeParent(ctx, tx, t); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// missing is what a skill lacks to start (Toolbox.Missing) but the tools of
+// the servers each user signs in to: those are listed once the user has
+// connected the server, and until then the run waits for it.
+func (rt *Runtime) missing(s *agent.Skill) []string {
+	missing := rt.cfg.Tools.Missing(s)
+	if rt.cfg.SignIns == nil || rt.cfg.Credentials == nil || len(missing) == 0 {
+		return missing
+	}
+	signIn := rt.cfg.SignIns.SignInServers()
+	return slices.DeleteFunc(missing, func(n string) bool {
+		server, ok := agent.MCPServerWildcard(n)
+		if !ok {
+			server, ok = agent.MCPServerOfTool(n)
+		}
+		return ok && slices.Contains(signIn, server)
+	})
 }

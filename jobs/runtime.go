@@ -69,6 +69,10 @@ type Config struct {
 	// Credentials are each user's own MCP sign-ins and secrets (issue 30);
 	// nil: every server is used with its configured headers only.
 	Credentials agent.Credentials
+	// SignIns are the MCP servers each user signs in to themselves
+	// (mcpclient.Manager): a run uses them with its user's Credentials and
+	// waits for a connection it needs (connections.go). Nil: none.
+	SignIns SignIns
 	// Notify tells people what waits for them when no tab is open (issue
 	// 32, jobs/notify.go); nil tells nobody. When it also has River
 	// workers (AddWorkers and PeriodicJobs, as notify.Dispatcher does),
@@ -179,7 +183,7 @@ func (rt *Runtime) checkSkill(name string) error {
 	if !ok {
 		return refusal.New(refusal.Invalid, "skill", "there is no skill named %q", name)
 	}
-	if missing := rt.cfg.Tools.Missing(s); len(missing) > 0 {
+	if missing := rt.missing(s); len(missing) > 0 {
 		return refusal.New(refusal.Invalid, "skill", "skill %q is unavailable: it needs %s, which is not connected", name, strings.Join(missing, ", "))
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -348,12 +349,25 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 		if !ok {
 			return rt.fail(ctx, jobID, a, started, t.Model, fmt.Sprintf("Skill %q is not available any more.", t.Skill))
 		}
+		skill = s
+	}
+	// The servers each user signs in to: the user's sessions are opened
+	// (listing their tools) or the run waits for a connection
+	// (connections.go).
+	waits, leftOut, err := rt.signIns(ctx, t.UserID, skill)
+	if err != nil {
+		return err
+	}
+	if len(waits) > 0 {
+		return rt.waitForConnections(ctx, jobID, a, t, waits)
+	}
+	if s := skill; s != nil {
 		if missing := rt.cfg.Tools.Missing(s); len(missing) > 0 {
 			return rt.fail(ctx, jobID, a, started, t.Model, fmt.Sprintf("Skill %q needs %s, which is not connected.", t.Skill, strings.Join(missing, ", ")))
 		}
-		skill = s
 		system += "\n\n# Skill: " + s.Name + "\n\n" + tools.SkillFolderPrompt(s) + "\n\n" + s.Body
 	}
+	system += leftOutPrompt(leftOut)
 	model, err := rt.model(ctx, t.Model, v.Settings)
 	if err != nil {
 		return rt.fail(ctx, jobID, a, started, t.Model, err.Error())
@@ -370,7 +384,7 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 	if err != nil {
 		return err
 	}
-	tools := rules.offered(rt.offerTask(t, rt.cfg.Tools.Offer(skill)))
+	tools := withoutServers(rules.offered(rt.offerTask(t, rt.cfg.Tools.Offer(skill))), leftOut)
 	// The conversation, fitted to the model's window, is stepInWindow's.
 	in := agent.StepInput{Model: model, System: system, Tools: tools, Effort: rt.effort(model.Spec, skill)}
 	if rt.cfg.OnDelta != nil {
@@ -436,6 +450,9 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 			// The call an admin let past the budget is made: the
 			// approval is used. A crash before this commit keeps it.
 			db.QueueDeleteBudgetHold(b, t.ID)
+		}
+		if !slices.Equal(leftOut, t.LeftOut) {
+			db.QueueSetLeftOut(b, t.ID, leftOut) // the thread says which (connections.go)
 		}
 		// The gates are read again, in this transaction: the policy may
 		// have changed during the model call.
@@ -684,6 +701,12 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run too
 	result, terr := tool.Call(ctx, run, args)
 	if ctx.Err() != nil {
 		return false, ctx.Err()
+	}
+	if nc := (*agent.NeedsConnection)(nil); errors.As(terr, &nc) {
+		// The server refused the call (or no token could be had): it did
+		// not run, and runs once the user connects (connections.go). The
+		// run waits: the step ends here.
+		return true, rt.refusedCall(ctx, jobID, a, run.UserID, c, nc)
 	}
 	rt.cfg.Metrics.ToolCall(c.Name, toolOutcome(terr))
 	// The outcome of a call with effects outside the database commits on

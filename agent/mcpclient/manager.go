@@ -399,6 +399,8 @@ func (m *Manager) newServer(s Spec) *server {
 		m: m, spec: s, ring: NewRing(m.opts.StderrBytes),
 		ctx: ctx, stopFn: cancel, done: make(chan struct{}), kick: make(chan struct{}, 1),
 		state: StateStarting, since: time.Now(), byName: map[string]Tool{},
+		// Known at once: runs ask SignInServers before it first runs.
+		perUser: s.Config.OAuth != nil,
 	}
 }
 

@@ -1,0 +1,90 @@
+package db
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Connection waits (migration 0040): a run waits while its user has not
+// connected an MCP server each user signs in to that it needs.
+
+// ConnectionWait is a run's wait for its user to connect Server.
+type ConnectionWait struct {
+	// ThreadID is the waiting run's thread: the thread itself, or one of
+	// its sub-agents.
+	ThreadID int64  `json:"thread_id"`
+	Server   string `json:"server"`
+	Reason   string `json:"reason"`
+}
+
+// WaitForConnections records that thread threadID's run waits for userID
+// to connect each server of waits (a wait already there takes the new
+// reason). The caller ends the run as waiting in the same transaction.
+func WaitForConnections(ctx context.Context, q Querier, threadID, userID int64, waits []ConnectionWait) error {
+	for _, w := range waits {
+		if _, err := q.Exec(ctx, `
+			INSERT INTO connection_waits (thread_id, user_id, server, reason) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (thread_id, server) DO UPDATE SET reason = EXCLUDED.reason`,
+			threadID, userID, w.Server, w.Reason); err != nil {
+			return fmt.Errorf("record the wait for %s: %w", w.Server, err)
+		}
+	}
+	return nil
+}
+
+// EndConnectionWaits deletes userID's waits for server and returns their
+// threads. A racing caller waits for this transaction and then finds them
+// gone: each wait ends once.
+func EndConnectionWaits(ctx context.Context, q Querier, userID int64, server string) ([]int64, error) {
+	rows, err := q.Query(ctx, `DELETE FROM connection_waits WHERE user_id = $1 AND server = $2 RETURNING thread_id`, userID, server)
+	if err != nil {
+		return nil, fmt.Errorf("end the waits for %s: %w", server, err)
+	}
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
+// WaitsForMore reports whether thread threadID's run waits for something
+// still: another connection, a person's decision, or a budget.
+func WaitsForMore(ctx context.Context, q Querier, threadID int64) (bool, error) {
+	var more bool
+	err := q.QueryRow(ctx, `SELECT
+		EXISTS (SELECT 1 FROM connection_waits WHERE thread_id = $1)
+		OR EXISTS (SELECT 1 FROM tool_calls WHERE thread_id = $1 AND state IN ('pending', 'unknown'))
+		OR EXISTS (SELECT 1 FROM budget_holds WHERE thread_id = $1)`, threadID).Scan(&more)
+	if err != nil {
+		return false, fmt.Errorf("read what thread %d waits for: %w", threadID, err)
+	}
+	return more, nil
+}
+
+// SetLeftOut records the servers a run without a skill was not offered
+// because its user has not connected them, when they changed.
+func SetLeftOut(ctx context.Context, q Querier, threadID int64, servers []string) error {
+	if servers == nil {
+		servers = []string{}
+	}
+	_, err := q.Exec(ctx, `UPDATE threads SET left_out = $2 WHERE id = $1 AND left_out IS DISTINCT FROM $2`, threadID, servers)
+	if err != nil {
+		return fmt.Errorf("record the servers left out: %w", err)
+	}
+	return nil
+}
+
+// QueueSetLeftOut queues SetLeftOut's update on b.
+func QueueSetLeftOut(b *pgx.Batch, threadID int64, servers []string) {
+	if servers == nil {
+		servers = []string{}
+	}
+	b.Queue(`UPDATE threads SET left_out = $2 WHERE id = $1 AND left_out IS DISTINCT FROM $2`, threadID, servers)
+}

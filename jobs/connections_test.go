@@ -1,0 +1,268 @@
+package jobs_test
+
+import (
+	"context"
+	"crypto/rand"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"testing/fstest"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"pizzabot/agent"
+	"pizzabot/agent/mcpclient"
+	"pizzabot/agent/scriptmodel"
+	"pizzabot/connections"
+	"pizzabot/connections/authtest"
+	"pizzabot/db"
+	"pizzabot/db/dbtest"
+	"pizzabot/extensions"
+	"pizzabot/jobs"
+	"pizzabot/jobs/jobstest"
+	"pizzabot/netguard"
+	"pizzabot/tools"
+)
+
+// connBundle is a runtime whose MCP server "notes" (authtest: a real MCP
+// server behind its own OAuth authorization server, answering 401 without
+// a live token) is used with each user's own sign-in, through a real
+// connections service.
+type connBundle struct {
+	pool  *pgxpool.Pool
+	rt    *jobs.Runtime
+	as    *authtest.Server
+	svc   *connections.Service
+	alice db.User
+	bob   db.User
+}
+
+// notesSkill declares the tool of notes.
+const notesSkill = `---
+name: notes-reader
+description: Reads who the notes server says you are.
+allowed-tools: mcp__notes__whoami
+---
+Call whoami.
+`
+
+var whoamiScript = scriptmodel.Script{Rules: []scriptmodel.Rule{
+	{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Asked the server."}}},
+	{Match: scriptmodel.Match{LastUserContains: "who am I"}, Replies: []scriptmodel.Reply{{ToolCalls: []scriptmodel.ScriptToolCall{
+		{Name: "mcp__notes__whoami", Arguments: `{}`},
+	}}}},
+}}
+
+func setupConnections(t *testing.T, as *authtest.Server) *connBundle {
+	t.Helper()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	b := &connBundle{pool: pool, as: as}
+	key := make([]byte, db.SecretKeySize)
+	_, _ = rand.Read(key)
+	box, err := db.NewSecretBox(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rt *jobs.Runtime
+	b.svc, err = connections.New(connections.Config{
+		Pool: pool, Box: box, Guard: &netguard.Guard{Loopback: true}, PublicURL: "http://127.0.0.1:9",
+		Servers: func(_ context.Context, name string) (connections.Server, error) {
+			return connections.Server{Name: "notes", URL: as.MCPURL()}, nil
+		},
+		Ready: func(ctx context.Context, userID int64, server string) error {
+			return rt.ConnectionReady(ctx, userID, server)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := mcpclient.New(mcpclient.Options{MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, CallTimeout: 15 * time.Second})
+	t.Cleanup(m.Close)
+	m.Apply([]mcpclient.Spec{{Name: "notes", Config: agent.MCPServerConfig{Type: agent.MCPHTTP, URL: as.MCPURL(), OAuth: &agent.MCPOAuth{}}}})
+	tb, err := tools.NewToolbox()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.AddSource(extensions.MCPTools(m, b.svc))
+	skills := agent.LoadSkills(fstest.MapFS{"notes-reader/SKILL.md": {Data: []byte(notesSkill)}}, "")
+	h := jobstest.Start(t, jobstest.Options{
+		Config: jobs.Config{Pool: pool, Tools: tb, Credentials: b.svc, SignIns: m,
+			Skills: func() agent.SkillSet { return skills }},
+		Script: whoamiScript,
+	})
+	rt, b.rt = h.Runtime, h.Runtime
+	allowTools(t, pool, "mcp__*") // MCP tools ask by default
+	if b.alice, err = db.UpsertUser(ctx, pool, "test", "alice", "alice@example.com", "alice", false); err != nil {
+		t.Fatal(err)
+	}
+	if b.bob, err = db.UpsertUser(ctx, pool, "test", "bob", "bob@example.com", "bob", false); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// connect signs user in to notes as their browser would: the
+// authorization server approves and redirects to the callback, which
+// stores the token and tells the runtime (connections.Service.Finish).
+func (b *connBundle) connect(t *testing.T, user db.User) {
+	t.Helper()
+	ctx := context.Background()
+	authURL, err := b.svc.Begin(ctx, user.ID, "notes", "/threads/1", "")
+	if err != nil {
+		t.Fatalf("begin: %v", err)
+	}
+	b.as.SetUser(user.Name)
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noFollow.Get(authURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	back, _ := url.Parse(resp.Header.Get("Location"))
+	if _, _, err := b.svc.Finish(ctx, user.ID, back.Query().Get("state"), back.Query().Get("code")); err != nil {
+		t.Fatalf("finish: %v", err)
+	}
+}
+
+func (b *connBundle) start(t *testing.T, user db.User, skill string) db.Thread {
+	t.Helper()
+	th, err := b.rt.Start(context.Background(), user, jobs.StartRequest{Prompt: "who am I?", Skill: skill, TriggerKind: db.TriggerSchedule, TriggerAt: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return th
+}
+
+// toolResultsOf are the thread's tool results, in order.
+func (b *connBundle) toolResultsOf(t *testing.T, user db.User, id int64) []string {
+	t.Helper()
+	ms, err := db.ListMessages(context.Background(), b.pool, user.ID, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, m := range toolResults(ms) {
+		out = append(out, m.Content)
+	}
+	return out
+}
+
+func TestRunWaitsForConnectionAndResumes(t *testing.T) {
+	t.Parallel()
+	as := authtest.New()
+	t.Cleanup(as.Close)
+	b := setupConnections(t, as)
+
+	// Two scheduled runs of the skill, of two people who have not connected.
+	ta := b.start(t, b.alice, "notes-reader")
+	tb := b.start(t, b.bob, "notes-reader")
+	for _, x := range []struct {
+		u  db.User
+		id int64
+	}{{b.alice, ta.ID}, {b.bob, tb.ID}} {
+		th := jobstest.Wait(t, b.pool, x.u, x.id, db.StatusWaiting)
+		if len(th.ConnectionWaits) != 1 || th.ConnectionWaits[0].Server != "notes" || th.ConnectionWaits[0].Reason != "not connected" {
+			t.Fatalf("waits = %+v", th.ConnectionWaits)
+		}
+		if th.Summary() != "Connect notes to continue" || !th.InAction {
+			t.Fatalf("summary %q, in action %v", th.Summary(), th.InAction)
+		}
+	}
+
+	// Alice connects: her run resumes and calls the tool with her token.
+	b.connect(t, b.alice)
+	jobstest.Wait(t, b.pool, b.alice, ta.ID, db.StatusDone)
+	if got := b.toolResultsOf(t, b.alice, ta.ID); !slices.Equal(got, []string{"alice"}) {
+		t.Fatalf("alice's results = %q", got)
+	}
+	// Bob's still waits for his own.
+	time.Sleep(300 * time.Millisecond)
+	if th := jobstest.Wait(t, b.pool, b.bob, tb.ID, db.StatusWaiting); len(th.ConnectionWaits) != 1 {
+		t.Fatalf("bob's waits = %+v", th.ConnectionWaits)
+	}
+	// A second ConnectionReady (another replica, a retried callback)
+	// resumes nothing twice.
+	if err := b.rt.ConnectionReady(context.Background(), b.alice.ID, "notes"); err != nil {
+		t.Fatal(err)
+	}
+	b.connect(t, b.bob)
+	jobstest.Wait(t, b.pool, b.bob, tb.ID, db.StatusDone)
+	if got := b.toolResultsOf(t, b.bob, tb.ID); !slices.Equal(got, []string{"bob"}) {
+		t.Fatalf("bob's results = %q", got)
+	}
+	if got := b.toolResultsOf(t, b.alice, ta.ID); len(got) != 1 {
+		t.Fatalf("alice's run ran again: %q", got)
+	}
+}
+
+func TestRefusedCallWaitsAndRunsOnceAfterReconnect(t *testing.T) {
+	t.Parallel()
+	as := authtest.New()
+	t.Cleanup(as.Close)
+	b := setupConnections(t, as)
+	b.connect(t, b.alice)
+	first := b.start(t, b.alice, "")
+	jobstest.Wait(t, b.pool, b.alice, first.ID, db.StatusDone)
+
+	// The person revokes Pizza Bot at the server: the next call is
+	// refused with 401 in the middle of the run.
+	as.RevokeAll("alice")
+	second := b.start(t, b.alice, "")
+	th := jobstest.Wait(t, b.pool, b.alice, second.ID, db.StatusWaiting)
+	if len(th.ConnectionWaits) != 1 || th.ConnectionWaits[0].Reason != "the server refused the token" {
+		t.Fatalf("waits = %+v", th.ConnectionWaits)
+	}
+	if got := b.toolResultsOf(t, b.alice, second.ID); len(got) != 0 {
+		t.Fatalf("the refused call has a result: %q", got)
+	}
+	conns, err := b.svc.List(context.Background(), b.alice.ID)
+	if err != nil || len(conns) != 1 || conns[0].Status != "needs_reconnect" {
+		t.Fatalf("connections = %+v, %v", conns, err)
+	}
+	// Reconnect: the call runs, once, with the new token.
+	b.connect(t, b.alice)
+	jobstest.Wait(t, b.pool, b.alice, second.ID, db.StatusDone)
+	if got := b.toolResultsOf(t, b.alice, second.ID); !slices.Equal(got, []string{"alice"}) {
+		t.Fatalf("results = %q", got)
+	}
+}
+
+func TestRunWithoutSkillLeavesOutUnconnectedServers(t *testing.T) {
+	t.Parallel()
+	as := authtest.New()
+	t.Cleanup(as.Close)
+	b := setupConnections(t, as)
+	th := b.start(t, b.bob, "")
+	th = jobstest.Wait(t, b.pool, b.bob, th.ID, db.StatusDone)
+	if !slices.Equal(th.LeftOut, []string{"notes"}) {
+		t.Fatalf("left out = %v", th.LeftOut)
+	}
+	// The tool was not offered: the scripted model's call of it is
+	// answered as a call of an unknown tool, and never reached the server.
+	got := b.toolResultsOf(t, b.bob, th.ID)
+	if len(got) != 1 || !strings.HasPrefix(got[0], `unknown tool "mcp__notes__whoami"`) {
+		t.Fatalf("results = %q", got)
+	}
+}
+
+func TestExpiredTokenIsRefreshedForTheCall(t *testing.T) {
+	t.Parallel()
+	as := authtest.New()
+	t.Cleanup(as.Close)
+	// Tokens live less than the refresh margin: every use refreshes.
+	as.TokenTTL = 30 * time.Second
+	b := setupConnections(t, as)
+	b.connect(t, b.alice)
+	th := b.start(t, b.alice, "notes-reader")
+	jobstest.Wait(t, b.pool, b.alice, th.ID, db.StatusDone)
+	if got := b.toolResultsOf(t, b.alice, th.ID); !slices.Equal(got, []string{"alice"}) {
+		t.Fatalf("results = %q", got)
+	}
+	if ok, reuse := as.Refreshes(); ok == 0 || reuse != 0 {
+		t.Fatalf("refreshes %d, reuses %d", ok, reuse)
+	}
+}
