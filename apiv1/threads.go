@@ -67,6 +67,9 @@ type ThreadDetail struct {
 	Usage     Usage      `json:"usage"`
 	// Attachments are the files attached to the thread.
 	Attachments []Attachment `json:"attachments"`
+	// LeftOut are the MCP servers each user signs in to that the run,
+	// having no skill, was not offered: its user has not connected them.
+	LeftOut []string `json:"left_out,omitempty"`
 }
 
 // Attachment is a file attached to a thread. URL downloads it, for its
@@ -108,9 +111,11 @@ type ToolCall struct {
 	Arguments json.RawMessage `json:"arguments"`
 }
 
-// Pending is a tool call waiting for a person: an approval (the skill's
-// interruptOn), a question (ask_user) or a call whose outcome is unknown
-// (the server stopped while it ran).
+// Pending is what a waiting run waits for: a tool call waiting for a
+// person (an approval, the skill's interruptOn; a question, ask_user; a
+// call whose outcome is unknown, the server stopped while it ran), or its
+// user's connection to an MCP server (Kind "connection": ID 0, nothing to
+// decide; ConnectURL connects it, and the run resumes).
 type Pending struct {
 	// ID is what a decision names.
 	ID int64 `json:"id"`
@@ -145,6 +150,11 @@ type Pending struct {
 	// call nobody else can in its approvers' place: a decision with
 	// DecisionInput.OverrideReason.
 	AdminOverride bool `json:"admin_override,omitempty"`
+	// Server is, on a connection wait, the MCP server the run waits for
+	// its user to connect; ConnectURL is where that user connects it (a
+	// signed-in request, back to the thread after), absent for others.
+	Server     string `json:"server,omitempty"`
+	ConnectURL string `json:"connect_url,omitempty"`
 }
 
 // Allows reports whether the call takes this decision.

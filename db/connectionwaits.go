@@ -3,6 +3,8 @@ package db
 import (
 	"context"
 	"fmt"
+	"net/url"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -17,6 +19,12 @@ type ConnectionWait struct {
 	ThreadID int64  `json:"thread_id"`
 	Server   string `json:"server"`
 	Reason   string `json:"reason"`
+}
+
+// ConnectURL is where the run's user connects the server, coming back to
+// thread threadID (the page they are shown the wait on).
+func (w ConnectionWait) ConnectURL(threadID int64) string {
+	return "/connect/" + url.PathEscape(w.Server) + "?return=" + url.QueryEscape("/threads/"+strconv.FormatInt(threadID, 10))
 }
 
 // WaitForConnections records that thread threadID's run waits for userID

@@ -24,6 +24,9 @@ const (
 	WaitApproval = "approval" // the skill's interruptOn names the tool
 	WaitQuestion = "question" // ask_user: the model asks the user
 	WaitUnknown  = "unknown"  // the process died during the call
+	// WaitConnection is a run's wait for its user to connect an MCP
+	// server (connectionwaits.go): a wait of the run, not of a call.
+	WaitConnection = "connection"
 )
 
 // Decisions a human can take on a waiting call.

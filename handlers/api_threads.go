@@ -366,6 +366,10 @@ func (h *Handler) apiShowThread(w http.ResponseWriter, r *http.Request) error {
 	for _, c := range waitingSubagentCalls(v.Subagents) {
 		out.Pending = append(out.Pending, toAPIPending(c, v, user.IsAdmin))
 	}
+	for _, cw := range v.Thread.ConnectionWaits {
+		out.Pending = append(out.Pending, toAPIConnectionWait(cw, v, user))
+	}
+	out.LeftOut = v.Thread.LeftOut
 	return writeJSON(w, http.StatusOK, out)
 }
 
@@ -436,6 +440,23 @@ func toAPIPending(c db.ToolCallRow, v db.ThreadView, admin bool) apiv1.Pending {
 	}
 	if in := c.InnerCall; in != nil && c.State == db.CallPending {
 		p.InnerCall = &apiv1.InnerCall{Seq: in.Seq, Tool: in.Tool, Arguments: apiArguments(in.Arguments)}
+	}
+	return p
+}
+
+// toAPIConnectionWait shows a run's wait for its user's connection to an
+// MCP server: only that user can connect it, so only they get the URL.
+func toAPIConnectionWait(cw db.ConnectionWait, v db.ThreadView, reader db.User) apiv1.Pending {
+	p := apiv1.Pending{
+		ThreadID: cw.ThreadID, Kind: db.WaitConnection, Server: cw.Server,
+		Arguments: json.RawMessage("{}"), AllowedDecisions: []string{},
+		Description: "Connect " + cw.Server + " to continue", Reason: cw.Reason,
+		Yours: reader.ID == v.Thread.UserID,
+	}
+	if p.Yours {
+		p.ConnectURL = cw.ConnectURL(v.Thread.ID)
+	} else {
+		p.WaitingFor = "the run's owner, who must connect " + cw.Server
 	}
 	return p
 }

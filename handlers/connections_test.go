@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -14,6 +15,7 @@ import (
 	"pizzabot/connections/authtest"
 	"pizzabot/db"
 	"pizzabot/handlers"
+	"pizzabot/jobs"
 	"pizzabot/netguard"
 )
 
@@ -141,5 +143,84 @@ func TestConnectionsThroughHandlers(t *testing.T) {
 	md := b.get("", "/oauth/client-metadata.json").wantStatus(http.StatusOK)
 	if !strings.Contains(md.body(), `"client_id":"http://example.com/oauth/client-metadata.json"`) {
 		t.Fatalf("client metadata: %s", md.body())
+	}
+}
+
+// A run waiting for its user's connection: the API lists the wait among
+// the thread's pending items as kind "connection" with the URL that
+// connects, the page shows "Connect notes to continue" with the button,
+// and following it through the authorization server back to the
+// callback resumes the run (jobs.Runtime.ConnectionReady).
+func TestConnectionWaitThroughHandlers(t *testing.T) {
+	as := authtest.New()
+	defer as.Close()
+	b := setup(t, func(d *handlers.Deps) {
+		rt := d.Runs.(*jobs.Runtime)
+		key := make([]byte, db.SecretKeySize)
+		_, _ = rand.Read(key)
+		box, _ := db.NewSecretBox(key)
+		svc, err := connections.New(connections.Config{
+			Pool: d.Pool, Box: box, Guard: &netguard.Guard{Loopback: true}, PublicURL: "http://example.com",
+			Servers: func(_ context.Context, name string) (connections.Server, error) {
+				return connections.Server{Name: name, URL: as.MCPURL()}, nil
+			},
+			Ready: rt.ConnectionReady,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Connections = svc
+	})
+	th := b.thread(b.alice, "Prepare my meetings", db.StatusWaiting)
+	if err := db.WaitForConnections(b.ctx, b.pool, th.ID, b.alice.ID, []db.ConnectionWait{{Server: "notes", Reason: "not connected"}}); err != nil {
+		t.Fatal(err)
+	}
+	path := "/threads/" + strconv.FormatInt(th.ID, 10)
+
+	var detail struct {
+		Summary string `json:"summary"`
+		Pending []struct {
+			Kind       string `json:"kind"`
+			Server     string `json:"server"`
+			ConnectURL string `json:"connect_url"`
+		} `json:"pending"`
+	}
+	r := b.get("alice", "/api/v1"+path).wantStatus(http.StatusOK)
+	if err := json.Unmarshal([]byte(r.body()), &detail); err != nil {
+		t.Fatal(err)
+	}
+	wantURL := "/connect/notes?return=%2Fthreads%2F" + strconv.FormatInt(th.ID, 10)
+	if len(detail.Pending) != 1 || detail.Pending[0].Kind != "connection" || detail.Pending[0].Server != "notes" || detail.Pending[0].ConnectURL != wantURL {
+		t.Fatalf("pending = %s", r.body())
+	}
+	if detail.Summary != "Connect notes to continue" {
+		t.Fatalf("summary = %q", detail.Summary)
+	}
+	b.get("bob", "/api/v1"+path).wantStatus(http.StatusNotFound)
+
+	page := b.get("alice", path).wantStatus(http.StatusOK)
+	if len(page.all("connection-wait")) != 1 || len(page.all("connect-button")) != 1 {
+		t.Fatalf("the page shows no connection wait: %s", page.body())
+	}
+	if href := attr(page.all("connect-button")[0], "href"); href != wantURL {
+		t.Fatalf("the button goes to %q", href)
+	}
+
+	// Following it: to the authorization server, back to the callback,
+	// back to the thread, whose run goes on.
+	authURL := b.get("alice", wantURL).wantStatus(http.StatusFound).Header().Get("Location")
+	as.SetUser("alice")
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noFollow.Get(authURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	back, _ := url.Parse(resp.Header.Get("Location"))
+	if loc := b.get("alice", back.RequestURI()).wantStatus(http.StatusSeeOther).Header().Get("Location"); loc != path {
+		t.Fatalf("the callback returned to %q", loc)
+	}
+	if got := b.reload(b.alice, th.ID); got.Status != db.StatusRunning || len(got.ConnectionWaits) != 0 {
+		t.Fatalf("after connecting: %s, waits %+v", got.Status, got.ConnectionWaits)
 	}
 }

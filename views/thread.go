@@ -520,6 +520,34 @@ func costText(u db.Usage) string {
 	return s
 }
 
+// ownerWho names the person whose connections a run uses, to the reader:
+// "you" to its owner, else "its owner".
+func ownerWho(v ThreadView) string {
+	if v.Thread.Role == db.RoleOwner {
+		return "you"
+	}
+	return "its owner"
+}
+
+// leftOut names the servers a run without a skill went without.
+func leftOut(v ThreadView) string { return strings.Join(v.Thread.LeftOut, ", ") }
+
+// connectionWaitExplain says why a run waits for a connection and how it
+// goes on.
+func connectionWaitExplain(v ThreadView, w db.ConnectionWait) string {
+	why := "It is not connected"
+	switch {
+	case w.Reason == "the server refused the token":
+		why = "The server refused the sign-in it had (revoked, or expired), so the call did not run"
+	case w.Reason != "" && w.Reason != "not connected":
+		why = "The connection needs renewing: " + w.Reason
+	}
+	if v.Thread.Role == db.RoleOwner {
+		return why + ". Connect it with your own account; the run goes on by itself afterwards."
+	}
+	return why + ". The run's owner must connect it with their own account; the run goes on by itself afterwards."
+}
+
 // budgetHoldExplain says why a run waits on its budget and how it goes on.
 func budgetHoldExplain(v ThreadView, h *db.BudgetHoldNote) string {
 	s := "The run stopped before its next model call"
