@@ -155,6 +155,11 @@ type Pending struct {
 	// signed-in request, back to the thread after), absent for others.
 	Server     string `json:"server,omitempty"`
 	ConnectURL string `json:"connect_url,omitempty"`
+	// DecideBy is the call's deadline (a gate's timeout, docs/skills.md),
+	// and OnTimeout what happens then if nobody decided: reject, cancel
+	// or approve. Both absent when the call waits as long as it takes.
+	DecideBy  *time.Time `json:"decide_by,omitempty"`
+	OnTimeout string     `json:"on_timeout,omitempty"`
 }
 
 // Allows reports whether the call takes this decision.
@@ -183,6 +188,9 @@ type Decision struct {
 	Message         string          `json:"message"`
 	Arguments       json.RawMessage `json:"arguments"`
 	EditedArguments json.RawMessage `json:"edited_arguments"`
+	// TimedOut reports that the call's deadline decided (DecidedBy null):
+	// nobody decided by then.
+	TimedOut bool `json:"timed_out,omitempty"`
 }
 
 // User is who took a decision.

@@ -65,7 +65,8 @@ type Thread struct {
 	// call, which is not the person's to decide) and, on a running one, the
 	// first call not done yet: its wait
 	// kind, tool (a parked run_js call's inner tool), the start of its
-	// arguments and its description. Nil otherwise. Read it through Summary.
+	// arguments, its description, its approvers and its deadline. Nil
+	// otherwise. Read it through Summary.
 	SummaryCall []string `db:"summary_call"`
 	// SummaryText is, on a finished thread, the start of its last answer.
 	SummaryText string `db:"summary_text"`
@@ -177,6 +178,19 @@ func (t Thread) waitingFor() string {
 	return WaitingFor(sets)
 }
 
+// DecideBy is the deadline of a waiting thread's first waiting call (a
+// gate's timeout), nil when it has none.
+func (t Thread) DecideBy() *time.Time {
+	if t.Status != StatusWaiting || len(t.SummaryCall) < 6 || t.SummaryCall[5] == "" {
+		return nil
+	}
+	at, err := time.Parse(time.RFC3339, t.SummaryCall[5])
+	if err != nil {
+		return nil
+	}
+	return &at
+}
+
 // WaitingFor names whom a waiting thread's first waiting call is routed
 // to, as people read it ("deploy-oncall"); "" when it names no approvers.
 func (t Thread) WaitingFor() string {
@@ -246,7 +260,9 @@ const summaryColumns = `
 	CASE WHEN t.status IN ('waiting', 'running') THEN (
 		SELECT json_build_array(c.wait_kind, coalesce(c.inner_call->>'tool', c.name),
 			left(coalesce(c.inner_call->>'arguments', c.arguments), 2000), left(c.description, 400),
-			CASE WHEN c.approvers <> '[]' THEN c.approvers::text ELSE '' END)
+			CASE WHEN c.approvers <> '[]' THEN c.approvers::text ELSE '' END,
+			CASE WHEN c.state = 'pending' AND c.decide_by IS NOT NULL
+			     THEN to_char(c.decide_by AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') ELSE '' END)
 		FROM tool_calls c
 		WHERE c.thread_id = ANY (ARRAY(SELECT t.id UNION ALL
 		           SELECT k.id FROM threads k WHERE t.status = 'waiting' AND k.parent_thread_id = t.id AND k.status = 'waiting'))

@@ -435,6 +435,10 @@ func toAPIPending(c db.ToolCallRow, v db.ThreadView, admin bool) apiv1.Pending {
 		WaitingFor:       db.WaitingFor(c.Approvers),
 		Yours:            deciders == nil || deciders[c.ID] == db.DecideOK,
 	}
+	if c.DecideBy != nil && c.State == db.CallPending {
+		at := c.DecideBy.UTC()
+		p.DecideBy, p.OnTimeout = &at, c.OnTimeout
+	}
 	if u, ok := v.Undecidable[c.ID]; ok {
 		p.Undecidable, p.AdminOverride = u.Reason, admin && !u.ReaderStarted
 	}
@@ -466,6 +470,7 @@ func toAPIDecision(c db.ToolCallRow) apiv1.Decision {
 		ID: c.ID, CallID: c.CallID, Tool: c.Name, Type: c.Decision,
 		DecidedAt: c.DecidedAt.UTC(), Message: c.DecisionMessage,
 		Arguments: apiArguments(c.Arguments),
+		TimedOut:  c.TimedOut,
 	}
 	if c.DecidedBy != nil {
 		d.DecidedBy = &apiv1.User{ID: *c.DecidedBy, Name: c.DecidedByName}

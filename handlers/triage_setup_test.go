@@ -51,6 +51,9 @@ type triageServer struct {
 	published *jobstest.Recorder
 	// hold keeps the "Keep thinking" runs running until the test ends.
 	hold chan struct{}
+	// rt is the runtime, for what a test drives itself (a deadline's
+	// sweep at a later time).
+	rt *jobs.Runtime
 }
 
 // triageScript answers each seeded prompt by a word of it: an approval, a
@@ -158,6 +161,7 @@ func setupTriage(t *testing.T) *triageServer {
 		},
 	})
 	rt := h.Runtime
+	ts.rt = rt
 	t.Cleanup(func() { close(ts.hold) }) // before the workers stop: a held run ends
 	ext.Start(ctx)
 	t.Cleanup(ext.Close)

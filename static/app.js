@@ -373,12 +373,41 @@
       if (el.dataset.local === "true") el.textContent = local;
       else if (el.title) el.title = local;
     });
+    // Deadlines: "Thu 14:00" in the reader's zone (with the date beyond
+    // a week), and their countdowns.
+    root.querySelectorAll("time[data-deadline]").forEach((el) => {
+      const d = new Date(el.getAttribute("datetime"));
+      if (isNaN(d)) return;
+      const far = Math.abs(d - Date.now()) > 6 * 864e5;
+      el.textContent = d.toLocaleString(undefined, far
+        ? { weekday: "short", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" }
+        : { weekday: "short", hour: "2-digit", minute: "2-digit" });
+      el.title = d.toLocaleString(undefined, { dateStyle: "full", timeStyle: "short" });
+    });
+    tickCountdowns(root);
     root.querySelectorAll(".flash[data-autohide]").forEach((el) => {
       setTimeout(() => el.remove(), 6000);
     });
     const invalid = root.querySelector('[aria-invalid="true"]');
     if (invalid && root !== document.body) invalid.focus();
   }
+
+  // tickCountdowns writes how long until each deadline under root: "in
+  // 1h 59m", "in 3d 4h", "overdue" (views.countdown says the same).
+  function tickCountdowns(root) {
+    root.querySelectorAll("[data-countdown]").forEach((el) => {
+      const d = new Date(el.dataset.countdown) - Date.now();
+      let text;
+      if (isNaN(d)) return;
+      if (d <= 0) text = "overdue";
+      else if (d < 36e5) text = "in " + Math.ceil(d / 6e4) + "m";
+      else if (d < 864e5) text = "in " + Math.floor(d / 36e5) + "h " + Math.floor((d % 36e5) / 6e4) + "m";
+      else text = "in " + Math.floor(d / 864e5) + "d " + Math.floor((d % 864e5) / 36e5) + "h";
+      if (el.textContent !== text) el.textContent = text;
+      el.classList.toggle("countdown-overdue", d <= 0);
+    });
+  }
+  setInterval(() => tickCountdowns(document), 15000);
 
   // The tab's title leads with the Action count; keep it in step with the
   // sidebar when a swap changes it.

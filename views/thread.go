@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/a-h/templ"
@@ -365,6 +366,38 @@ func decisionVerb(d string) string {
 }
 
 // deciderName names who decided; a deleted user is "someone".
+// deadlineTime is a deadline as the page writes it before app.js puts it
+// in the reader's zone: "Thu Dec 3 14:00 UTC".
+func deadlineTime(t time.Time) string {
+	return t.UTC().Format("Mon Jan 2 15:04 UTC")
+}
+
+// countdown is how long until a deadline, as app.js keeps it: "in 1h 59m",
+// "in 3d 4h", "overdue".
+func countdown(at, now time.Time) string {
+	d := at.Sub(now)
+	switch {
+	case d <= 0:
+		return "overdue"
+	case d < time.Hour:
+		return "in " + strconv.Itoa(int((d+time.Minute-1)/time.Minute)) + "m"
+	case d < 24*time.Hour:
+		return "in " + strconv.Itoa(int(d/time.Hour)) + "h " + strconv.Itoa(int(d%time.Hour/time.Minute)) + "m"
+	}
+	return "in " + strconv.Itoa(int(d/(24*time.Hour))) + "d " + strconv.Itoa(int(d%(24*time.Hour)/time.Hour)) + "h"
+}
+
+// onTimeoutNote says what a call's deadline does.
+func onTimeoutNote(on string) string {
+	switch on {
+	case "cancel":
+		return "Then the run is cancelled."
+	case "approve":
+		return "Then it runs as if approved."
+	}
+	return "Then it is rejected as timed out."
+}
+
 func deciderName(c db.ToolCallRow) string {
 	if c.DecidedByName != "" {
 		return c.DecidedByName
