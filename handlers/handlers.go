@@ -134,6 +134,10 @@ type Runs interface {
 	// approving on timeout a tool that acts outside the database.
 	CheckToolPolicy(agent.ToolPolicy) error
 	Toolbox() *tools.Toolbox
+	// Missing is what a skill lacks to start: Toolbox().Missing but the
+	// tools of servers each user signs in to, which wait for the user
+	// (jobs/connections.go).
+	Missing(s *agent.Skill) []string
 	// ResumeWithinBudget and ApproveBudgetOnce end budget holds, in the
 	// caller's transaction (jobs/budget.go; usage.go).
 	ResumeWithinBudget(ctx context.Context, tx pgx.Tx) ([]int64, error)

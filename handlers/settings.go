@@ -149,7 +149,7 @@ func (h *Handler) loadSettings(r *http.Request) (views.Settings, error) {
 		for i := range set.Skills {
 			s := &set.Skills[i]
 			row := views.SkillRow{Name: s.Name, Description: s.Description, Source: s.Source, ReplacesBuiltin: s.ReplacesBuiltin, Warnings: s.Warnings}
-			row.Missing = h.runs.Toolbox().Missing(s)
+			row.Missing = h.runs.Missing(s)
 			row.Needs = h.runs.Toolbox().Needs(row.Missing)
 			p.Skills = append(p.Skills, row)
 		}

@@ -122,7 +122,7 @@ func (h *Handler) fillSkills(p *views.Compose) {
 	for i := range set.Skills {
 		s := &set.Skills[i]
 		c := views.SkillChoice{Name: s.Name, Description: s.Description}
-		c.Missing = h.runs.Toolbox().Missing(s)
+		c.Missing = h.runs.Missing(s)
 		c.Needs = h.runs.Toolbox().Needs(c.Missing)
 		p.Skills = append(p.Skills, c)
 	}

@@ -220,10 +220,10 @@ func (rt *Runtime) ConnectionReady(ctx context.Context, userID int64, server str
 	})
 }
 
-// missing is what a skill lacks to start (Toolbox.Missing) but the tools of
+// Missing is what a skill lacks to start (Toolbox.Missing) but the tools of
 // the servers each user signs in to: those are listed once the user has
 // connected the server, and until then the run waits for it.
-func (rt *Runtime) missing(s *agent.Skill) []string {
+func (rt *Runtime) Missing(s *agent.Skill) []string {
 	missing := rt.cfg.Tools.Missing(s)
 	if rt.cfg.SignIns == nil || rt.cfg.Credentials == nil || len(missing) == 0 {
 		return missing

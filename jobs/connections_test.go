@@ -3,10 +3,13 @@ package jobs_test
 import (
 	"context"
 	"crypto/rand"
+	"errors"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -264,5 +267,77 @@ func TestExpiredTokenIsRefreshedForTheCall(t *testing.T) {
 	}
 	if ok, reuse := as.Refreshes(); ok == 0 || reuse != 0 {
 		t.Fatalf("refreshes %d, reuses %d", ok, reuse)
+	}
+}
+
+// Two replicas told at once that a user connected a server resume each
+// waiting run once; a run waiting for two servers resumes after both.
+func TestConnectionReadyResumesOnceAcrossReplicas(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	discard := slog.New(slog.DiscardHandler)
+	replicas := []*jobs.Runtime{
+		jobstest.New(t, jobs.Config{Pool: pool, Logger: discard}),
+		jobstest.New(t, jobs.Config{Pool: pool, Logger: discard}),
+	}
+	user, err := db.UpsertUser(ctx, pool, "test", "alice", "alice@example.com", "alice", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting := func(servers ...string) int64 {
+		th, err := db.CreateThread(ctx, pool, db.NewThread{UserID: user.ID, Title: "t"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.SetThreadStatus(ctx, pool, th.ID, db.StatusWaiting, ""); err != nil {
+			t.Fatal(err)
+		}
+		var ws []db.ConnectionWait
+		for _, s := range servers {
+			ws = append(ws, db.ConnectionWait{Server: s, Reason: "not connected"})
+		}
+		if err := db.WaitForConnections(ctx, pool, th.ID, user.ID, ws); err != nil {
+			t.Fatal(err)
+		}
+		return th.ID
+	}
+	steps := func(id int64) int {
+		var n int
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'run_step' AND (args->>'thread_id')::bigint = $1`, id).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	one, both := waiting("notes"), waiting("notes", "crm")
+	var wg sync.WaitGroup
+	errs := make([]error, len(replicas))
+	for i, rt := range replicas {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = rt.ConnectionReady(ctx, user.ID, "notes")
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if n := steps(one); n != 1 {
+		t.Fatalf("the run was resumed %d times", n)
+	}
+	if n := steps(both); n != 0 {
+		t.Fatalf("the run waiting for crm too was resumed (%d)", n)
+	}
+	if err := replicas[1].ConnectionReady(ctx, user.ID, "crm"); err != nil {
+		t.Fatal(err)
+	}
+	if n := steps(both); n != 1 {
+		t.Fatalf("after crm: %d resumes", n)
+	}
+	for _, id := range []int64{one, both} {
+		if th, err := db.GetThread(ctx, pool, user.ID, id); err != nil || th.Status != db.StatusRunning {
+			t.Fatalf("thread %d: %+v, %v", id, th.Status, err)
+		}
 	}
 }

@@ -183,7 +183,7 @@ func (rt *Runtime) checkSkill(name string) error {
 	if !ok {
 		return refusal.New(refusal.Invalid, "skill", "there is no skill named %q", name)
 	}
-	if missing := rt.missing(s); len(missing) > 0 {
+	if missing := rt.Missing(s); len(missing) > 0 {
 		return refusal.New(refusal.Invalid, "skill", "skill %q is unavailable: it needs %s, which is not connected", name, strings.Join(missing, ", "))
 	}
 	return nil
