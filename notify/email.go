@@ -383,11 +383,17 @@ func randomHex(n int) string {
 var (
 	ErrBadAddress = errors.New("invalid e-mail address")
 	ErrBadCode    = errors.New("wrong or expired confirmation code")
+	// ErrTooSoon: a code was mailed less than CodeEvery ago. The server
+	// mails whatever address a person enters: one a minute, so that it
+	// cannot be made to flood an inbox.
+	ErrTooSoon = errors.New("a confirmation code was sent less than a minute ago: wait a minute before asking for another")
 )
 
 const (
 	codeTTL      = 30 * time.Minute
 	maxCodeTries = 5
+	// CodeEvery is the least time between two codes mailed for a person.
+	CodeEvery = time.Minute
 )
 
 func codeHash(userID int64, code string) []byte {
@@ -407,12 +413,19 @@ func (m *Email) StartConfirm(ctx context.Context, userID int64, address string) 
 		return err
 	}
 	code := fmt.Sprintf("%06d", n.Int64())
-	if _, err := m.pool.Exec(ctx, `INSERT INTO notification_emails (user_id, address, code_hash, code_expires)
-		VALUES ($1, $2, $3, $4)
+	// A code's expiry is when it was sent plus codeTTL: one a minute.
+	tag, err := m.pool.Exec(ctx, `INSERT INTO notification_emails (user_id, address, code_hash, code_expires)
+		VALUES ($1, $2, $3, now() + make_interval(secs => $4))
 		ON CONFLICT (user_id) DO UPDATE SET address = EXCLUDED.address, verified_at = NULL,
-			code_hash = EXCLUDED.code_hash, code_expires = EXCLUDED.code_expires, code_tries = 0`,
-		userID, a.Address, codeHash(userID, code), time.Now().Add(codeTTL)); err != nil {
+			code_hash = EXCLUDED.code_hash, code_expires = EXCLUDED.code_expires, code_tries = 0
+		WHERE notification_emails.code_expires IS NULL
+		   OR notification_emails.code_expires <= now() + make_interval(secs => $4 - $5)`,
+		userID, a.Address, codeHash(userID, code), codeTTL.Seconds(), CodeEvery.Seconds())
+	if err != nil {
 		return fmt.Errorf("store e-mail address: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return ErrTooSoon
 	}
 	text := "Your Pizza Bot confirmation code is " + code + ".\n\nEnter it in Pizza Bot's notification settings within 30 minutes.\n" +
 		"If you did not ask for it, ignore this message: nothing is sent to this address until the code is entered.\n\n" +

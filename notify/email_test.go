@@ -1,169 +1,21 @@
 package notify_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"mime"
 	"mime/multipart"
 	"net"
 	"net/mail"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"pizzabot/db"
+	"pizzabot/internal/smtptest"
 	"pizzabot/notify"
 )
-
-// smtpSink is a real SMTP server the test reads the messages of: Debian's
-// aiosmtpd (python3-aiosmtpd) writing a Maildir when it is installed, else
-// a small SMTP server of the test's own over TCP.
-type smtpSink struct {
-	addr  string
-	read  func() []string // the messages received so far, raw
-	which string
-}
-
-func startSMTP(t *testing.T) *smtpSink {
-	t.Helper()
-	// NOTIFY_TEST_GO_SMTP=1 runs the tests on the Go server even where
-	// aiosmtpd is installed.
-	if err := exec.Command("/usr/bin/python3", "-c", "import aiosmtpd").Run(); err == nil && os.Getenv("NOTIFY_TEST_GO_SMTP") == "" {
-		return startAiosmtpd(t)
-	}
-	return startGoSMTP(t)
-}
-
-func freePort(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-func startAiosmtpd(t *testing.T) *smtpSink {
-	dir := t.TempDir()
-	box := filepath.Join(dir, "Maildir")
-	addr := freePort(t)
-	cmd := exec.Command("/usr/bin/python3", "-m", "aiosmtpd", "-n", "-l", addr, "-c", "aiosmtpd.handlers.Mailbox", box)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("aiosmtpd did not listen on %s", addr)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return &smtpSink{addr: addr, which: "aiosmtpd", read: func() []string {
-		files, _ := filepath.Glob(filepath.Join(box, "new", "*"))
-		var out []string
-		for _, f := range files {
-			if b, err := os.ReadFile(f); err == nil {
-				out = append(out, string(b))
-			}
-		}
-		return out
-	}}
-}
-
-// startGoSMTP speaks just enough SMTP (RFC 5321: EHLO, MAIL, RCPT, DATA
-// with dot-unstuffing, QUIT) for one client at a time.
-func startGoSMTP(t *testing.T) *smtpSink {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	var mu sync.Mutex
-	var msgs []string
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func(c net.Conn) {
-				defer c.Close()
-				r := bufio.NewReader(c)
-				say := func(s string) { fmt.Fprintf(c, "%s\r\n", s) }
-				say("220 test ESMTP")
-				for {
-					line, err := r.ReadString('\n')
-					if err != nil {
-						return
-					}
-					cmd := strings.ToUpper(strings.TrimSpace(line))
-					switch {
-					case strings.HasPrefix(cmd, "EHLO"), strings.HasPrefix(cmd, "HELO"):
-						say("250-test\r\n250 8BITMIME")
-					case strings.HasPrefix(cmd, "MAIL"), strings.HasPrefix(cmd, "RCPT"), strings.HasPrefix(cmd, "RSET"), strings.HasPrefix(cmd, "NOOP"):
-						say("250 ok")
-					case cmd == "DATA":
-						say("354 go on")
-						var b strings.Builder
-						for {
-							l, err := r.ReadString('\n')
-							if err != nil {
-								return
-							}
-							if l == ".\r\n" {
-								break
-							}
-							b.WriteString(strings.TrimPrefix(l, "."))
-						}
-						mu.Lock()
-						msgs = append(msgs, b.String())
-						mu.Unlock()
-						say("250 queued")
-					case cmd == "QUIT":
-						say("221 bye")
-						return
-					default:
-						say("502 not here")
-					}
-				}
-			}(c)
-		}
-	}()
-	return &smtpSink{addr: ln.Addr().String(), which: "go", read: func() []string {
-		mu.Lock()
-		defer mu.Unlock()
-		return append([]string(nil), msgs...)
-	}}
-}
-
-func (s *smtpSink) wait(t *testing.T, n int) []string {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if got := s.read(); len(got) >= n {
-			return got
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s received %d messages, want %d", s.which, len(s.read()), n)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 // parts decodes a received message into its headers and its text/plain
 // and text/html bodies (quoted-printable undone).
@@ -205,8 +57,8 @@ func TestEmailDecision(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	sink := startSMTP(t)
-	host, port, _ := net.SplitHostPort(sink.addr)
+	sink := smtptest.Start(t)
+	host, port, _ := net.SplitHostPort(sink.Addr)
 	email := notify.NewEmail(b.pool, notify.SMTP{Host: host, Port: port, From: "Pizza Bot <pizza@example.com>"}, "https://pizza.example.com")
 	if _, err := b.pool.Exec(ctx, `UPDATE users SET email_verified = true WHERE id = $1`, b.user.ID); err != nil {
 		t.Fatal(err)
@@ -218,7 +70,7 @@ func TestEmailDecision(t *testing.T) {
 	if got := b.delivery(ev.Key, "email"); got.State != notify.StateSent || got.TargetLabel != "alice@example.com" {
 		t.Fatalf("delivery = %+v", got)
 	}
-	msgs := sink.wait(t, 1)
+	msgs := sink.Wait(t, 1)
 	m, text, html := parts(t, msgs[0])
 	if subj, _ := new(mime.WordDecoder).DecodeHeader(m.Header.Get("Subject")); subj != "Decision waits: Research brief on heat pumps" {
 		t.Errorf("Subject = %q", subj)
@@ -257,8 +109,8 @@ func TestEmailConfirmationCode(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	sink := startSMTP(t)
-	host, port, _ := net.SplitHostPort(sink.addr)
+	sink := smtptest.Start(t)
+	host, port, _ := net.SplitHostPort(sink.Addr)
 	email := notify.NewEmail(b.pool, notify.SMTP{Host: host, Port: port, From: "pizza@example.com"}, "http://127.0.0.1:8080")
 	targets := func() []notify.Target {
 		ts, err := email.Targets(ctx, b.pool, b.user.ID)
@@ -276,10 +128,16 @@ func TestEmailConfirmationCode(t *testing.T) {
 	if err := email.StartConfirm(ctx, b.user.ID, "me@home.example"); err != nil {
 		t.Fatal(err)
 	}
+	// Another code within a minute is refused, and mails nothing: the
+	// server cannot be made to flood an inbox.
+	if err := email.StartConfirm(ctx, b.user.ID, "victim@elsewhere.example"); !errors.Is(err, notify.ErrTooSoon) {
+		t.Fatalf("a second code at once = %v, want ErrTooSoon", err)
+	}
 	if ts := targets(); len(ts) != 0 {
 		t.Fatalf("an unconfirmed address is a target: %v", ts)
 	}
-	_, text, _ := parts(t, sink.wait(t, 1)[0])
+	mails := sink.Wait(t, 1)
+	_, text, _ := parts(t, mails[0])
 	code := regexp.MustCompile(`code is (\d{6})`).FindStringSubmatch(text)
 	if code == nil {
 		t.Fatalf("no code in:\n%s", text)
@@ -296,6 +154,9 @@ func TestEmailConfirmationCode(t *testing.T) {
 	}
 	if ts := targets(); len(ts) != 1 || ts[0].Label != "me@home.example" || ts[0].ID != b.user.ID {
 		t.Fatalf("targets = %v", ts)
+	}
+	if n := len(sink.Wait(t, 1)); n != 1 {
+		t.Errorf("%d mails sent, want the one code", n)
 	}
 	// Another person cannot use the code.
 	other, err := db.UpsertUser(ctx, b.pool, "https://idp.example", "bob", "bob@example.com", "Bob", false)
