@@ -202,6 +202,8 @@ func serve(ctx context.Context, cfg config) error {
 		Extensions:     ext,
 		Metrics:        mx,
 		Push:           pushChannel,
+		NotifyWebhooks: notes.Webhooks,
+		NotifyEmail:    notes.Email,
 		Admission: handlers.AdmissionConfig{
 			// Starts never hold every request connection (pages, sign-in
 			// and event streams keep most), and more at once only adds

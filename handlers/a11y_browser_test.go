@@ -388,6 +388,7 @@ func seedA11y(t *testing.T, ts *triageServer) []a11yPage {
 					t.Fatal(err)
 				}
 			}, `document.querySelector('[data-testid="token-created"]')`)},
+		{name: "notifications", user: "admin", path: "/notifications", ready: `document.querySelector('[data-testid="prefs-form"]')`},
 		{name: "settings", user: "admin", path: "/settings", ready: `document.querySelector(".settings-section")`},
 		{name: "settings-usage", user: "admin", path: "/settings/usage", ready: `document.querySelector('[data-testid="usage-chart"], [data-testid="usage-total"]')`},
 		{name: "settings-grants", user: "admin", path: "/settings/grants", ready: `document.querySelector("main form")`},

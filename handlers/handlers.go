@@ -35,6 +35,7 @@ import (
 	"pizzabot/jobs"
 	"pizzabot/live"
 	"pizzabot/metrics"
+	"pizzabot/notify"
 	"pizzabot/push"
 	"pizzabot/refusal"
 	"pizzabot/tools"
@@ -100,6 +101,12 @@ type Deps struct {
 	// Push is the Web Push channel (push.New): the devices page and
 	// /api/v1/push/subscriptions. Nil: Web Push is off.
 	Push *push.Channel
+	// NotifyWebhooks stores people's chat webhooks, and NotifyEmail mails
+	// the code confirming an address they enter (notifications.go); nil:
+	// the server has none (NotifyEmail: no PIZZA_SMTP_URL). Preferences and
+	// the record of deliveries need neither.
+	NotifyWebhooks *notify.Webhooks
+	NotifyEmail    *notify.Email
 	// Now is the clock (nil: time.Now); tests set it.
 	Now func() time.Time
 	// Connections are each user's own sign-ins to MCP servers
@@ -177,6 +184,9 @@ type Handler struct {
 	zone         *time.Location
 	push         *push.Channel
 	conns        *connections.Service
+
+	notifyWebhooks *notify.Webhooks
+	notifyEmail    *notify.Email
 }
 
 // New returns the web interface as one http.Handler: the routes of
@@ -203,6 +213,9 @@ func New(d Deps) http.Handler {
 		zone:         d.Zone,
 		push:         d.Push,
 		conns:        d.Connections,
+
+		notifyWebhooks: d.NotifyWebhooks,
+		notifyEmail:    d.NotifyEmail,
 	}
 	if d.Now != nil {
 		h.now = d.Now

@@ -103,6 +103,17 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	mux.Handle("POST /api/v1/push/subscriptions", h.api(h.apiSubscribePush))
 	mux.Handle("GET /api/v1/push/subscriptions", h.api(h.apiListPush))
 	mux.Handle("DELETE /api/v1/push/subscriptions", h.api(h.apiDeletePush))
+	// Notifications, the user's own (notifications.go): preferences, the
+	// e-mail address entered and confirmed, chat webhooks, and what was
+	// delivered (everyone's, for an admin, with ?all=1).
+	mux.Handle("GET /api/v1/notifications/preferences", h.api(h.apiGetNotificationPrefs))
+	mux.Handle("PUT /api/v1/notifications/preferences", h.api(h.apiPutNotificationPrefs))
+	mux.Handle("POST /api/v1/notifications/email", h.api(h.apiStartEmail))
+	mux.Handle("POST /api/v1/notifications/email/confirm", h.api(h.apiConfirmEmail))
+	mux.Handle("GET /api/v1/notifications/webhooks", h.api(h.apiListWebhooks))
+	mux.Handle("POST /api/v1/notifications/webhooks", h.api(h.apiAddWebhook))
+	mux.Handle("DELETE /api/v1/notifications/webhooks/{id}", h.api(h.apiDeleteWebhook))
+	mux.Handle("GET /api/v1/notifications/deliveries", h.api(h.apiListDeliveries))
 	// What the agents cost (api_usage.go), for admins only: 403 otherwise.
 	mux.Handle("GET /api/v1/usage", h.adminAPI(h.apiShowUsage))
 	// The API's OpenAPI document (docs/openapi.json), open to anyone.
@@ -122,6 +133,14 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	mux.Handle("GET /tokens", h.page(h.listTokens))
 	mux.Handle("POST /tokens", h.page(h.createToken))
 	mux.Handle("POST /tokens/{id}/revoke", h.page(h.revokeToken))
+	// What the user is told, when and where (notifications.go).
+	mux.Handle("GET /notifications", h.page(h.showNotifications))
+	mux.Handle("POST /notifications/preferences", h.page(h.saveNotificationPrefs))
+	mux.Handle("POST /notifications/email", h.page(h.startEmailForm))
+	mux.Handle("POST /notifications/email/confirm", h.page(h.confirmEmailForm))
+	mux.Handle("POST /notifications/email/delete", h.page(h.deleteEmailForm))
+	mux.Handle("POST /notifications/webhooks", h.page(h.addWebhookForm))
+	mux.Handle("POST /notifications/webhooks/{id}/delete", h.page(h.deleteWebhookForm))
 	// The devices that get the user's push notifications (push.go).
 	mux.Handle("GET /devices", h.page(h.listDevices))
 	mux.Handle("POST /devices/{id}/delete", h.page(h.deleteDevice))
