@@ -164,7 +164,7 @@ var envVars = []envVar{
 	{"PIZZA_PUBLISH_WEBHOOK_URL", "(none)", "publish_brief posts each brief as JSON to this https URL, signed with Standard Webhooks (webhook-id, webhook-timestamp, webhook-signature)"},
 	{"PIZZA_PUBLISH_WEBHOOK_SECRET", "(none)", "the webhook's signing secret, whsec_ and base64 of 24 to 64 random bytes; required with PIZZA_PUBLISH_WEBHOOK_URL"},
 	{"PIZZA_PUBLISH_ALLOW_INSECURE", "false", "tests and local receivers only: let the publish webhook be a loopback http URL"},
-	{"PIZZA_FETCH_ALLOW", "(none)", "hosts, addresses or CIDRs inside the network web_fetch may reach, each with an optional :port or :* (e.g. wiki.internal:8080, 10.1.0.0/16:*); everything else inside stays refused"},
+	{"PIZZA_FETCH_ALLOW", "(none)", "hosts, addresses or CIDRs inside the network web_fetch and the built-in browser may reach, each with an optional :port or :* (e.g. wiki.internal:8080, 10.1.0.0/16:*); everything else inside stays refused"},
 	{"PIZZA_SEARCH_PROVIDER", "(none: no web_search)", "web_search's provider: searxng, brave or tavily"},
 	{"PIZZA_SEARCH_URL", "(the provider's own)", "searxng: the instance's address (required); brave, tavily: an endpoint to use instead of the provider's"},
 	{"PIZZA_SEARCH_KEY", "(none)", "the Brave or Tavily API key (or PIZZA_SEARCH_KEY_FILE: a file holding it); never logged"},

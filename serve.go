@@ -29,6 +29,7 @@ import (
 	"pizzabot/jobs"
 	"pizzabot/live"
 	"pizzabot/metrics"
+	"pizzabot/netguard"
 	"pizzabot/notify"
 	"pizzabot/push"
 	"pizzabot/skills"
@@ -93,7 +94,11 @@ func serve(ctx context.Context, cfg config) error {
 	defer alive.Close() // after the job queue has stopped (defers run last first)
 	// MCP servers and plugins (docs/mcp.md). Stopped after the job
 	// queue (defers run last first), whose running steps may call them.
-	ext := newExtensions(cfg, st.pool, log)
+	ext, stopProxy, err := newExtensions(cfg, st.pool, log)
+	if err != nil {
+		return err
+	}
+	defer stopProxy() // after the servers (defers run last first)
 	ext.Start(ctx)
 	defer ext.Close()
 	// Live updates: one listener per process, started before the server so
@@ -593,7 +598,8 @@ func newRuntime(cfg config, st *store, p runtimeParts) (*jobs.Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	toolbox.AddSource(extensions.MCPTools(p.ext.Manager, p.creds))
+	toolbox.AddSource(p.ext.Tools(p.creds))
+	toolbox.ExplainServers(p.ext.ServerNeeds)
 	return jobs.New(jobs.Config{
 		Pool:               st.workPool,
 		RequestPool:        st.pool,
@@ -680,15 +686,23 @@ func secretBox(cfg config) (*db.SecretBox, error) {
 }
 
 // newExtensions reads the MCP servers, plugins and stored skills; the
-// runtime takes their tools and skills (newRuntime).
-func newExtensions(cfg config, pool *pgxpool.Pool, log *slog.Logger) *extensions.Extensions {
+// runtime takes their tools and skills (newRuntime). The built-in browser
+// is among the servers, behind a proxy on loopback that lets it reach what
+// web_fetch reaches (cfg.Web.Guard): stop the proxy after the servers.
+func newExtensions(cfg config, pool *pgxpool.Pool, log *slog.Logger) (*extensions.Extensions, func(), error) {
 	mlog := log.With("component", "mcp")
-	return &extensions.Extensions{
-		Pool:          pool,
-		Logger:        mlog,
-		DataRoot:      cfg.DataRoot,
-		BuiltinSkills: skills.FS,
-		Manager:       mcpclient.New(mcpclient.Options{Logger: mlog}),
-		ProbeOptions:  mcpclient.Options{Logger: mlog, ConnectTimeout: 30 * time.Second},
+	proxyURL, stopProxy, err := netguard.ServeProxy(cfg.Web.Guard.NewProxy(log.With("component", "browser")), "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, fmt.Errorf("the browser's proxy: %w", err)
 	}
+	browser := extensions.Browser{ProxyURL: proxyURL, Dir: filepath.Join(cfg.DataRoot, "cache", "browser")}
+	return &extensions.Extensions{
+		Pool:           pool,
+		Logger:         mlog,
+		DataRoot:       cfg.DataRoot,
+		BuiltinSkills:  skills.FS,
+		BuiltinServers: []extensions.BuiltinServer{browser.Server()},
+		Manager:        mcpclient.New(mcpclient.Options{Logger: mlog}),
+		ProbeOptions:   mcpclient.Options{Logger: mlog, ConnectTimeout: 30 * time.Second},
+	}, stopProxy, nil
 }

@@ -34,6 +34,9 @@ const (
 	MCPSourceSettings = "settings"
 	// MCPSourcePlugin is a plugin's .mcp.json.
 	MCPSourcePlugin = "plugin"
+	// MCPSourceBuiltin is a server Pizza Bot ships (the browser): the
+	// lowest layer, replaced by any other server of the same name.
+	MCPSourceBuiltin = "builtin"
 )
 
 // MCPConfigFile is the name of the file that configures MCP servers, at the
@@ -79,7 +82,8 @@ type MCPServer struct {
 	// mcp__<Name>__<tool>. A plugin's server is named
 	// plugin_<plugin>_<server>.
 	Name string `json:"name"`
-	// Source is MCPSourceFile, MCPSourceSettings or MCPSourcePlugin.
+	// Source is MCPSourceFile, MCPSourceSettings, MCPSourcePlugin or
+	// MCPSourceBuiltin.
 	Source string `json:"source"`
 	// Plugin names the plugin of a MCPSourcePlugin server.
 	Plugin string `json:"plugin,omitempty"`

@@ -47,6 +47,8 @@ import (
 // with the same name (the file is what the operator deploys; the settings
 // page refuses to add such a name, and shows one that became shadowed).
 // Plugin servers are named plugin_<plugin>_<server> and so never clash.
+// A built-in server (BuiltinServers) loses to every other source: naming a
+// server "browser" replaces the shipped browser.
 // Skills: custom > plugin > built-in.
 //
 // Several processes may share the database: each runs its own servers, and
@@ -63,6 +65,9 @@ type Extensions struct {
 	CacheDir string
 	// BuiltinSkills are the skills shipped with Pizza Bot.
 	BuiltinSkills fs.FS
+	// BuiltinServers are the MCP servers shipped with Pizza Bot (the
+	// browser): under every other source, each run where the machine can.
+	BuiltinServers []BuiltinServer
 	// Lookup reads the variables ${VAR} refers to (default os.LookupEnv).
 	Lookup func(string) (string, bool)
 	// Manager runs the servers.
@@ -78,8 +83,9 @@ type Extensions struct {
 	mu       sync.Mutex
 	state    ExtensionsState
 	skills   agent.SkillSet
-	loaded   bool                      // skills has been loaded once
-	versions map[cacheKey]*agent.Skill // stored skill versions runs asked for, by cacheKey
+	loaded   bool                       // skills has been loaded once
+	versions map[cacheKey]*agent.Skill  // stored skill versions runs asked for, by cacheKey
+	builtin  map[string]map[string]bool // the running built-in servers, and their reads
 
 	stop chan struct{}
 	done chan struct{}
@@ -307,6 +313,13 @@ func (x *Extensions) Reload(ctx context.Context) error {
 			add(ServerEntry{MCPServer: s, PluginDisabled: !on})
 		}
 	}
+	for _, b := range x.BuiltinServers {
+		add(builtinEntry(b))
+	}
+	builtinReads := map[string][]string{}
+	for _, b := range x.BuiltinServers {
+		builtinReads[b.Name] = b.Reads
+	}
 
 	var specs []mcpclient.Spec
 	for i := range st.Servers {
@@ -329,7 +342,19 @@ func (x *Extensions) Reload(ctx context.Context) error {
 		e.Expanded, e.Running = cfg, true
 		specs = append(specs, mcpclient.Spec{Name: e.Name, Config: cfg})
 	}
+	reads := map[string]map[string]bool{}
+	for _, e := range st.Servers {
+		if e.Running && e.Source == agent.MCPSourceBuiltin {
+			reads[e.Name] = map[string]bool{}
+			for _, t := range builtinReads[e.Name] {
+				reads[e.Name][t] = true
+			}
+		}
+	}
 	slices.SortStableFunc(st.Servers, func(a, b ServerEntry) int { return strings.Compare(a.Name, b.Name) })
+	x.mu.Lock()
+	x.builtin = reads // before the manager runs a server that replaced a built-in one
+	x.mu.Unlock()
 	x.Manager.Apply(specs)
 
 	skills := agent.LoadSkillLayers(x.BuiltinSkills, enabledPlugins, stored, x.SkillsDir(), agent.SourceDeployment)
@@ -362,6 +387,8 @@ func sourceLabel(s agent.MCPServer) string {
 		return agent.MCPConfigFile
 	case agent.MCPSourcePlugin:
 		return "plugin " + s.Plugin
+	case agent.MCPSourceBuiltin:
+		return "Pizza Bot (built in)"
 	}
 	return "the settings page"
 }
@@ -490,7 +517,7 @@ func (x *Extensions) SaveServer(ctx context.Context, q db.Querier, user db.User,
 		return cfg, refusal.New(refusal.Invalid, "config", "%s", capitalize(err.Error()))
 	}
 	for _, e := range x.State().Servers {
-		if e.Name == name && e.Source != agent.MCPSourceSettings && e.ShadowedBy == "" {
+		if e.Name == name && e.Source != agent.MCPSourceSettings && e.Source != agent.MCPSourceBuiltin && e.ShadowedBy == "" {
 			return cfg, refusal.New(refusal.Conflict, "name", "A server named %q is configured in %s; it wins over the settings page. Choose another name, or edit it there.", name, sourceLabel(e.MCPServer))
 		}
 	}

@@ -22,13 +22,39 @@ import (
 // when the server refuses it, the call's error is an
 // *agent.NeedsConnection and the run waits for the person to connect.
 func MCPTools(m *mcpclient.Manager, signer mcpclient.Signer) func() []tools.Tool {
+	return mcpTools(m, signer, func(string, string) (bool, bool) { return false, false })
+}
+
+// Tools is MCPTools for the servers x runs. A running built-in server's
+// tools are Named (offered to the skills that name them only), and those it
+// lists as reads (BuiltinServer.Reads) are Idempotent: they run without
+// asking by default, and are called again after a crash. No other server's
+// word is taken for it.
+func (x *Extensions) Tools(signer mcpclient.Signer) func() []tools.Tool {
+	return mcpTools(x.Manager, signer, x.builtinTool)
+}
+
+// builtinTool reports whether server is a running built-in one, and
+// whether tool is one of its reads.
+func (x *Extensions) builtinTool(server, tool string) (builtin, read bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	reads, builtin := x.builtin[server]
+	return builtin, reads[tool]
+}
+
+func mcpTools(m *mcpclient.Manager, signer mcpclient.Signer, builtin func(server, tool string) (builtin, read bool)) func() []tools.Tool {
 	return func() []tools.Tool {
 		mts := m.Tools()
 		out := make([]tools.Tool, 0, len(mts))
 		for _, mt := range mts {
 			name := mt.Spec.Name
+			named, read := builtin(mt.Server, mt.Name)
 			out = append(out, tools.Tool{
-				Spec: mt.Spec,
+				Spec:       mt.Spec,
+				Server:     mt.Server,
+				Named:      named,
+				Idempotent: read,
 				Call: func(ctx context.Context, run tools.Run, args map[string]any) (string, error) {
 					res, err := m.CallAs(ctx, signer, run.UserID, name, args)
 					if err != nil {

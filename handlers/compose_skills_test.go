@@ -17,7 +17,7 @@ import (
 // The new-thread form lists the shipped skills one line each, and says in
 // words what a skill that is not offered needs: the settings for
 // researcher's web_search and publish_brief, the MCP servers for
-// meeting-prep and inbox-digest.
+// meeting-prep, inbox-digest and browser.
 func TestComposeShippedSkillsSayWhatTheyNeed(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(d *handlers.Deps) {
@@ -38,6 +38,9 @@ func TestComposeShippedSkillsSayWhatTheyNeed(t *testing.T) {
 		"researcher":   "researcher — needs a search provider (PIZZA_SEARCH_PROVIDER) and a publish destination (PIZZA_PUBLISH_FOLDER or PIZZA_PUBLISH_WEBHOOK_URL)",
 		"meeting-prep": "meeting-prep — needs the MCP servers calendar, crm and mail connected",
 		"inbox-digest": "inbox-digest — needs the MCP servers mail and calendar connected",
+		// No built-in browser in this setup (no extensions): its server is
+		// just missing. jobs' TestBuiltinBrowserNeeds has the built-in's words.
+		"browser": "browser — needs the MCP server browser connected",
 	}
 	un := r.all("skill-unavailable")
 	if len(un) != len(want) {
@@ -50,7 +53,7 @@ func TestComposeShippedSkillsSayWhatTheyNeed(t *testing.T) {
 	}
 	// The same reasons, in full and after each skill's line, below the
 	// picker: disabled options are easy to miss.
-	if got := r.text("skills-unavailable"); !strings.Contains(got, "3 skills not offered yet") {
+	if got := r.text("skills-unavailable"); !strings.Contains(got, "4 skills not offered yet") {
 		t.Errorf("unavailable summary = %q", got)
 	}
 	for _, n := range r.all("skill-needs") {
@@ -59,7 +62,7 @@ func TestComposeShippedSkillsSayWhatTheyNeed(t *testing.T) {
 			t.Errorf("%s: %q, want it to end with %q", name, got, needs)
 		}
 	}
-	if got := r.texts("skill-needs"); len(got) != 3 || !strings.HasPrefix(got[1], "meeting-prep: Prepares a briefing for an upcoming meeting from the calendar, the CRM and past mail. It needs the MCP servers calendar, crm and mail connected.") {
+	if got := r.texts("skill-needs"); len(got) != 4 || !strings.HasPrefix(got[2], "meeting-prep: Prepares a briefing for an upcoming meeting from the calendar, the CRM and past mail. It needs the MCP servers calendar, crm and mail connected.") {
 		t.Errorf("needs list = %q", got)
 	}
 

@@ -91,6 +91,8 @@ func sourceText(s agent.MCPServer) string {
 		return ".mcp.json"
 	case agent.MCPSourcePlugin:
 		return "Plugin " + s.Plugin
+	case agent.MCPSourceBuiltin:
+		return "Built in"
 	}
 	return "Settings"
 }

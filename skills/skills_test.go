@@ -42,7 +42,7 @@ func TestBuiltinSkillsLoad(t *testing.T) {
 func TestShippedSkills(t *testing.T) {
 	t.Parallel()
 	set := agent.LoadSkills(skills.FS, "")
-	for _, name := range []string{"pizza-guide", "researcher", "meeting-prep", "inbox-digest"} {
+	for _, name := range []string{"pizza-guide", "researcher", "meeting-prep", "inbox-digest", "browser"} {
 		s, ok := set.Get(name)
 		if !ok {
 			t.Errorf("%s is not shipped", name)
@@ -55,6 +55,22 @@ func TestShippedSkills(t *testing.T) {
 	r, _ := set.Get("researcher")
 	if in, ok := r.InterruptFor(tools.PublishTool); !ok || strings.Join(in.AllowedDecisions, " ") != "approve edit reject" {
 		t.Errorf("researcher's publish_brief gate = %+v, %v", in, ok)
+	}
+	// The browser is offered the browser's tools alone, and what types into
+	// another site or runs code there waits for a person; reading does not.
+	b, _ := set.Get("browser")
+	if strings.Join(b.AllowedTools, " ") != "mcp__browser" {
+		t.Errorf("browser's allowed-tools = %v, want the browser server's tools only", b.AllowedTools)
+	}
+	for _, tool := range []string{"browser_type", "browser_fill_form", "browser_press_sequentially", "browser_file_upload", "browser_drop", "browser_evaluate", "browser_run_code_unsafe", "browser_handle_dialog"} {
+		if _, ok := b.InterruptFor("mcp__browser__" + tool); !ok {
+			t.Errorf("browser: %s is not gated", tool)
+		}
+	}
+	for _, tool := range []string{"browser_navigate", "browser_snapshot", "browser_click"} {
+		if in, ok := b.InterruptFor("mcp__browser__" + tool); ok {
+			t.Errorf("browser: %s is gated (%+v): reading must not wait", tool, in)
+		}
 	}
 }
 

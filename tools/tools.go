@@ -71,6 +71,14 @@ type Tool struct {
 	Call func(ctx context.Context, run Run, args map[string]any) (string, error)
 	// Idempotent says Call may be repeated safely (it only reads).
 	Idempotent bool
+	// Server is the MCP server a tool comes from ("" for the others): a
+	// skill's mcp__<server> wildcard stands for its tools.
+	Server string
+	// Named tools are offered only to a skill that names them in
+	// allowed-tools (by name or by their server's wildcard), never with
+	// every tool to a run whose skill lists none: the built-in browser's
+	// two dozen tools are its skill's, which other runs reach through task.
+	Named bool
 	// Ask marks ask_user: a call is a question that waits for the user's
 	// answer, which becomes its result.
 	Ask bool
@@ -85,6 +93,7 @@ type Toolbox struct {
 
 	mu      sync.RWMutex
 	sources []func() []Tool
+	explain func(server string) string
 }
 
 // NewToolbox returns a toolbox with the built-in tools and extra ones.
@@ -111,6 +120,27 @@ func (tb *Toolbox) AddSource(fn func() []Tool) {
 	tb.mu.Lock()
 	defer tb.mu.Unlock()
 	tb.sources = append(tb.sources, fn)
+}
+
+// ExplainServers registers fn, which says what an MCP server needs before
+// it offers tools when its configuration tells (a built-in server's missing
+// programs, a server turned off: extensions.Extensions.ServerNeeds), or ""
+// when nothing is known. Needs uses its words instead of "connected".
+func (tb *Toolbox) ExplainServers(fn func(server string) string) {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	tb.explain = fn
+}
+
+// serverNeeds is what the registered explanation says of server.
+func (tb *Toolbox) serverNeeds(server string) string {
+	tb.mu.RLock()
+	fn := tb.explain
+	tb.mu.RUnlock()
+	if fn == nil {
+		return ""
+	}
+	return fn(server)
 }
 
 // snapshot returns every tool available now, fixed tools first.
@@ -158,7 +188,8 @@ func (tb *Toolbox) Names() []string {
 // Offer returns the specs offered to a run: the tools a skill lists in
 // allowed-tools (which must all exist: see Missing), or every tool when
 // the run has no skill or its skill lists none (allowed-tools omitted, as
-// public Agent Skills mostly do; an empty list offers nothing). An entry
+// public Agent Skills mostly do; an empty list offers nothing), except the
+// Named ones. An entry
 // "mcp__<server>" or "mcp__<server>__*" offers every tool that server
 // offers now (agent.MCPServerWildcard). The caller then drops what the
 // server policy denies (gateRules.offered), and every call still passes the
@@ -171,8 +202,10 @@ func (tb *Toolbox) Offer(skill *agent.Skill) []agent.ToolSpec {
 		names = expand(all, skill.AllowedTools)
 	} else {
 		names = make([]string, 0, len(all))
-		for n := range all {
-			names = append(names, n)
+		for n, t := range all {
+			if !t.Named {
+				names = append(names, n)
+			}
 		}
 		sort.Strings(names)
 	}
@@ -251,7 +284,10 @@ func missingFrom(all map[string]Tool, skill *agent.Skill) []string {
 // "needs a search provider (PIZZA_SEARCH_PROVIDER) and the MCP server
 // calendar connected". publish_brief needs a publish destination, web_search
 // a search provider, an MCP tool or server wildcard its server connected
-// (all of a skill's servers in one phrase); any other tool is named as is.
+// (all of a skill's servers in one phrase), or what the server itself
+// needs when its configuration tells (ExplainServers: "Node.js (npx) on the
+// server, for the built-in MCP server browser"); any other tool is named as
+// is.
 // It is the one place these reasons are written: the new-thread form and
 // the settings page show them.
 func (tb *Toolbox) Needs(missing []string) []string {
@@ -283,6 +319,12 @@ func (tb *Toolbox) Needs(missing []string) []string {
 		}
 		if !ok {
 			out = append(out, n)
+			continue
+		}
+		if why := tb.serverNeeds(server); why != "" {
+			if !slices.Contains(out, why) {
+				out = append(out, why)
+			}
 			continue
 		}
 		if serverAt < 0 {
