@@ -331,7 +331,7 @@ func (v RunView) Holds(gen, jobID int64) bool {
 func ReadRun(ctx context.Context, q Batcher, threadID int64, imageTypes []string, maxImageSize int64, clock BudgetClock) (RunView, error) {
 	var v RunView
 	b := &pgx.Batch{}
-	b.Queue(`SELECT `+threadColumns+threadFrom+`WHERE t.id = $1`, threadID).Query(func(rows pgx.Rows) (err error) {
+	b.Queue(`SELECT `+runThreadColumns+threadFrom+`WHERE t.id = $1`, threadID).Query(func(rows pgx.Rows) (err error) {
 		v.Thread, err = pgx.CollectExactlyOneRow(rows, pgx.RowToStructByName[Thread])
 		if errors.Is(err, pgx.ErrNoRows) {
 			return ErrNotFound
