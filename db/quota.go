@@ -58,8 +58,12 @@ func UserQuota(ctx context.Context, q Querier) (int64, error) {
 	return n, nil
 }
 
-// usageSQL is the bytes of storage of user $1.
-const usageSQL = `(
+// usageSQL is the bytes of storage of user $1: a counter that triggers
+// keep (migration 0046), so that a write does not sum everything the user
+// keeps. recountSQL is the sum it stands for.
+const usageSQL = `coalesce((SELECT s.bytes FROM user_storage s WHERE s.user_id = $1), 0)`
+
+const recountSQL = `(
 	(SELECT coalesce(sum(a.size), 0) FROM attachments a WHERE a.user_id = $1)
 	+ (SELECT coalesce(sum(octet_length(s.content)), 0)
 	   FROM scratch_files s JOIN threads t ON t.id = s.thread_id WHERE t.user_id = $1)
@@ -67,6 +71,16 @@ const usageSQL = `(
 	   FROM sandbox_calls c JOIN tool_calls tc ON tc.id = c.tool_call_id
 	   JOIN threads t ON t.id = tc.thread_id WHERE t.user_id = $1)
 )::bigint`
+
+// RecountUsage sums what the user keeps, as the counter UserUsage reads
+// should say.
+func RecountUsage(ctx context.Context, q Querier, userID int64) (int64, error) {
+	var n int64
+	if err := q.QueryRow(ctx, `SELECT `+recountSQL, userID).Scan(&n); err != nil {
+		return 0, fmt.Errorf("recount storage of user %d: %w", userID, err)
+	}
+	return n, nil
+}
 
 // UserUsage returns the bytes of storage the user holds.
 func UserUsage(ctx context.Context, q Querier, userID int64) (int64, error) {
