@@ -224,3 +224,51 @@ func TestConnectionWaitThroughHandlers(t *testing.T) {
 		t.Fatalf("after connecting: %s, waits %+v", got.Status, got.ConnectionWaits)
 	}
 }
+
+// The MCP settings page tells admins, per server each user signs in to,
+// how many people connected it: a count, no names.
+func TestMCPPageCountsConnections(t *testing.T) {
+	as := authtest.New()
+	defer as.Close()
+	var svc *connections.Service
+	b, _, _ := mcpSetupRuns(t, map[string]string{
+		"mcp.json":  `{"mcpServers": {"notes": {"type": "http", "url": "${NOTES_URL}", "oauth": {}}}}`,
+		"NOTES_URL": as.MCPURL(),
+	}, func(d *handlers.Deps) {
+		key := make([]byte, db.SecretKeySize)
+		_, _ = rand.Read(key)
+		box, _ := db.NewSecretBox(key)
+		var err error
+		svc, err = connections.New(connections.Config{
+			Pool: d.Pool, Box: box, Guard: &netguard.Guard{Loopback: true}, PublicURL: "http://example.com",
+			Servers: func(_ context.Context, name string) (connections.Server, error) {
+				return connections.Server{Name: name, URL: as.MCPURL()}, nil
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Connections = svc
+	})
+	if _, row := serverRow(t, b, "notes", "sign_in"); !strings.Contains(row, "0 connected") {
+		t.Fatalf("row: %s", row)
+	}
+	authURL, err := svc.Begin(b.ctx, b.alice.ID, "notes", "/connections", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	as.SetUser("alice")
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noFollow.Get(authURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	back, _ := url.Parse(resp.Header.Get("Location"))
+	if _, _, err := svc.Finish(b.ctx, b.alice.ID, back.Query().Get("state"), back.Query().Get("code")); err != nil {
+		t.Fatal(err)
+	}
+	if _, row := serverRow(t, b, "notes", "sign_in"); !strings.Contains(row, "1 connected") || strings.Contains(row, "alice") {
+		t.Fatalf("row: %s", row)
+	}
+}

@@ -79,8 +79,24 @@ func (h *Handler) mcpPage(r *http.Request, form views.MCPServerForm) (views.MCPS
 	if st.FileErr != nil {
 		p.FileError = st.FileErr.Error()
 	}
+	// Per server each user signs in to, how many have connected it (a
+	// count: no names, no tokens).
+	var connected map[string]int
+	if h.conns != nil {
+		if connected, err = h.conns.Counts(ctx); err != nil {
+			return views.MCPServers{}, err
+		}
+	}
 	for _, e := range st.Servers {
-		p.Servers = append(p.Servers, mcpRow(e, live, h.now()))
+		row := mcpRow(e, live, h.now())
+		if row.State == mcpclient.StateSignIn {
+			note := fmt.Sprintf("each person signs in with their own account: %d connected", connected[e.Name])
+			if row.Detail != "" {
+				note += "; " + row.Detail
+			}
+			row.Detail = note
+		}
+		p.Servers = append(p.Servers, row)
 	}
 	return p, nil
 }

@@ -33,7 +33,7 @@ func mcpSetup(t *testing.T, env map[string]string) (*bundle, *extensions.Extensi
 	return b, ext
 }
 
-func mcpSetupRuns(t *testing.T, env map[string]string) (*bundle, *extensions.Extensions, *jobs.Runtime) {
+func mcpSetupRuns(t *testing.T, env map[string]string, more ...func(*handlers.Deps)) (*bundle, *extensions.Extensions, *jobs.Runtime) {
 	t.Helper()
 	root := t.TempDir()
 	if f, ok := env["mcp.json"]; ok {
@@ -71,6 +71,9 @@ func mcpSetupRuns(t *testing.T, env map[string]string) (*bundle, *extensions.Ext
 		d.Extensions = ext
 		ext.Start(context.Background())
 		t.Cleanup(ext.Close)
+		for _, o := range more {
+			o(d)
+		}
 	})
 	return b, ext, runs
 }

@@ -13,7 +13,7 @@ func mcpServerURL(name, action string) string { return "/settings/mcp/" + name +
 
 func mcpStateClass(state string) string {
 	switch state {
-	case "connected":
+	case "connected", "sign_in":
 		return "pill pill-done"
 	case "starting", "restarting":
 		return "pill pill-waiting"
