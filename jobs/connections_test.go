@@ -340,4 +340,17 @@ func TestConnectionReadyResumesOnceAcrossReplicas(t *testing.T) {
 			t.Fatalf("thread %d: %+v, %v", id, th.Status, err)
 		}
 	}
+	// A run cancelled while it waits waits for nothing any more: a later
+	// connection resumes nothing.
+	cancelled := waiting("crm")
+	if err := replicas[0].Cancel(ctx, user, cancelled); err != nil {
+		t.Fatal(err)
+	}
+	var left int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM connection_waits WHERE thread_id = $1`, cancelled).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("waits of the cancelled run: %d, %v", left, err)
+	}
+	if err := replicas[0].ConnectionReady(ctx, user.ID, "crm"); err != nil || steps(cancelled) != 0 {
+		t.Fatalf("the cancelled run was resumed (%d), %v", steps(cancelled), err)
+	}
 }
