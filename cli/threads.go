@@ -354,6 +354,16 @@ func (x *cmdEnv) showPending(w io.Writer, d client.ThreadDetail) {
 	}
 	fmt.Fprintf(w, "%s\n", x.paint(yellow+";"+bold, "Waiting for you"))
 	for _, p := range d.Pending {
+		if p.Kind == "connection" {
+			// The run waits for its user's sign-in, not for a decision.
+			fmt.Fprintf(w, "  connect %s  (%s)\n", x.paint(cyan, p.Server), p.Reason)
+			if p.ConnectURL != "" {
+				fmt.Fprintf(w, "    open %s on the server in a browser where you are signed in: the run goes on by itself\n", p.ConnectURL)
+			} else {
+				fmt.Fprintln(w, "    the run's owner must connect it")
+			}
+			continue
+		}
 		fmt.Fprintf(w, "  call %d  %s  %s  (%s)\n", p.ID, x.paint(cyan, p.Tool), p.Kind, strings.Join(p.AllowedDecisions, ", "))
 		if p.Description != "" {
 			fmt.Fprintln(w, indent(p.Description, "    "))
