@@ -55,6 +55,31 @@ type ApprovalRoute struct {
 	// keys of the same names do (ParseGateTimeout, OnTimeouts).
 	Timeout   string `json:"timeout,omitempty"`
 	OnTimeout string `json:"onTimeout,omitempty"`
+	// AllowRemember says whether a person may "allow from now on" the
+	// calls of the tools it matches: false forbids it; true permits it for
+	// tools acting outside the database, which need it (RememberPermitted).
+	AllowRemember *bool `json:"allowRemember,omitempty"`
+}
+
+// RememberPermitted reports whether the policy lets a person allow a
+// tool's calls from now on, and if not why: a route matching it says
+// allowRemember false; or the tool acts outside the database (outside) and
+// no route matching it says allowRemember true.
+func (p ToolPolicy) RememberPermitted(tool string, outside bool) (bool, string) {
+	permitted := false
+	for _, r := range p.RoutesFor(tool) {
+		if r.AllowRemember == nil {
+			continue
+		}
+		if !*r.AllowRemember {
+			return false, "the server policy does not let anyone allow " + tool + " from now on"
+		}
+		permitted = true
+	}
+	if outside && !permitted {
+		return false, tool + " acts outside Pizza Bot: only an admin's tool policy can let it be allowed from now on (a route with allowRemember: true)"
+	}
+	return true, ""
 }
 
 // Interrupt returns the route's deadline as an interrupt's (Timeout and
@@ -166,8 +191,8 @@ func ParseToolPolicy(data []byte) (ToolPolicy, error) {
 				errs = append(errs, fmt.Errorf("routes[%d].tools: %w", i, err))
 			}
 		}
-		if len(r.Approvers) == 0 && !r.DistinctApprover && r.Timeout == "" {
-			errs = append(errs, fmt.Errorf(`routes[%d] routes to nobody: give "approvers" (e.g. ["group:deploy-oncall"]), "distinctApprover": true or a "timeout"`, i))
+		if len(r.Approvers) == 0 && !r.DistinctApprover && r.Timeout == "" && r.AllowRemember == nil {
+			errs = append(errs, fmt.Errorf(`routes[%d] routes to nobody: give "approvers" (e.g. ["group:deploy-oncall"]), "distinctApprover": true, a "timeout" or "allowRemember"`, i))
 		}
 		if r.Timeout != "" {
 			if _, err := ParseGateTimeout(r.Timeout); err != nil {
@@ -224,7 +249,7 @@ func policyJSONError(data []byte, err error) error {
 		return fmt.Errorf("the policy has a %s where %s wants %s", typ.Value, typ.Field, typeWord(typ.Type.Kind().String()))
 	}
 	if msg, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return fmt.Errorf("unknown key %s: the policy knows permissions (allow, ask, deny) and routes (tools, approvers, distinctApprover, timeout, onTimeout)", msg)
+		return fmt.Errorf("unknown key %s: the policy knows permissions (allow, ask, deny) and routes (tools, approvers, distinctApprover, timeout, onTimeout, allowRemember)", msg)
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return errors.New("the policy is not valid JSON: it ends too early")

@@ -93,6 +93,11 @@ type ToolCallRow struct {
 	DecideBy  *time.Time `db:"decide_by"`
 	OnTimeout string     `db:"on_timeout"`
 	TimedOut  bool       `db:"timed_out"`
+	// Rememberable reports that a person may allow the tool's calls from
+	// now on when they approve this one (migration 0043, jobs/allowrules.go);
+	// AllowedByRule is the rule that approved it, if one did.
+	Rememberable  bool   `db:"rememberable"`
+	AllowedByRule *int64 `db:"allowed_by_rule"`
 
 	// InnerCall is, on a parked run_js call, the script's call it stopped
 	// at: what its approver is shown and what an approval lets run
@@ -123,7 +128,8 @@ const toolCallColumns = `c.id, c.thread_id, c.message_id, c.call_id, c.name, c.a
 	c.wait_kind, c.allowed_decisions, c.description, c.gate_reason, c.decision, c.decided_by,
 	coalesce(nullif(u.name, ''), u.email, '') AS decided_by_name, c.decided_at,
 	c.edited_arguments, c.decision_message, c.result, c.is_error, c.created_at, c.updated_at,
-	c.inner_call, c.approvers, c.distinct_approver, c.decide_by, c.on_timeout, c.timed_out`
+	c.inner_call, c.approvers, c.distinct_approver, c.decide_by, c.on_timeout, c.timed_out,
+	c.rememberable, c.allowed_by_rule`
 
 const toolCallFrom = ` FROM tool_calls c LEFT JOIN users u ON u.id = c.decided_by `
 
@@ -142,10 +148,11 @@ type NewToolCall struct {
 	Approvers        [][]string
 	DistinctApprover bool
 	// DecideBy and OnTimeout are the call's deadline (ToolCallRow.DecideBy).
-	DecideBy  *time.Time
-	OnTimeout string
-	Result    string
-	IsError   bool
+	DecideBy     *time.Time
+	OnTimeout    string
+	Rememberable bool
+	Result       string
+	IsError      bool
 }
 
 // InsertToolCall records a tool call.
@@ -159,11 +166,11 @@ func InsertToolCall(ctx context.Context, q Querier, c NewToolCall) (int64, error
 	var id int64
 	err := q.QueryRow(ctx, `INSERT INTO tool_calls
 		(thread_id, message_id, call_id, name, arguments, state, wait_kind, allowed_decisions, description, gate_reason, result, is_error,
-		 approvers, distinct_approver, decide_by, on_timeout)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16) RETURNING id`,
+		 approvers, distinct_approver, decide_by, on_timeout, rememberable)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) RETURNING id`,
 		c.ThreadID, c.MessageID, c.CallID, c.Name, c.Arguments, c.State, c.WaitKind,
 		c.AllowedDecisions, c.Description, c.GateReason, c.Result, c.IsError, c.Approvers, c.DistinctApprover,
-		c.DecideBy, c.OnTimeout).Scan(&id)
+		c.DecideBy, c.OnTimeout, c.Rememberable).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("record tool call %s: %w", c.Name, err)
 	}

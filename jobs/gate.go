@@ -179,6 +179,7 @@ func (r gateRules) decide(name string, tool tools.Tool, known bool) tools.Gate {
 	case verdict == agent.PolicyUnset && outsideEffects(name, tool, known):
 		ask("server policy default: "+name+" acts outside Pizza Bot, so it asks unless the policy allows it", policyIn)
 	}
+	inheritedAsk := false
 	for _, s := range r.skills {
 		who := "skill " + s.name
 		if s.inherited {
@@ -186,10 +187,12 @@ func (r gateRules) decide(name string, tool tools.Tool, known bool) tools.Gate {
 		}
 		if s.skill == nil {
 			ask(who+": the skill is no longer available, so every call asks", agent.Interrupt{})
+			inheritedAsk = true
 			continue
 		}
 		if in, ok := s.skill.InterruptFor(name); ok {
 			ask(who+": interruptOn", in)
+			inheritedAsk = inheritedAsk || s.inherited
 		}
 	}
 	if !g.Ask {
@@ -221,6 +224,18 @@ func (r gateRules) decide(name string, tool tools.Tool, known bool) tools.Gate {
 	}
 	if g.Timeout > 0 {
 		reasons = append(reasons, "nobody decides within "+agent.FormatGateTimeout(g.Timeout)+": "+onTimeoutWords(g.OnTimeout))
+	}
+	switch {
+	case r.policyErr != nil:
+		g.RememberRefused = "the server policy cannot be read"
+	case g.DistinctApprover:
+		g.RememberRefused = "four eyes: each call needs someone else's decision"
+	case len(g.Approvers) > 0:
+		g.RememberRefused = "the call is routed to its approvers, who decide each one"
+	case inheritedAsk:
+		g.RememberRefused = "a parent skill's gate asks for each call"
+	default:
+		g.Rememberable, g.RememberRefused = r.policy.RememberPermitted(name, outsideEffects(name, tool, known))
 	}
 	g.Reason = strings.Join(reasons, "; ")
 	g.Description = strings.Join(descs, "\n")

@@ -791,6 +791,9 @@ type DecisionInput struct {
 	// who can read the thread, and from whoever started the run when the
 	// call asks for four eyes.
 	Override string
+	// Remember, on an approval, allows the tool's calls from now on
+	// (allowrules.go); nil: this call only.
+	Remember *Remember
 }
 
 // MaxOverrideReason is the longest reason an admin may give for deciding
@@ -847,6 +850,11 @@ func (rt *Runtime) Decide(ctx context.Context, user db.User, threadID int64, dec
 			}
 			if err := rt.decide(ctx, tx, user, c, d); err != nil {
 				return err
+			}
+			if d.Remember != nil {
+				if err := rt.remember(ctx, tx, user, t, c, d); err != nil {
+					return err
+				}
 			}
 			// What was still to be said about the call is not said now.
 			if rt.cfg.Notify != nil {

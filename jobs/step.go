@@ -491,10 +491,21 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 				nc.AllowedDecisions, nc.Description, nc.GateReason = g.AllowedDecisions, g.Description, g.Reason
 				nc.Approvers, nc.DistinctApprover = g.Approvers, g.DistinctApprover
 				nc.DecideBy, nc.OnTimeout = rt.decideBy(g.Timeout), g.OnTimeout
+				nc.Rememberable = g.Rememberable
 			}
 			id, err := db.InsertToolCall(ctx, tx, nc)
 			if err != nil {
 				return err
+			}
+			if g.Ask && g.Rememberable && nc.State == db.CallPending {
+				// A person allowed such calls from now on (allowrules.go).
+				allowed, err := rt.allowByRule(ctx, tx, t, id, p.Call.Name, p.Call.Arguments)
+				if err != nil {
+					return err
+				}
+				if allowed {
+					nc.State = db.CallReady
+				}
 			}
 			if refusal != "" {
 				row := db.ToolCallRow{ID: id, ThreadID: t.ID, CallID: p.Call.ID, Name: p.Call.Name}

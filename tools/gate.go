@@ -37,6 +37,12 @@ type Gate struct {
 	// (tool_calls.decide_by, on_timeout).
 	Timeout   time.Duration
 	OnTimeout string
+	// Rememberable: a person approving the call may allow the tool's
+	// calls from now on (jobs/allowrules.go): the policy permits it, and
+	// no rule asks for four eyes, names approvers, or is an ancestor's.
+	// RememberRefused says why not, when not.
+	Rememberable    bool
+	RememberRefused string
 }
 
 // Route adds a rule's approvers (one set; none: the rule names nobody)
