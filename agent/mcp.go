@@ -540,9 +540,10 @@ func MCPServerOfTool(name string) (string, bool) {
 
 // MCPServerWildcard reports whether an allowed-tools entry stands for
 // every tool of one MCP server, "mcp__<server>" or "mcp__<server>__*", and
-// returns the server. Its tools are those named "mcp__<server>__..." (see
-// MCPToolName; a name shortened with a hash keeps the prefix while the
-// server's name is at most 48 characters).
+// returns the server. Its tools are those the toolbox records as the
+// server's (tools.Tool.Server), whatever their names: MCPToolName shortens
+// the names of a server whose name is longer than 48 characters with a
+// hash, and they lose the "mcp__<server>__" prefix.
 func MCPServerWildcard(entry string) (string, bool) {
 	rest, ok := strings.CutPrefix(entry, "mcp__")
 	if !ok {

@@ -500,6 +500,9 @@ func (h *Handler) pluginsPage(r *http.Request) (views.Plugins, error) {
 			} else if !pl.Enabled && h.runs != nil {
 				sr.Missing = h.runs.Toolbox().Missing(&sk)
 			}
+			if len(sr.Missing) > 0 && h.runs != nil {
+				sr.Needs = h.runs.Toolbox().Needs(sr.Missing)
+			}
 			row.Skills = append(row.Skills, sr)
 		}
 		for _, e := range own.Errors {

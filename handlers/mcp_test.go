@@ -249,7 +249,7 @@ func TestPluginsPage(t *testing.T) {
 			notes = text(n)
 		}
 	}
-	if !strings.Contains(triage, "needs mcp__tracker__list_issues, which is not connected") {
+	if !strings.Contains(triage, "needs the MCP server tracker connected") {
 		t.Errorf("triage = %q", triage)
 	}
 	if !strings.Contains(notes, "available") {
@@ -259,7 +259,7 @@ func TestPluginsPage(t *testing.T) {
 	if err := start("notes"); err != nil {
 		t.Errorf("start notes: %v", err)
 	}
-	if err := start("triage"); err == nil || !strings.Contains(err.Error(), "mcp__tracker__list_issues") {
+	if err := start("triage"); err == nil || !strings.Contains(err.Error(), "it needs the MCP server tracker connected") {
 		t.Errorf("start triage: %v", err)
 	}
 

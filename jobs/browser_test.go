@@ -293,8 +293,9 @@ func TestBuiltinBrowserNeeds(t *testing.T) {
 	if got, want := needs(), []string{"Chromium on the server (/usr/bin/chromium), for the built-in MCP server browser"}; !slices.Equal(got, want) {
 		t.Errorf("needs = %q, want %q", got, want)
 	}
-	if _, err := b.rt.Start(context.Background(), b.user, jobs.StartRequest{Prompt: "Open a page.", Skill: "browser"}); err == nil {
-		t.Error("a run of the browser skill started without its server")
+	_, err := b.rt.Start(context.Background(), b.user, jobs.StartRequest{Prompt: "Open a page.", Skill: "browser"})
+	if want := `skill "browser" is unavailable: it needs Chromium on the server (/usr/bin/chromium), for the built-in MCP server browser`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("start without the browser's server: %v, want %q", err, want)
 	}
 
 	// The admin's own server named browser wins over the built-in one.
@@ -310,7 +311,7 @@ func TestBuiltinBrowserNeeds(t *testing.T) {
 		t.Errorf("needs = %q with the admin's browser connected", got)
 	}
 	// Turned off on the settings page: said as such.
-	err := db.InTx(context.Background(), b.pool, func(ctx context.Context, tx pgx.Tx) error {
+	err = db.InTx(context.Background(), b.pool, func(ctx context.Context, tx pgx.Tx) error {
 		return b.ext.SetServerEnabled(ctx, tx, b.user, extensions.BrowserServerName, false)
 	})
 	if err != nil {

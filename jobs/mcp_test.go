@@ -252,7 +252,7 @@ func TestSkillMissingMCPToolIsHidden(t *testing.T) {
 		t.Errorf("without the server: %+v", s.Missing)
 	}
 	_, err := b.rt.Start(context.Background(), b.user, jobs.StartRequest{Prompt: "hi", Skill: "echoer"})
-	if err == nil || !strings.Contains(err.Error(), "needs mcp__go__echo, which is not connected") {
+	if err == nil || !strings.Contains(err.Error(), `skill "echoer" is unavailable: it needs the MCP server go connected`) {
 		t.Errorf("start without the tool: %v", err)
 	}
 

@@ -184,7 +184,7 @@ func (rt *Runtime) checkSkill(name string) error {
 		return refusal.New(refusal.Invalid, "skill", "there is no skill named %q", name)
 	}
 	if missing := rt.Missing(s); len(missing) > 0 {
-		return refusal.New(refusal.Invalid, "skill", "skill %q is unavailable: it needs %s, which is not connected", name, strings.Join(missing, ", "))
+		return refusal.New(refusal.Invalid, "skill", "skill %q is unavailable: it needs %s", name, rt.cfg.Tools.NeedsText(missing))
 	}
 	return nil
 }

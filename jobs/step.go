@@ -363,7 +363,7 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 	}
 	if s := skill; s != nil {
 		if missing := rt.cfg.Tools.Missing(s); len(missing) > 0 {
-			return rt.fail(ctx, jobID, a, started, t.Model, fmt.Sprintf("Skill %q needs %s, which is not connected.", t.Skill, strings.Join(missing, ", ")))
+			return rt.fail(ctx, jobID, a, started, t.Model, fmt.Sprintf("Skill %q needs %s.", t.Skill, rt.cfg.Tools.NeedsText(missing)))
 		}
 		system += "\n\n# Skill: " + s.Name + "\n\n" + tools.SkillFolderPrompt(s) + "\n\n" + s.Body
 	}

@@ -3,6 +3,7 @@ package tools_test
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -37,8 +38,9 @@ func (m *mcpSource) tools() []tools.Tool {
 	for server, names := range m.servers {
 		for _, n := range names {
 			out = append(out, tools.Tool{
-				Spec: agent.ToolSpec{Name: agent.MCPToolName(server, n), Description: n, Parameters: []byte(`{"type":"object"}`)},
-				Call: func(context.Context, tools.Run, map[string]any) (string, error) { return "", nil },
+				Spec:   agent.ToolSpec{Name: agent.MCPToolName(server, n), Description: n, Parameters: []byte(`{"type":"object"}`)},
+				Server: server,
+				Call:   func(context.Context, tools.Run, map[string]any) (string, error) { return "", nil },
 			})
 		}
 	}
@@ -76,6 +78,14 @@ func TestServerWildcards(t *testing.T) {
 	tb.AddSource(src.tools)
 	src.set("crm", "find_contact", "list_deals")
 	src.set("crmx", "other") // shares the prefix "crm" but not "crm__"
+	// A name of more than 48 characters: its tools' names are shortened
+	// with a hash and lose the mcp__<server>__ prefix.
+	long := strings.Repeat("l", 60)
+	src.set(long, "find_contact")
+	longTool := agent.MCPToolName(long, "find_contact")
+	if strings.HasPrefix(longTool, "mcp__"+long+"__") {
+		t.Fatalf("%s kept its prefix: the case is not tested", longTool)
+	}
 
 	tests := []struct {
 		allowed     string
@@ -87,6 +97,7 @@ func TestServerWildcards(t *testing.T) {
 		{"mcp__crm__list_deals mcp__crm", []string{"mcp__crm__list_deals", "mcp__crm__find_contact"}, nil},
 		{"mcp__crm mcp__calendar", []string{"mcp__crm__find_contact", "mcp__crm__list_deals"}, []string{"mcp__calendar"}},
 		{"mcp__calendar__* mcp__calendar__list_events", nil, []string{"mcp__calendar__*", "mcp__calendar__list_events"}},
+		{"mcp__" + long, []string{longTool}, nil},
 		// Not a whole server: a name, which no tool has.
 		{"mcp__crm__find_*", nil, []string{"mcp__crm__find_*"}},
 	}

@@ -243,12 +243,14 @@ func expand(all map[string]Tool, entries []string) []string {
 	return out
 }
 
-// serverTools lists the tools of MCP server server among all, sorted.
+// serverTools lists the tools of MCP server server among all, sorted: those
+// recorded as its (Tool.Server), not those whose name starts with
+// mcp__<server>__, which a server name of more than 48 characters loses
+// when agent.MCPToolName shortens its tools' names with a hash.
 func serverTools(all map[string]Tool, server string) []string {
-	prefix := "mcp__" + server + "__"
 	var names []string
-	for n := range all {
-		if strings.HasPrefix(n, prefix) {
+	for n, t := range all {
+		if t.Server == server {
 			names = append(names, n)
 		}
 	}
@@ -343,6 +345,21 @@ func (tb *Toolbox) Needs(missing []string) []string {
 		}
 	}
 	return out
+}
+
+// NeedsText is Needs as one phrase, for a sentence's "needs ...": "a
+// search provider (PIZZA_SEARCH_PROVIDER) and the MCP server calendar
+// connected".
+func (tb *Toolbox) NeedsText(missing []string) string {
+	needs := tb.Needs(missing)
+	switch n := len(needs); n {
+	case 0:
+		return ""
+	case 1:
+		return needs[0]
+	default:
+		return strings.Join(needs[:n-1], ", ") + " and " + needs[n-1]
+	}
 }
 
 // SkillStatus is a skill and whether it can be offered now.

@@ -97,6 +97,9 @@ type PluginSkillRow struct {
 	Name        string
 	Description string
 	Missing     []string
+	// Needs says in words what it takes to offer the skill
+	// (tools.Toolbox.Needs of Missing).
+	Needs []string
 	// HiddenBy says which skill of the same name is used instead ("" when
 	// this one is).
 	HiddenBy string
