@@ -36,6 +36,12 @@ import (
 //     still to be said about it.
 //   - Quiet hours defer a job to their end (ScheduledAt at publish, a
 //     snooze when they started since), re-read at each run.
+//   - A decision, finished or failed event about a thread in a folder is
+//     also delivered to each of the folder's webhooks, once per (event,
+//     webhook) whoever is told: that delivery is keyed by the event and
+//     the webhook only (recorded under the webhook's owner, with its own
+//     copy of the event), so two deciders told of one call post once. The
+//     folder's channel follows no person's preferences or quiet hours.
 //
 // A send that succeeds and then fails to be recorded (the process dies in
 // between) is sent again by the retry: delivery is at least once.
@@ -118,6 +124,9 @@ type DeliverArgs struct {
 	EventKey string `json:"event_key"`
 	Channel  string `json:"channel"`
 	TargetID int64  `json:"target_id"`
+	// FolderID: a folder's webhook (UserID is its owner's, not the
+	// person told's); omitted for a person's own targets.
+	FolderID int64 `json:"folder_id,omitempty"`
 }
 
 // Kind implements river.JobArgs.
@@ -184,6 +193,69 @@ func (d *Dispatcher) Publish(ctx context.Context, tx pgx.Tx, ev Event) error {
 			}
 		}
 	}
+	return d.publishFolder(ctx, tx, ev)
+}
+
+// publishFolder queues ev to the webhooks of the folder its thread is in,
+// once per webhook: the delivery row is keyed by the webhook's owner, the
+// event key, the kind and the webhook, none of them the person told, so a
+// second person told of the same event finds it queued already.
+func (d *Dispatcher) publishFolder(ctx context.Context, tx pgx.Tx, ev Event) error {
+	switch ev.Kind {
+	case Decision, Finished, Failed:
+	default:
+		return nil // reminders and digests are a person's
+	}
+	if ev.ThreadID == 0 {
+		return nil
+	}
+	rows, err := tx.Query(ctx, `SELECT w.id, w.kind, coalesce(nullif(w.label, ''), w.host), w.user_id, w.folder_id
+		FROM threads t
+		JOIN folders f ON f.id = t.folder_id AND f.user_id = t.user_id
+		JOIN notification_webhooks w ON w.folder_id = f.id
+		WHERE t.id = $1 ORDER BY w.id`, ev.ThreadID)
+	if err != nil {
+		return fmt.Errorf("folder webhooks of thread %d: %w", ev.ThreadID, err)
+	}
+	type hook struct {
+		Target
+		owner int64
+	}
+	hooks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (hook, error) {
+		var h hook
+		return h, r.Scan(&h.ID, &h.Channel, &h.Label, &h.owner, &h.FolderID)
+	})
+	if err != nil {
+		return fmt.Errorf("folder webhooks of thread %d: %w", ev.ThreadID, err)
+	}
+	if len(hooks) == 0 {
+		return nil
+	}
+	raw, err := json.Marshal(ForFolder(ev))
+	if err != nil {
+		return err
+	}
+	for _, h := range hooks {
+		if _, ok := d.channels[h.Channel]; !ok {
+			continue
+		}
+		tag, err := tx.Exec(ctx, `INSERT INTO notification_deliveries
+			(user_id, event_key, kind, thread_id, call_id, channel, target_id, target_label, folder_id, event)
+			VALUES ($1, $2, $3, nullif($4, 0), nullif($5, 0), $6, $7, $8, $9, $10)
+			ON CONFLICT (user_id, event_key, channel, target_id) DO NOTHING`,
+			h.owner, ev.Key, ev.Kind, ev.ThreadID, ev.CallID, h.Channel, h.ID, h.Label, h.FolderID, raw)
+		if err != nil {
+			return fmt.Errorf("record folder delivery of %s: %w", ev.Key, err)
+		}
+		if tag.RowsAffected() == 0 {
+			continue // queued when another person was told
+		}
+		opts := DeliverArgs{}.InsertOpts()
+		args := DeliverArgs{UserID: h.owner, EventKey: ev.Key, Channel: h.Channel, TargetID: h.ID, FolderID: h.FolderID}
+		if _, err := d.inserter.InsertTx(ctx, tx, args, &opts); err != nil {
+			return fmt.Errorf("queue folder delivery of %s: %w", ev.Key, err)
+		}
+	}
 	return nil
 }
 
@@ -228,9 +300,11 @@ func (w *deliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 	pool := d.cfg.Pool
 	var state string
 	var raw []byte
-	err := pool.QueryRow(ctx, `SELECT dl.state, e.event FROM notification_deliveries dl
-		JOIN notification_events e ON e.user_id = dl.user_id AND e.key = dl.event_key
-		WHERE dl.user_id = $1 AND dl.event_key = $2 AND dl.channel = $3 AND dl.target_id = $4`,
+	// A folder's delivery carries its own copy of the event.
+	err := pool.QueryRow(ctx, `SELECT dl.state, coalesce(dl.event, e.event) FROM notification_deliveries dl
+		LEFT JOIN notification_events e ON e.user_id = dl.user_id AND e.key = dl.event_key
+		WHERE dl.user_id = $1 AND dl.event_key = $2 AND dl.channel = $3 AND dl.target_id = $4
+		  AND (dl.event IS NOT NULL OR e.id IS NOT NULL)`,
 		a.UserID, a.EventKey, a.Channel, a.TargetID).Scan(&state, &raw)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil // the person (and their records) were deleted
@@ -256,6 +330,15 @@ func (w *deliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 			return err
 		}
 	}
+	ch, ok := d.channels[a.Channel]
+	if !ok {
+		return w.record(ctx, a, StateFailed, "channel "+a.Channel+" is not set up on this server", false)
+	}
+	target := Target{Channel: a.Channel, ID: a.TargetID, FolderID: a.FolderID}
+	if a.FolderID != 0 {
+		// A folder's channel: no person's preferences or quiet hours.
+		return w.finish(ctx, job, ch.Send(ctx, target, ev))
+	}
 	prefs, err := GetPrefs(ctx, pool, a.UserID)
 	if err != nil {
 		return err
@@ -273,11 +356,13 @@ func (w *deliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 	if !prefs.Channel(a.Channel).Wants(ev.Kind) {
 		return w.record(ctx, a, StateSkipped, "turned off in the preferences since it was queued", false)
 	}
-	ch, ok := d.channels[a.Channel]
-	if !ok {
-		return w.record(ctx, a, StateFailed, "channel "+a.Channel+" is not set up on this server", false)
-	}
-	sendErr := ch.Send(ctx, Target{Channel: a.Channel, ID: a.TargetID}, ev)
+	return w.finish(ctx, job, ch.Send(ctx, target, ev))
+}
+
+// finish records a send's outcome: sent, gone, or to be retried (failed
+// at the last attempt).
+func (w *deliverWorker) finish(ctx context.Context, job *river.Job[DeliverArgs], sendErr error) error {
+	d, a := w.d, job.Args
 	switch {
 	case sendErr == nil:
 		return w.record(ctx, a, StateSent, "", true)

@@ -33,6 +33,19 @@ func DecisionEvent(userID int64, top db.Thread, c db.ToolCallRow) Event {
 	}
 }
 
+// ForFolder is ev as a folder's webhook is told it: to a channel of many
+// people, so not "your" decision, and no person's.
+func ForFolder(ev Event) Event {
+	ev.UserID = 0
+	switch {
+	case ev.Kind == Decision && strings.HasSuffix(ev.Summary, " waits for your decision"):
+		ev.Summary = strings.TrimSuffix(ev.Summary, " waits for your decision") + " waits for a decision"
+	case ev.Kind == Decision && ev.Summary == "The agent asks you a question":
+		ev.Summary = "The agent asks a question"
+	}
+	return ev
+}
+
 // EndEvent tells the owner of top-level thread t that its run finished or
 // failed (status db.StatusDone or db.StatusFailed; msg the error). gen
 // tells runs of the same thread apart.

@@ -71,6 +71,8 @@ type Target struct {
 	Channel string
 	ID      int64
 	Label   string
+	// FolderID is the folder whose webhook this is; 0: the person's own.
+	FolderID int64
 }
 
 // Channel delivers events to the targets a person set up.

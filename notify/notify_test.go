@@ -101,8 +101,24 @@ func (b *bundle) publish(d *notify.Dispatcher, ev notify.Event) {
 	}
 }
 
-// delivery waits for the delivery of key on channel to leave pending.
-func (b *bundle) delivery(key, channel string) notify.Delivery {
+// publishAll publishes evs in one transaction.
+func (b *bundle) publishAll(d *notify.Dispatcher, evs ...notify.Event) {
+	b.t.Helper()
+	if err := db.InTx(context.Background(), b.pool, func(ctx context.Context, tx pgx.Tx) error {
+		for _, ev := range evs {
+			if err := d.Publish(ctx, tx, ev); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// delivery waits for the delivery of key on channel to leave pending (to
+// target, if not 0).
+func (b *bundle) delivery(key, channel string, target ...int64) notify.Delivery {
 	b.t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -111,6 +127,9 @@ func (b *bundle) delivery(key, channel string) notify.Delivery {
 			b.t.Fatal(err)
 		}
 		for _, d := range ds {
+			if len(target) > 0 && target[0] != 0 && d.TargetID != target[0] {
+				continue
+			}
 			if d.EventKey == key && d.Channel == channel && d.State != notify.StatePending && d.State != notify.StateRetrying {
 				return d
 			}

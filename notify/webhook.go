@@ -95,16 +95,39 @@ type invalidWebhook struct{ msg string }
 func (e *invalidWebhook) Error() string   { return e.msg }
 func (e *invalidWebhook) Is(t error) bool { return t == ErrInvalidWebhook }
 
-func urlPurpose(userID int64) string {
+// A person's webhook is sealed for them, a folder's for the folder: a
+// sealed URL copied to another row does not open.
+func urlPurpose(userID, folderID int64) string {
+	if folderID != 0 {
+		return "notification_webhooks:url:folder:" + strconv.FormatInt(folderID, 10)
+	}
 	return "notification_webhooks:url:" + strconv.FormatInt(userID, 10)
 }
-func secretPurpose(userID int64) string {
+func secretPurpose(userID, folderID int64) string {
+	if folderID != 0 {
+		return "notification_webhooks:secret:folder:" + strconv.FormatInt(folderID, 10)
+	}
 	return "notification_webhooks:secret:" + strconv.FormatInt(userID, 10)
 }
 
 // Connect checks and stores a webhook of kind for userID. For a generic
 // webhook it returns the signing secret (whsec_...), shown once.
 func (w *Webhooks) Connect(ctx context.Context, userID int64, kind, rawURL, label string) (Webhook, string, error) {
+	return w.connect(ctx, userID, 0, kind, rawURL, label)
+}
+
+// ConnectFolder checks and stores a webhook of kind for folder folderID,
+// which must be ownerID's (only a folder's owner manages its sharing, and
+// so its webhooks): db.ErrNotFound otherwise. Events about the folder's
+// threads are posted to it once, whoever is told (Dispatcher.Publish).
+func (w *Webhooks) ConnectFolder(ctx context.Context, ownerID, folderID int64, kind, rawURL, label string) (Webhook, string, error) {
+	if folderID == 0 {
+		return Webhook{}, "", db.ErrNotFound
+	}
+	return w.connect(ctx, ownerID, folderID, kind, rawURL, label)
+}
+
+func (w *Webhooks) connect(ctx context.Context, userID, folderID int64, kind, rawURL, label string) (Webhook, string, error) {
 	if !slices.Contains(WebhookKinds, kind) {
 		return Webhook{}, "", &invalidWebhook{fmt.Sprintf("there is no webhook kind %q (kinds: %s)", kind, strings.Join(WebhookKinds, ", "))}
 	}
@@ -130,7 +153,7 @@ func (w *Webhooks) Connect(ctx context.Context, userID int64, kind, rawURL, labe
 	if w.box == nil {
 		return Webhook{}, "", errors.New("no key to seal webhook URLs with (PIZZA_SECRET_KEY)")
 	}
-	sealedURL, err := w.box.Seal([]byte(rawURL), urlPurpose(userID))
+	sealedURL, err := w.box.Seal([]byte(rawURL), urlPurpose(userID, folderID))
 	if err != nil {
 		return Webhook{}, "", err
 	}
@@ -142,7 +165,7 @@ func (w *Webhooks) Connect(ctx context.Context, userID int64, kind, rawURL, labe
 			return Webhook{}, "", err
 		}
 		secret = "whsec_" + base64.StdEncoding.EncodeToString(b)
-		if sealedSecret, err = w.box.Seal([]byte(secret), secretPurpose(userID)); err != nil {
+		if sealedSecret, err = w.box.Seal([]byte(secret), secretPurpose(userID, folderID)); err != nil {
 			return Webhook{}, "", err
 		}
 	}
@@ -151,32 +174,89 @@ func (w *Webhooks) Connect(ctx context.Context, userID int64, kind, rawURL, labe
 		label = string(r[:200])
 	}
 	hk := Webhook{Kind: kind, Label: label, Host: u.Hostname()}
-	err = w.pool.QueryRow(ctx, `INSERT INTO notification_webhooks (user_id, kind, label, host, url_sealed, secret_sealed)
-		VALUES ($1, $2, $3, $4, $5, $6) RETURNING id, created_at`,
-		userID, kind, label, hk.Host, sealedURL, sealedSecret).Scan(&hk.ID, &hk.CreatedAt)
+	// A folder's is stored only if the folder is the user's.
+	err = w.pool.QueryRow(ctx, `INSERT INTO notification_webhooks (user_id, kind, label, host, url_sealed, secret_sealed, folder_id)
+		SELECT $1, $2, $3, $4, $5, $6, nullif($7, 0)
+		WHERE $7 = 0 OR EXISTS (SELECT 1 FROM folders WHERE id = $7 AND user_id = $1)
+		RETURNING id, created_at`,
+		userID, kind, label, hk.Host, sealedURL, sealedSecret, folderID).Scan(&hk.ID, &hk.CreatedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Webhook{}, "", fmt.Errorf("folder %d: %w", folderID, db.ErrNotFound)
+	}
 	if err != nil {
 		return Webhook{}, "", fmt.Errorf("store webhook: %w", err)
 	}
 	return hk, secret, nil
 }
 
-// ListWebhooks returns userID's webhooks, oldest first.
+// ListWebhooks returns userID's own webhooks (not their folders'), oldest
+// first.
 func ListWebhooks(ctx context.Context, q db.Querier, userID int64) ([]Webhook, error) {
-	rows, err := q.Query(ctx, `SELECT id, kind, label, host, created_at FROM notification_webhooks WHERE user_id = $1 ORDER BY id`, userID)
+	rows, err := q.Query(ctx, `SELECT id, kind, label, host, created_at FROM notification_webhooks
+		WHERE user_id = $1 AND folder_id IS NULL ORDER BY id`, userID)
+	return collectWebhooks(rows, err)
+}
+
+// ListFolderWebhooks returns the webhooks of folder folderID if it is
+// ownerID's (none otherwise), oldest first.
+func ListFolderWebhooks(ctx context.Context, q db.Querier, ownerID, folderID int64) ([]Webhook, error) {
+	rows, err := q.Query(ctx, `SELECT w.id, w.kind, w.label, w.host, w.created_at FROM notification_webhooks w
+		JOIN folders f ON f.id = w.folder_id AND f.user_id = $1
+		WHERE w.folder_id = $2 ORDER BY w.id`, ownerID, folderID)
+	return collectWebhooks(rows, err)
+}
+
+// FolderWebhooks returns the webhooks of every folder of ownerID, by
+// folder (the folders page).
+func FolderWebhooks(ctx context.Context, q db.Querier, ownerID int64) (map[int64][]Webhook, error) {
+	rows, err := q.Query(ctx, `SELECT w.folder_id, w.id, w.kind, w.label, w.host, w.created_at FROM notification_webhooks w
+		JOIN folders f ON f.id = w.folder_id AND f.user_id = $1 ORDER BY w.id`, ownerID)
+	if err != nil {
+		return nil, fmt.Errorf("list folder webhooks: %w", err)
+	}
+	out := map[int64][]Webhook{}
+	var folderID int64
+	var h Webhook
+	_, err = pgx.ForEachRow(rows, []any{&folderID, &h.ID, &h.Kind, &h.Label, &h.Host, &h.CreatedAt}, func() error {
+		out[folderID] = append(out[folderID], h)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list folder webhooks: %w", err)
+	}
+	return out, nil
+}
+
+func collectWebhooks(rows pgx.Rows, err error) ([]Webhook, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list webhooks: %w", err)
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Webhook, error) {
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Webhook, error) {
 		var h Webhook
 		return h, r.Scan(&h.ID, &h.Kind, &h.Label, &h.Host, &h.CreatedAt)
 	})
+	if err != nil {
+		return nil, fmt.Errorf("list webhooks: %w", err)
+	}
+	return out, nil
 }
 
-// DeleteWebhook removes userID's webhook id.
+// DeleteWebhook removes userID's own webhook id.
 func DeleteWebhook(ctx context.Context, q db.Querier, userID, id int64) (bool, error) {
-	tag, err := q.Exec(ctx, `DELETE FROM notification_webhooks WHERE user_id = $1 AND id = $2`, userID, id)
+	tag, err := q.Exec(ctx, `DELETE FROM notification_webhooks WHERE user_id = $1 AND id = $2 AND folder_id IS NULL`, userID, id)
 	if err != nil {
 		return false, fmt.Errorf("delete webhook: %w", err)
+	}
+	return tag.RowsAffected() > 0, nil
+}
+
+// DeleteFolderWebhook removes webhook id of folder folderID if the folder
+// is ownerID's.
+func DeleteFolderWebhook(ctx context.Context, q db.Querier, ownerID, folderID, id int64) (bool, error) {
+	tag, err := q.Exec(ctx, `DELETE FROM notification_webhooks w USING folders f
+		WHERE w.id = $3 AND w.folder_id = $2 AND f.id = w.folder_id AND f.user_id = $1`, ownerID, folderID, id)
+	if err != nil {
+		return false, fmt.Errorf("delete folder webhook: %w", err)
 	}
 	return tag.RowsAffected() > 0, nil
 }
@@ -189,7 +269,7 @@ type webhookChannel struct {
 func (c *webhookChannel) Name() string { return c.kind }
 
 func (c *webhookChannel) Targets(ctx context.Context, q db.Querier, userID int64) ([]Target, error) {
-	rows, err := q.Query(ctx, `SELECT id, coalesce(nullif(label, ''), host) FROM notification_webhooks WHERE user_id = $1 AND kind = $2 ORDER BY id`, userID, c.kind)
+	rows, err := q.Query(ctx, `SELECT id, coalesce(nullif(label, ''), host) FROM notification_webhooks WHERE user_id = $1 AND kind = $2 AND folder_id IS NULL ORDER BY id`, userID, c.kind)
 	if err != nil {
 		return nil, err
 	}
@@ -201,9 +281,13 @@ func (c *webhookChannel) Targets(ctx context.Context, q db.Querier, userID int64
 
 func (c *webhookChannel) Send(ctx context.Context, target Target, ev Event) error {
 	w := c.w
+	// A person's own webhook (folder_id NULL), or the folder's the
+	// delivery was queued for.
 	var sealedURL, sealedSecret []byte
-	err := w.pool.QueryRow(ctx, `SELECT url_sealed, secret_sealed FROM notification_webhooks WHERE id = $1 AND user_id = $2 AND kind = $3`,
-		target.ID, ev.UserID, c.kind).Scan(&sealedURL, &sealedSecret)
+	var owner int64
+	err := w.pool.QueryRow(ctx, `SELECT url_sealed, secret_sealed, user_id FROM notification_webhooks
+		WHERE id = $1 AND kind = $3 AND CASE WHEN $4 = 0 THEN user_id = $2 AND folder_id IS NULL ELSE folder_id = $4 END`,
+		target.ID, ev.UserID, c.kind, target.FolderID).Scan(&sealedURL, &sealedSecret, &owner)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%s webhook %d: %w", c.kind, target.ID, ErrGone)
 	}
@@ -213,7 +297,7 @@ func (c *webhookChannel) Send(ctx context.Context, target Target, ev Event) erro
 	if w.box == nil {
 		return errors.New("no key to open webhook URLs with (PIZZA_SECRET_KEY)")
 	}
-	rawURL, err := w.box.Open(sealedURL, urlPurpose(ev.UserID))
+	rawURL, err := w.box.Open(sealedURL, urlPurpose(owner, target.FolderID))
 	if err != nil {
 		return fmt.Errorf("%s webhook %d: %w", c.kind, target.ID, err)
 	}
@@ -228,7 +312,7 @@ func (c *webhookChannel) Send(ctx context.Context, target Target, ev Event) erro
 	req.Header.Set("Content-Type", "application/json; charset=utf-8")
 	req.Header.Set("User-Agent", "pizza-bot")
 	if c.kind == "webhook" {
-		secret, err := w.box.Open(sealedSecret, secretPurpose(ev.UserID))
+		secret, err := w.box.Open(sealedSecret, secretPurpose(owner, target.FolderID))
 		if err != nil {
 			return fmt.Errorf("webhook %d: its secret: %w", target.ID, err)
 		}
@@ -262,7 +346,7 @@ func (c *webhookChannel) Send(ctx context.Context, target Target, ev Event) erro
 	reply, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
 	switch {
 	case resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusGone:
-		if _, err := w.pool.Exec(ctx, `DELETE FROM notification_webhooks WHERE id = $1 AND user_id = $2`, target.ID, ev.UserID); err != nil {
+		if _, err := w.pool.Exec(ctx, `DELETE FROM notification_webhooks WHERE id = $1 AND user_id = $2`, target.ID, owner); err != nil {
 			return fmt.Errorf("remove gone webhook %d: %w", target.ID, err)
 		}
 		return fmt.Errorf("%s webhook %d answered %s (removed): %w", c.kind, target.ID, resp.Status, ErrGone)

@@ -1,0 +1,163 @@
+package notify_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"pizzabot/db"
+	"pizzabot/notify"
+)
+
+// A call waiting in a thread of a shared folder is posted once to the
+// folder's Slack webhook although two people (the owner and a member) are
+// told of it; a thread outside the folder posts nothing there.
+func TestFolderWebhookPostsOncePerEvent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	bob, err := db.UpsertUser(ctx, b.pool, "https://idp.example", "bob", "bob@example.com", "Bob", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Sign-in verified his address: he is user:bob@example.com to shares.
+	if _, err := b.pool.Exec(ctx, `UPDATE users SET email_verified = true WHERE id = $1`, bob.ID); err != nil {
+		t.Fatal(err)
+	}
+f, err := db.CreateFolder(ctx, b.pool, b.user.ID, "Deal desk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ShareFolder(ctx, b.pool, b.user.ID, f.ID, "user:bob@example.com", db.RoleMember); err != nil {
+		t.Fatal(err)
+	}
+	room, own := newReceiver(t, http.StatusOK), newReceiver(t, http.StatusOK)
+	hook, _, err := b.webhooks.ConnectFolder(ctx, b.user.ID, f.ID, "slack", room.URL+"/services/T0/B0/folder", "#deal-desk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Alice's own webhook still hears of it, and is not the folder's.
+	if _, _, err := b.webhooks.Connect(ctx, b.user.ID, "slack", own.URL+"/services/T0/B0/own", "me"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := notify.ListWebhooks(ctx, b.pool, b.user.ID); err != nil || len(got) != 1 || got[0].Label != "me" {
+		t.Fatalf("alice's own webhooks = %+v, %v", got, err)
+	}
+
+	waiting := func(folderID *int64, title string) (db.Thread, db.ToolCallRow) {
+		th, err := db.CreateThread(ctx, b.pool, db.NewThread{UserID: b.user.ID, FolderID: folderID, Title: title})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, err := db.AddMessage(ctx, b.pool, db.Message{ThreadID: th.ID, Role: db.RoleAssistant})
+		if err != nil {
+			t.Fatal(err)
+		}
+		callID, err := db.InsertToolCall(ctx, b.pool, db.NewToolCall{ThreadID: th.ID, MessageID: msg.ID, CallID: "c1", Name: "send_quote",
+			Arguments: `{"to":"buyer@example.com"}`, State: db.CallPending, WaitKind: db.WaitApproval, AllowedDecisions: []string{"approve"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := db.GetToolCall(ctx, b.pool, callID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return th, c
+	}
+	inFolder, c := waiting(&f.ID, "Quote for ACME")
+	outside, c2 := waiting(nil, "Private notes")
+
+	d := b.replica(notify.Config{Channels: b.webhooks.Channels()})
+	// Told as the run service tells it: each decider in turn, in one
+	// transaction, then again by another replica's retry.
+	deciders, err := db.CallDeciders(ctx, b.pool, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(deciders) != 2 || deciders[0] != b.user.ID || deciders[1] != bob.ID {
+		t.Fatalf("deciders = %v, want alice and bob", deciders)
+	}
+	for range 2 {
+		b.publishAll(d, notify.DecisionEvent(deciders[0], inFolder, c), notify.DecisionEvent(deciders[1], inFolder, c))
+	}
+	b.publish(d, notify.DecisionEvent(b.user.ID, outside, c2))
+
+	key := notify.DecisionEvent(0, inFolder, c).Key
+	got := b.delivery(key, "slack", hook.ID)
+	if got.State != notify.StateSent || got.TargetLabel != "#deal-desk" {
+		t.Fatalf("folder delivery = %+v", got)
+	}
+	b.delivery(notify.DecisionEvent(0, outside, c2).Key, "slack", 0) // alice's own: settled
+	time.Sleep(300 * time.Millisecond)                               // a second post would have come by now
+	bodies, _ := room.got()
+	if len(bodies) != 1 {
+		t.Fatalf("the folder's webhook got %d posts, want 1", len(bodies))
+	}
+	var msg struct {
+		Text string `json:"text"`
+	}
+	if err := json.Unmarshal(bodies[0], &msg); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Quote for ACME", "send_quote waits for a decision", "to: buyer@example.com"} {
+		if !strings.Contains(msg.Text, want) {
+			t.Errorf("folder post lacks %q:\n%s", want, msg.Text)
+		}
+	}
+	if strings.Contains(msg.Text, "Private notes") || strings.Contains(msg.Text, "your decision") {
+		t.Errorf("folder post = %s", msg.Text)
+	}
+	if bodies, _ := own.got(); len(bodies) != 2 {
+		t.Fatalf("alice's own webhook got %d posts, want 2 (both threads)", len(bodies))
+	}
+	var n int
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM notification_deliveries WHERE folder_id = $1`, f.ID).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d folder deliveries (%v), want 1", n, err)
+	}
+}
+
+// Only the folder's owner lists, connects and removes its webhooks; to
+// anyone else the folder does not exist.
+func TestFolderWebhooksScopedToOwner(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	bob, err := db.UpsertUser(ctx, b.pool, "https://idp.example", "bob", "bob@example.com", "Bob", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := db.CreateFolder(ctx, b.pool, b.user.ID, "Deal desk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ShareFolder(ctx, b.pool, b.user.ID, f.ID, "user:bob@example.com", db.RoleMember); err != nil {
+		t.Fatal(err)
+	}
+	room := newReceiver(t, http.StatusOK)
+	hook, _, err := b.webhooks.ConnectFolder(ctx, b.user.ID, f.ID, "discord", room.URL+"/api/webhooks/1/x", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.webhooks.ConnectFolder(ctx, bob.ID, f.ID, "slack", room.URL+"/s", ""); !errors.Is(err, db.ErrNotFound) {
+		t.Fatalf("bob connecting to alice's folder: %v", err)
+	}
+	if got, err := notify.ListFolderWebhooks(ctx, b.pool, bob.ID, f.ID); err != nil || len(got) != 0 {
+		t.Fatalf("bob lists %+v, %v", got, err)
+	}
+	if ok, err := notify.DeleteFolderWebhook(ctx, b.pool, bob.ID, f.ID, hook.ID); err != nil || ok {
+		t.Fatalf("bob deleted alice's folder webhook: %v, %v", ok, err)
+	}
+	if ok, err := notify.DeleteWebhook(ctx, b.pool, b.user.ID, hook.ID); err != nil || ok {
+		t.Fatalf("the folder's webhook removed as a person's: %v, %v", ok, err)
+	}
+	if got, err := notify.ListFolderWebhooks(ctx, b.pool, b.user.ID, f.ID); err != nil || len(got) != 1 || got[0].Host != "127.0.0.1" {
+		t.Fatalf("alice lists %+v, %v", got, err)
+	}
+	if ok, err := notify.DeleteFolderWebhook(ctx, b.pool, b.user.ID, f.ID, hook.ID); err != nil || !ok {
+		t.Fatalf("alice deletes: %v, %v", ok, err)
+	}
+}
