@@ -359,7 +359,7 @@ func (c MCPServerConfig) Expand(lookup func(string) (string, bool)) (MCPServerCo
 		}
 	}
 	out.Env = ex.expandMap(c.Env)
-	out.Headers = ex.expandMap(c.Headers)
+	out.Headers = ex.expandHeaders(c)
 	if c.OAuth != nil {
 		o := *c.OAuth
 		o.ClientSecret = ex.expand(o.ClientSecret)
@@ -407,7 +407,10 @@ func (c MCPServerConfig) CheckSyntax() error {
 		ex.expand(a)
 	}
 	ex.expandMap(c.Env)
-	ex.expandMap(c.Headers)
+	ex.expandHeaders(c)
+	if c.OAuth != nil {
+		ex.expand(c.OAuth.ClientSecret)
+	}
 	if len(ex.errs) > 0 {
 		return errors.New(strings.Join(ex.errs, "; "))
 	}
@@ -424,7 +427,7 @@ func (c MCPServerConfig) References() []string {
 		ex.expand(a)
 	}
 	ex.expandMap(c.Env)
-	ex.expandMap(c.Headers)
+	ex.expandHeaders(c)
 	if c.OAuth != nil {
 		ex.expand(c.OAuth.ClientSecret)
 	}
@@ -432,12 +435,39 @@ func (c MCPServerConfig) References() []string {
 	return slices.Compact(ex.refs)
 }
 
+// UserSecrets lists the NAMEs of the ${user:NAME} references in the
+// headers of an HTTP or SSE server, sorted: each user's own values
+// (docs/mcp.md), filled per user session, which makes the server one used
+// with each user's own credentials. Elsewhere such a reference is an error
+// of Expand and CheckSyntax.
+func (c MCPServerConfig) UserSecrets() []string {
+	ex := expander{lookup: func(string) (string, bool) { return "", true }}
+	ex.expandHeaders(c)
+	slices.Sort(ex.userRefs)
+	return slices.Compact(ex.userRefs)
+}
+
+// UserSecretRef is how a header refers to each user's own value name.
+func UserSecretRef(name string) string { return "${user:" + name + "}" }
+
 type expander struct {
 	lookup  func(string) (string, bool)
 	missing []string
 	errs    []string
 	collect bool
 	refs    []string
+	// inHeaders: ${user:NAME} is kept for each user's session (the
+	// headers of an HTTP or SSE server); userRefs collects the NAMEs.
+	inHeaders bool
+	userRefs  []string
+}
+
+// expandHeaders expands c's header values, keeping ${user:NAME} when c
+// is an HTTP or SSE server.
+func (ex *expander) expandHeaders(c MCPServerConfig) map[string]string {
+	ex.inHeaders = c.Type != MCPStdio && c.Command == ""
+	defer func() { ex.inHeaders = false }()
+	return ex.expandMap(c.Headers)
 }
 
 func (ex *expander) expandMap(m map[string]string) map[string]string {
@@ -479,7 +509,17 @@ func (ex *expander) expand(s string) string {
 		}
 		expr := rest[:j]
 		name, def, hasDef := strings.Cut(expr, ":-")
-		if !validVarName(name) {
+		if user, ok := strings.CutPrefix(expr, "user:"); ok {
+			switch {
+			case !validVarName(user):
+				ex.errs = append(ex.errs, fmt.Sprintf("${%s}: %q is not a name (${user:NAME}, letters, digits and _)", expr, user))
+			case !ex.inHeaders:
+				ex.errs = append(ex.errs, fmt.Sprintf("${%s} is filled with each user's own value only in the headers of an http or sse server, not in a command, args, env, cwd, url or oauth", expr))
+			default:
+				ex.userRefs = append(ex.userRefs, user)
+				b.WriteString(UserSecretRef(user)) // filled per user session
+			}
+		} else if !validVarName(name) {
 			ex.errs = append(ex.errs, fmt.Sprintf("${%s}: %q is not a variable name", expr, name))
 		} else {
 			ex.refs = append(ex.refs, name)

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -191,5 +192,43 @@ func TestMCPToolName(t *testing.T) {
 	}
 	if err := agent.ValidMCPServerName("a__b"); err == nil {
 		t.Error("a__b accepted")
+	}
+}
+
+// ${user:NAME} is kept in an HTTP server's headers, for each user's
+// session, and refused everywhere else at load.
+func TestUserSecretReferences(t *testing.T) {
+	env := func(n string) (string, bool) { return map[string]string{"TEAM": "pizza"}[n], n == "TEAM" }
+	http := agent.MCPServerConfig{Type: agent.MCPHTTP, URL: "https://mcp.example.com/mcp",
+		Headers: map[string]string{"X-Api-Key": "${user:API_KEY}", "X-Team": "${TEAM}", "Authorization": "Token ${user:TOKEN} ${user:API_KEY}"}}
+	out, err := http.Expand(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Headers["X-Api-Key"] != "${user:API_KEY}" || out.Headers["X-Team"] != "pizza" || out.Headers["Authorization"] != "Token ${user:TOKEN} ${user:API_KEY}" {
+		t.Fatalf("headers = %v", out.Headers)
+	}
+	if got := out.UserSecrets(); !slices.Equal(got, []string{"API_KEY", "TOKEN"}) {
+		t.Fatalf("UserSecrets = %v", got)
+	}
+	if err := http.CheckSyntax(); err != nil {
+		t.Fatal(err)
+	}
+	for name, cfg := range map[string]agent.MCPServerConfig{
+		"env":  {Type: agent.MCPStdio, Command: "srv", Env: map[string]string{"KEY": "${user:API_KEY}"}},
+		"args": {Type: agent.MCPStdio, Command: "srv", Args: []string{"--key=${user:API_KEY}"}},
+		"url":  {Type: agent.MCPHTTP, URL: "https://mcp.example.com/${user:API_KEY}"},
+		"bad":  {Type: agent.MCPHTTP, URL: "https://mcp.example.com/", Headers: map[string]string{"X": "${user:no-dash}"}},
+	} {
+		_, err := cfg.Expand(env)
+		if err == nil || !strings.Contains(err.Error(), "${user:") {
+			t.Errorf("%s: Expand = %v", name, err)
+		}
+		if err := cfg.CheckSyntax(); err == nil {
+			t.Errorf("%s: CheckSyntax accepted it", name)
+		}
+		if got := cfg.UserSecrets(); name != "bad" && len(got) != 0 {
+			t.Errorf("%s: UserSecrets = %v", name, got)
+		}
 	}
 }

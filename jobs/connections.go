@@ -51,6 +51,9 @@ type SignIns interface {
 	// signer, which lists the server's tools for the toolbox; a
 	// *agent.NeedsConnection when they have no live connection to it.
 	OpenAs(ctx context.Context, signer mcpclient.Signer, userID int64, server string) error
+	// Credentialed reports whether userID has what server needs (a
+	// token, their ${user:NAME} values), without reaching it.
+	Credentialed(ctx context.Context, signer mcpclient.Signer, userID int64, server string) error
 }
 
 // signIns opens the sessions of userID to the servers each user signs in
@@ -169,7 +172,7 @@ func (rt *Runtime) recheck(ctx context.Context, userID int64, waits []db.Connect
 	bg, cancel := context.WithTimeout(context.WithoutCancel(context.Background()), 30*time.Second)
 	defer cancel()
 	for _, w := range waits {
-		if _, err := rt.cfg.Credentials.Token(bg, userID, w.Server); err != nil {
+		if err := rt.cfg.SignIns.Credentialed(bg, rt.cfg.Credentials, userID, w.Server); err != nil {
 			continue
 		}
 		if err := rt.ConnectionReady(bg, userID, w.Server); err != nil {

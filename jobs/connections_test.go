@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
@@ -15,6 +16,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
 
 	"pizzabot/agent"
 	"pizzabot/agent/mcpclient"
@@ -61,6 +64,12 @@ var whoamiScript = scriptmodel.Script{Rules: []scriptmodel.Rule{
 
 func setupConnections(t *testing.T, as *authtest.Server) *connBundle {
 	t.Helper()
+	return setupConnectionsWith(t, as, agent.MCPServerConfig{Type: agent.MCPHTTP, URL: as.MCPURL(), OAuth: &agent.MCPOAuth{}})
+}
+
+// setupConnectionsWith is setupConnections with notes configured as cfg.
+func setupConnectionsWith(t *testing.T, as *authtest.Server, cfg agent.MCPServerConfig) *connBundle {
+	t.Helper()
 	ctx := context.Background()
 	pool := dbtest.New(t)
 	b := &connBundle{pool: pool, as: as}
@@ -85,7 +94,7 @@ func setupConnections(t *testing.T, as *authtest.Server) *connBundle {
 	}
 	m := mcpclient.New(mcpclient.Options{MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, CallTimeout: 15 * time.Second})
 	t.Cleanup(m.Close)
-	m.Apply([]mcpclient.Spec{{Name: "notes", Config: agent.MCPServerConfig{Type: agent.MCPHTTP, URL: as.MCPURL(), OAuth: &agent.MCPOAuth{}}}})
+	m.Apply([]mcpclient.Spec{{Name: "notes", Config: cfg}})
 	tb, err := tools.NewToolbox()
 	if err != nil {
 		t.Fatal(err)
@@ -352,5 +361,68 @@ func TestConnectionReadyResumesOnceAcrossReplicas(t *testing.T) {
 	}
 	if err := replicas[0].ConnectionReady(ctx, user.ID, "crm"); err != nil || steps(cancelled) != 0 {
 		t.Fatalf("the cancelled run was resumed (%d), %v", steps(cancelled), err)
+	}
+}
+
+// keyedNotes is an MCP server "notes" that takes an X-Api-Key header, not
+// OAuth: each key is one user's; whoami says whose.
+func keyedNotes(t *testing.T, keys map[string]string) *httptest.Server {
+	t.Helper()
+	type userKey struct{}
+	ms := server.NewMCPServer("keyed-notes", "1.0.0")
+	ms.AddTool(mcp.NewTool("whoami"), func(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText(ctx.Value(userKey{}).(string)), nil
+	})
+	h := server.NewStreamableHTTPServer(ms, server.WithStateLess(true))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		user, ok := keys[r.Header.Get("X-Api-Key")]
+		if !ok {
+			http.Error(w, "unknown key", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), userKey{}, user)))
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// A server whose header is ${user:API_KEY}: each user's run calls it with
+// their own key; a run of a user who has not entered theirs waits in
+// Action and resumes once they do (connections.Service.SetSecret, which
+// the Connections page and the API call); the key is sealed in the table.
+func TestRunWaitsForUserSecretAndResumes(t *testing.T) {
+	t.Parallel()
+	as := authtest.New()
+	t.Cleanup(as.Close)
+	srv := keyedNotes(t, map[string]string{"alice-key-7f3a": "alice", "bob-key-91c2": "bob"})
+	b := setupConnectionsWith(t, as, agent.MCPServerConfig{Type: agent.MCPHTTP, URL: srv.URL,
+		Headers: map[string]string{"X-Api-Key": "${user:API_KEY}"}})
+	ctx := context.Background()
+	if err := b.svc.SetSecret(ctx, b.bob.ID, "notes", "API_KEY", "bob-key-91c2"); err != nil {
+		t.Fatal(err)
+	}
+	tb := b.start(t, b.bob, "notes-reader")
+	ta := b.start(t, b.alice, "notes-reader")
+	jobstest.Wait(t, b.pool, b.bob, tb.ID, db.StatusDone)
+	if got := b.toolResultsOf(t, b.bob, tb.ID); !slices.Equal(got, []string{"bob"}) {
+		t.Fatalf("bob's results = %q", got)
+	}
+	th := jobstest.Wait(t, b.pool, b.alice, ta.ID, db.StatusWaiting)
+	if len(th.ConnectionWaits) != 1 || th.ConnectionWaits[0].Server != "notes" || !th.InAction {
+		t.Fatalf("alice's waits = %+v, in action %v", th.ConnectionWaits, th.InAction)
+	}
+	if err := b.svc.SetSecret(ctx, b.alice.ID, "notes", "API_KEY", "alice-key-7f3a"); err != nil {
+		t.Fatal(err)
+	}
+	jobstest.Wait(t, b.pool, b.alice, ta.ID, db.StatusDone)
+	if got := b.toolResultsOf(t, b.alice, ta.ID); !slices.Equal(got, []string{"alice"}) {
+		t.Fatalf("alice's results = %q", got)
+	}
+	var dump string
+	if err := b.pool.QueryRow(ctx, `SELECT string_agg(encode(value_sealed, 'escape'), ' ') FROM user_secrets`).Scan(&dump); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(dump, "alice-key-7f3a") || strings.Contains(dump, "bob-key-91c2") {
+		t.Fatal("a key is readable in user_secrets")
 	}
 }

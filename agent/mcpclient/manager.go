@@ -391,6 +391,11 @@ type server struct {
 	// are their connections.
 	perUser  bool
 	sessions map[int64]*session
+	// oauth: a user's session carries their access token (an "oauth"
+	// block, or the server's 401 challenge); secrets are the NAMEs of
+	// the ${user:NAME} in its headers, filled with each user's values.
+	oauth   bool
+	secrets []string
 }
 
 func (m *Manager) newServer(s Spec) *server {
@@ -400,7 +405,8 @@ func (m *Manager) newServer(s Spec) *server {
 		ctx: ctx, stopFn: cancel, done: make(chan struct{}), kick: make(chan struct{}, 1),
 		state: StateStarting, since: time.Now(), byName: map[string]Tool{},
 		// Known at once: runs ask SignInServers before it first runs.
-		perUser: s.Config.OAuth != nil,
+		perUser: s.Config.OAuth != nil || len(s.Config.UserSecrets()) > 0,
+		oauth:   s.Config.OAuth != nil, secrets: s.Config.UserSecrets(),
 	}
 }
 
@@ -457,7 +463,8 @@ func (s *server) stop() {
 func (s *server) run() {
 	defer close(s.done)
 	log := s.m.log.With("mcp_server", s.spec.Name)
-	if s.spec.Config.OAuth != nil {
+	if s.spec.Config.OAuth != nil || len(s.secrets) > 0 {
+		// No connection without a user's token or values.
 		s.waitSignedIn()
 		return
 	}
@@ -475,6 +482,9 @@ func (s *server) run() {
 		if errors.Is(err, transport.ErrAuthorizationRequired) {
 			// The MCP authorization spec's challenge: each user signs in.
 			log.Info("mcp server asks each user to sign in")
+			s.mu.Lock()
+			s.oauth = true
+			s.mu.Unlock()
 			s.waitSignedIn()
 			return
 		}

@@ -45,6 +45,9 @@ type Signer interface {
 	Token(ctx context.Context, userID int64, server string) (string, error)
 	// Rejected tells that server answered 401 to token.
 	Rejected(ctx context.Context, userID int64, server, token string) error
+	// Secret is userID's value of ${user:name} for server, or a
+	// *agent.NeedsConnection naming it.
+	Secret(ctx context.Context, userID int64, server, name string) (string, error)
 }
 
 // session is one user's connection to a server they signed in to.
@@ -52,12 +55,113 @@ type session struct {
 	mu    sync.Mutex // one dial at a time
 	conn  *conn
 	token string
-	used  time.Time
+	// key is what the session was opened with (token and values): a
+	// change reopens it.
+	key  string
+	used time.Time
+	// refused is the key of ${user:NAME} values the server answered 401
+	// to: not tried again until the user enters others.
+	refused string
+}
+
+// creds are what userID's session to s is opened with: their access token
+// (a server they sign in to) and their value of each ${user:NAME}; a
+// *agent.NeedsConnection when one is missing.
+type creds struct {
+	token  string
+	values map[string]string
+}
+
+func (c creds) key() string {
+	var b strings.Builder
+	b.WriteString(c.token)
+	for _, n := range slices.Sorted(maps.Keys(c.values)) {
+		b.WriteString("\x00" + n + "=" + c.values[n])
+	}
+	return b.String()
+}
+
+func (s *server) creds(ctx context.Context, signer Signer, userID int64) (creds, error) {
+	s.mu.Lock()
+	oauth, secrets := s.oauth, s.secrets
+	s.mu.Unlock()
+	var c creds
+	if oauth {
+		tok, err := signer.Token(ctx, userID, s.spec.Name)
+		if err != nil {
+			return c, err
+		}
+		c.token = tok
+	}
+	for _, n := range secrets {
+		v, err := signer.Secret(ctx, userID, s.spec.Name, n)
+		if err != nil {
+			return c, err
+		}
+		if strings.ContainsAny(v, "\r\n\x00") {
+			return c, &agent.NeedsConnection{Server: s.spec.Name, Secret: n, Reason: "your " + n + " is not a valid header value"}
+		}
+		if c.values == nil {
+			c.values = map[string]string{}
+		}
+		c.values[n] = v
+	}
+	return c, nil
+}
+
+// Credentialed reports whether userID has what server needs for a session
+// (a token, their ${user:NAME} values), without reaching the server: nil
+// when they do or server is not one used with each user's own; else a
+// *agent.NeedsConnection.
+func (m *Manager) Credentialed(ctx context.Context, signer Signer, userID int64, server string) error {
+	sv := m.serverNamed(server)
+	if sv == nil || !sv.isPerUser() {
+		return nil
+	}
+	cr, err := sv.creds(ctx, signer, userID)
+	if err != nil {
+		return err
+	}
+	sv.mu.Lock()
+	us := sv.sessions[userID]
+	sv.mu.Unlock()
+	if us != nil {
+		us.mu.Lock()
+		refused := us.refused != "" && us.refused == cr.key()
+		us.mu.Unlock()
+		if refused {
+			return sv.refusedValues()
+		}
+	}
+	return nil
+}
+
+// refusedValues is the error of a server that refused a user's ${user:NAME}
+// values (it has no token of theirs).
+func (s *server) refusedValues() error {
+	return &agent.NeedsConnection{Server: s.spec.Name, Secret: s.secrets[0], Reason: "the server refused your " + strings.Join(s.secrets, ", ")}
+}
+
+// markRefused records that the server refused userID's values key.
+func (s *server) markRefused(userID int64, key string) {
+	s.mu.Lock()
+	us := s.sessions[userID]
+	s.mu.Unlock()
+	if us != nil {
+		us.mu.Lock()
+		us.refused = key
+		us.mu.Unlock()
+	}
 }
 
 // refused is the error of a server that answered 401 to userID's token,
 // after telling signer.
 func (s *server) refused(ctx context.Context, signer Signer, userID int64, token string) error {
+	if token == "" {
+		// Only ${user:NAME} values: the server refused them, to be
+		// entered again (session.refused).
+		return s.refusedValues()
+	}
 	if err := signer.Rejected(context.WithoutCancel(ctx), userID, s.spec.Name, token); err != nil {
 		s.m.log.Warn("record a refused token", "mcp_server", s.spec.Name, "user", userID, "err", err)
 	}
@@ -93,16 +197,17 @@ func (s *server) closeSessions() {
 
 // userConn is userID's live session to s, opened (and its tools listed)
 // with their current token when there is none or the token changed.
-func (s *server) userConn(ctx context.Context, signer Signer, userID int64) (*conn, string, error) {
-	tok, err := signer.Token(ctx, userID, s.spec.Name)
+func (s *server) userConn(ctx context.Context, signer Signer, userID int64) (c *conn, tok, key string, err error) {
+	cr, err := s.creds(ctx, signer, userID)
 	if err != nil {
-		return nil, "", err
+		return nil, "", "", err
 	}
+	tok, key = cr.token, cr.key()
 	now := time.Now()
 	s.mu.Lock()
 	if s.ctx.Err() != nil {
 		s.mu.Unlock()
-		return nil, "", &CallError{Server: s.spec.Name, Msg: fmt.Sprintf("MCP server %q is stopped", s.spec.Name)}
+		return nil, "", "", &CallError{Server: s.spec.Name, Msg: fmt.Sprintf("MCP server %q is stopped", s.spec.Name)}
 	}
 	if s.sessions == nil {
 		s.sessions = map[int64]*session{}
@@ -132,12 +237,15 @@ func (s *server) userConn(ctx context.Context, signer Signer, userID int64) (*co
 	us.mu.Lock()
 	defer us.mu.Unlock()
 	us.used = now
+	if tok == "" && us.refused == key {
+		return nil, "", "", s.refusedValues()
+	}
 	if us.conn != nil {
 		select {
 		case <-us.conn.dead:
 		default:
-			if us.token == tok {
-				return us.conn, tok, nil
+			if us.key == key {
+				return us.conn, tok, key, nil
 			}
 		}
 		us.conn.close()
@@ -148,16 +256,24 @@ func (s *server) userConn(ctx context.Context, signer Signer, userID int64) (*co
 	if cfg.Headers == nil {
 		cfg.Headers = map[string]string{}
 	}
-	for k := range cfg.Headers {
-		if strings.EqualFold(k, "Authorization") {
-			delete(cfg.Headers, k) // the user's token, never the configuration's
+	for k, v := range cfg.Headers {
+		for n, val := range cr.values {
+			v = strings.ReplaceAll(v, agent.UserSecretRef(n), val)
 		}
+		cfg.Headers[k] = v
 	}
-	cfg.Headers["Authorization"] = "Bearer " + tok
+	if cr.token != "" {
+		for k := range cfg.Headers {
+			if strings.EqualFold(k, "Authorization") {
+				delete(cfg.Headers, k) // the user's token, never the configuration's
+			}
+		}
+		cfg.Headers["Authorization"] = "Bearer " + tok
+	}
 	log := s.m.log.With("mcp_server", s.spec.Name)
-	c, err := dial(s.ctx, cfg, s.ring, log)
+	c, err = dial(s.ctx, cfg, s.ring, log)
 	if err != nil {
-		return nil, "", &CallError{Server: s.spec.Name, Msg: fmt.Sprintf("MCP server %q could not be reached: %v", s.spec.Name, err)}
+		return nil, "", "", &CallError{Server: s.spec.Name, Msg: fmt.Sprintf("MCP server %q could not be reached: %v", s.spec.Name, err)}
 	}
 	hctx, cancel := context.WithTimeout(ctx, s.m.opts.ConnectTimeout)
 	defer cancel()
@@ -165,13 +281,16 @@ func (s *server) userConn(ctx context.Context, signer Signer, userID int64) (*co
 	if err != nil {
 		c.close()
 		if errors.Is(err, transport.ErrAuthorizationRequired) {
-			return nil, "", s.refused(ctx, signer, userID, tok)
+			if tok == "" {
+				us.refused = key
+			}
+			return nil, "", "", s.refused(ctx, signer, userID, tok)
 		}
-		return nil, "", &CallError{Server: s.spec.Name, Msg: fmt.Sprintf("MCP server %q could not be reached: %v", s.spec.Name, err)}
+		return nil, "", "", &CallError{Server: s.spec.Name, Msg: fmt.Sprintf("MCP server %q could not be reached: %v", s.spec.Name, err)}
 	}
-	us.conn, us.token = c, tok
+	us.conn, us.token, us.key = c, tok, key
 	s.learn(info, tools)
-	return c, tok, nil
+	return c, tok, key, nil
 }
 
 // learn records the tools a user's session listed as the server's.
@@ -195,7 +314,7 @@ func (s *server) learn(info *mcp.InitializeResult, tools []mcp.Tool) {
 
 // callAs runs one call over userID's session.
 func (s *server) callAs(ctx context.Context, signer Signer, userID int64, tool Tool, args map[string]any) (*mcp.CallToolResult, error) {
-	c, tok, err := s.userConn(ctx, signer, userID)
+	c, tok, key, err := s.userConn(ctx, signer, userID)
 	if err != nil {
 		return nil, err
 	}
@@ -203,6 +322,9 @@ func (s *server) callAs(ctx context.Context, signer Signer, userID int64, tool T
 	var ce *CallError
 	if errors.As(err, &ce) && ce.unauthorized {
 		s.dropSession(userID, c)
+		if tok == "" {
+			s.markRefused(userID, key)
+		}
 		return nil, s.refused(ctx, signer, userID, tok)
 	}
 	return res, err
@@ -247,7 +369,7 @@ func (m *Manager) OpenAs(ctx context.Context, signer Signer, userID int64, serve
 	if sv == nil || !sv.isPerUser() {
 		return nil
 	}
-	_, _, err := sv.userConn(ctx, signer, userID)
+	_, _, _, err := sv.userConn(ctx, signer, userID)
 	return err
 }
 
@@ -265,7 +387,7 @@ func (m *Manager) CallAs(ctx context.Context, signer Signer, userID int64, name 
 			if !known {
 				// This process has not listed the server's tools yet
 				// (another replica did): the user's session lists them.
-				if _, _, err := sv.userConn(ctx, signer, userID); err != nil {
+				if _, _, _, err := sv.userConn(ctx, signer, userID); err != nil {
 					return nil, err
 				}
 				sv.mu.Lock()

@@ -74,6 +74,17 @@ type signer struct {
 	mu       sync.Mutex
 	tokens   map[int64]string
 	rejected []string
+	values   map[int64]string // each user's ${user:API_KEY}
+}
+
+func (s *signer) Secret(_ context.Context, userID int64, server, name string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.values[userID]
+	if !ok || name != "API_KEY" {
+		return "", &agent.NeedsConnection{Server: server, Secret: name, Reason: "not entered"}
+	}
+	return v, nil
 }
 
 func (s *signer) Token(_ context.Context, userID int64, server string) (string, error) {
@@ -185,5 +196,112 @@ func TestUnauthorizedServerAsksEachUser(t *testing.T) {
 	}
 	if names := toolNames(m.Tools()); !slices.Equal(names, []string{"mcp__crm__whoami"}) {
 		t.Fatalf("tools = %v", names)
+	}
+}
+
+// keyServer is an MCP server that takes only requests whose X-Api-Key is
+// one it knows; whoami says whose key the call carried.
+func newKeyServer(t *testing.T, keys map[string]string) (*httptest.Server, *[]string) {
+	t.Helper()
+	var mu sync.Mutex
+	var seen []string
+	ms := server.NewMCPServer("keyed", "1.0.0")
+	ms.AddTool(mcp.NewTool("whoami"), func(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText(ctx.Value(userKey{}).(string)), nil
+	})
+	h := server.NewStreamableHTTPServer(ms, server.WithStateLess(true))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("X-Api-Key")
+		mu.Lock()
+		seen = append(seen, key+"|"+r.Header.Get("X-Team"))
+		user, ok := keys[key]
+		mu.Unlock()
+		if !ok {
+			http.Error(w, "unknown key", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), userKey{}, user)))
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &seen
+}
+
+// ${user:API_KEY} in a header: each user's calls carry their own value; a
+// user without one gets a NeedsConnection naming it and nothing is sent;
+// the server is never reached with the reference unfilled.
+func TestUserSecretHeaders(t *testing.T) {
+	t.Parallel()
+	srv, seen := newKeyServer(t, map[string]string{"key-alice": "alice", "key-bob": "bob"})
+	m := mcpclient.New(fast)
+	defer m.Close()
+	m.Apply([]mcpclient.Spec{{Name: "crm", Config: agent.MCPServerConfig{Type: agent.MCPHTTP, URL: srv.URL,
+		Headers: map[string]string{"X-Api-Key": "${user:API_KEY}", "X-Team": "pizza"}}}})
+	waitFor(t, m, "crm", "sign-in state", func(st mcpclient.Status) bool { return st.State == mcpclient.StateSignIn })
+	if got := m.SignInServers(); !slices.Equal(got, []string{"crm"}) {
+		t.Fatalf("SignInServers = %v", got)
+	}
+	sg := &signer{values: map[int64]string{1: "key-alice", 2: "key-bob"}}
+	ctx := context.Background()
+	call := func(user int64) (string, error) {
+		res, err := m.CallAs(ctx, sg, user, "mcp__crm__whoami", nil)
+		if err != nil {
+			return "", err
+		}
+		text, _ := mcpclient.FormatResult(res)
+		return text, nil
+	}
+	for user, want := range map[int64]string{1: "alice", 2: "bob"} {
+		if got, err := call(user); err != nil || got != want {
+			t.Fatalf("user %d: %q, %v; want %q", user, got, err, want)
+		}
+	}
+	var nc *agent.NeedsConnection
+	if _, err := call(3); !errors.As(err, &nc) || nc.Server != "crm" || nc.Secret != "API_KEY" {
+		t.Fatalf("a user without the key: %v", err)
+	}
+	if err := m.Credentialed(ctx, sg, 3, "crm"); !errors.As(err, &nc) {
+		t.Fatalf("Credentialed of a user without the key = %v", err)
+	}
+	if err := m.Credentialed(ctx, sg, 1, "crm"); err != nil {
+		t.Fatal(err)
+	}
+
+	// A replaced value: the next call carries it.
+	sg.mu.Lock()
+	sg.values[1] = "key-bob"
+	sg.mu.Unlock()
+	if got, err := call(1); err != nil || got != "bob" {
+		t.Fatalf("after replacing: %q, %v", got, err)
+	}
+	// A value the server refuses: a NeedsConnection naming it, no token
+	// rejected (there is none).
+	sg.mu.Lock()
+	sg.values[2] = "key-wrong"
+	sg.mu.Unlock()
+	if _, err := call(2); !errors.As(err, &nc) || nc.Secret != "API_KEY" {
+		t.Fatalf("a refused key: %v", err)
+	}
+	if len(sg.rejected) != 0 {
+		t.Fatalf("rejected = %v", sg.rejected)
+	}
+	// The refused value is not tried again (a resumed run would only
+	// wait again) until another is entered.
+	n := len(*seen)
+	if err := m.Credentialed(ctx, sg, 2, "crm"); !errors.As(err, &nc) {
+		t.Fatalf("Credentialed with a refused key = %v", err)
+	}
+	if _, err := call(2); !errors.As(err, &nc) || len(*seen) != n {
+		t.Fatalf("the refused key was tried again: %v", err)
+	}
+	sg.mu.Lock()
+	sg.values[2] = "key-bob"
+	sg.mu.Unlock()
+	if got, err := call(2); err != nil || got != "bob" {
+		t.Fatalf("after entering another key: %q, %v", got, err)
+	}
+	for _, h := range *seen {
+		if strings.Contains(h, "${") || !strings.HasSuffix(h, "|pizza") {
+			t.Fatalf("the server got %q", h)
+		}
 	}
 }
