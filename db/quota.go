@@ -48,12 +48,20 @@ func SetUserQuota(ctx context.Context, q Querier, limit int64) error {
 // none.
 func UserQuota(ctx context.Context, q Querier) (int64, error) {
 	v, err := GetServerSetting(ctx, q, SettingUserQuota)
-	if err != nil || v == "" {
-		return DefaultUserQuota, err
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("setting %s %q: %w", SettingUserQuota, v, err)
+		return 0, err
+	}
+	return parseQuota(&v)
+}
+
+// parseQuota reads the setting's value (nil or empty: the default).
+func parseQuota(v *string) (int64, error) {
+	if v == nil || *v == "" {
+		return DefaultUserQuota, nil
+	}
+	n, err := strconv.ParseInt(*v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("setting %s %q: %w", SettingUserQuota, *v, err)
 	}
 	return n, nil
 }
@@ -105,16 +113,21 @@ func checkQuota(ctx context.Context, q Querier, userID, adding int64) error {
 	if _, err := q.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended('pizza-bot storage ' || $1::bigint, 0))`, userID); err != nil {
 		return fmt.Errorf("lock storage of user %d: %w", userID, err)
 	}
-	limit, err := UserQuota(ctx, q)
+	// The limit and the usage in one statement, after the lock: a
+	// statement begun before the lock was granted could miss the write of
+	// the transaction that held it.
+	var raw *string
+	var used int64
+	if err := q.QueryRow(ctx, `SELECT (SELECT value FROM server_settings WHERE key = $2), `+usageSQL,
+		userID, SettingUserQuota).Scan(&raw, &used); err != nil {
+		return fmt.Errorf("storage of user %d: %w", userID, err)
+	}
+	limit, err := parseQuota(raw)
 	if err != nil {
 		return err
 	}
 	if limit <= 0 {
 		return nil
-	}
-	used, err := UserUsage(ctx, q, userID)
-	if err != nil {
-		return err
 	}
 	if used+adding > limit {
 		return &QuotaError{Used: used, Adding: adding, Limit: limit}

@@ -50,17 +50,17 @@ func TestStorageCounterFollowsEveryWrite(t *testing.T) {
 	a1, a2, b1 := thread(alice), thread(alice), thread(bob)
 	check("no files", map[int64]int64{})
 
-	if err := db.WriteScratch(ctx, pool, a1.ID, "notes.md", strings.Repeat("x", 100)); err != nil {
+	if err := db.WriteScratch(ctx, pool, a1.ID, "notes.md", strings.Repeat("x", 100), 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.WriteScratch(ctx, pool, a2.ID, "notes.md", strings.Repeat("y", 40)); err != nil {
+	if err := db.WriteScratch(ctx, pool, a2.ID, "notes.md", strings.Repeat("y", 40), 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.WriteScratch(ctx, pool, b1.ID, "b.md", "bob"); err != nil {
+	if err := db.WriteScratch(ctx, pool, b1.ID, "b.md", "bob", 0); err != nil {
 		t.Fatal(err)
 	}
 	check("three files", map[int64]int64{alice.ID: 140, bob.ID: 3})
-	if err := db.WriteScratch(ctx, pool, a1.ID, "notes.md", strings.Repeat("x", 10)); err != nil {
+	if err := db.WriteScratch(ctx, pool, a1.ID, "notes.md", strings.Repeat("x", 10), 0); err != nil {
 		t.Fatal(err)
 	}
 	check("a file overwritten smaller", map[int64]int64{alice.ID: 50, bob.ID: 3})
@@ -100,11 +100,42 @@ func TestStorageCounterFollowsEveryWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	var qe *db.QuotaError
-	if err := db.WriteScratch(ctx, pool, a2.ID, "more.md", "123456"); !errors.As(err, &qe) || qe.Used != 40 {
+	if err := db.WriteScratch(ctx, pool, a2.ID, "more.md", "123456", 0); !errors.As(err, &qe) || qe.Used != 40 {
 		t.Fatalf("a write past the quota: %v", err)
 	}
-	if err := db.WriteScratch(ctx, pool, a2.ID, "more.md", "12345"); err != nil {
+	if err := db.WriteScratch(ctx, pool, a2.ID, "more.md", "12345", 0); err != nil {
 		t.Fatalf("a write up to the quota: %v", err)
 	}
 	check("refused, then up to the quota", map[int64]int64{alice.ID: 45, bob.ID: 3})
+}
+
+// A thread's scratch space takes a new file only below its limit; a file
+// it holds can still be rewritten.
+func TestScratchFileLimit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	u, err := db.EnsureLocalUser(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	th, err := db.CreateThread(ctx, pool, db.NewThread{UserID: u.ID, Title: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"a", "b"} {
+		if err := db.WriteScratch(ctx, pool, th.ID, p, "x", 2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var full *db.ScratchFullError
+	if err := db.WriteScratch(ctx, pool, th.ID, "c", "x", 2); !errors.As(err, &full) || full.Limit != 2 {
+		t.Fatalf("a third file: %v", err)
+	}
+	if err := db.WriteScratch(ctx, pool, th.ID, "b", "rewritten", 2); err != nil {
+		t.Fatalf("rewriting a file at the limit: %v", err)
+	}
+	if err := db.WriteScratch(ctx, pool, th.ID, "c", "x", 0); err != nil {
+		t.Fatalf("no limit: %v", err)
+	}
 }

@@ -36,20 +36,36 @@ func ReadScratch(ctx context.Context, q Querier, threadID int64, path string) (s
 	return content, nil
 }
 
+// ScratchFullError refuses a new scratch file to a thread that holds as
+// many as it may.
+type ScratchFullError struct{ Limit int }
+
+func (e *ScratchFullError) Error() string {
+	return fmt.Sprintf("the scratch space holds at most %d files", e.Limit)
+}
+
 // WriteScratch creates or replaces a scratch file. A write that grows the
-// thread's user's storage past their quota is refused with a QuotaError.
-func WriteScratch(ctx context.Context, q Querier, threadID int64, path, content string) error {
-	var userID, old int64
+// thread's user's storage past their quota is refused with a QuotaError;
+// with maxFiles > 0, a new file in a thread that already holds maxFiles is
+// refused with a ScratchFullError. What it needs to know of the thread
+// (its owner, the file's size now, how many files it holds) is one query.
+func WriteScratch(ctx context.Context, q Querier, threadID int64, path, content string, maxFiles int) error {
+	var userID, files int64
+	var old *int64
 	err := q.QueryRow(ctx, `SELECT t.user_id,
-		coalesce((SELECT octet_length(s.content) FROM scratch_files s WHERE s.thread_id = t.id AND s.path = $2), 0)
-		FROM threads t WHERE t.id = $1`, threadID, path).Scan(&userID, &old)
+		(SELECT octet_length(s.content) FROM scratch_files s WHERE s.thread_id = t.id AND s.path = $2),
+		CASE WHEN $3 > 0 THEN (SELECT count(*) FROM scratch_files s WHERE s.thread_id = t.id) ELSE 0 END
+		FROM threads t WHERE t.id = $1`, threadID, path, maxFiles).Scan(&userID, &old, &files)
 	if isNoRows(err) {
 		return ErrNotFound
 	}
 	if err != nil {
 		return fmt.Errorf("write scratch file: %w", err)
 	}
-	if err := checkQuota(ctx, q, userID, int64(len(content))-old); err != nil {
+	if old == nil && maxFiles > 0 && files >= int64(maxFiles) {
+		return &ScratchFullError{Limit: maxFiles}
+	}
+	if err := checkQuota(ctx, q, userID, int64(len(content))-deref(old)); err != nil {
 		return err
 	}
 	_, err = q.Exec(ctx, `INSERT INTO scratch_files (thread_id, path, content) VALUES ($1, $2, $3)
@@ -59,6 +75,13 @@ func WriteScratch(ctx context.Context, q Querier, threadID int64, path, content 
 		return fmt.Errorf("write scratch file: %w", err)
 	}
 	return nil
+}
+
+func deref(n *int64) int64 {
+	if n == nil {
+		return 0
+	}
+	return *n
 }
 
 // ScratchDigests returns the MD5 (hex) of those of paths that are scratch

@@ -97,7 +97,7 @@ func TestDeleteThreads(t *testing.T) {
 	if _, err := db.Attach(b.ctx, b.pool, b.alice.ID, waiting.ID, "notes.txt", "text/plain", strings.NewReader("hello")); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.WriteScratch(b.ctx, b.pool, waiting.ID, "draft.md", "draft"); err != nil {
+	if err := db.WriteScratch(b.ctx, b.pool, waiting.ID, "draft.md", "draft", 0); err != nil {
 		t.Fatal(err)
 	}
 	counts := func() (all, action int64) {

@@ -545,7 +545,7 @@ func (rt *Runtime) fileLargeResults(ctx context.Context, jobID int64, a StepArgs
 				if !errors.Is(err, db.ErrNotFound) {
 					return err
 				}
-				err = db.WriteScratch(ctx, tx, a.ThreadID, p, rows[i].Content)
+				err = db.WriteScratch(ctx, tx, a.ThreadID, p, rows[i].Content, 0)
 				var qe *db.QuotaError
 				if errors.As(err, &qe) {
 					refused[i] = err

@@ -590,16 +590,7 @@ func writeScratch(ctx context.Context, tx pgx.Tx, threadID int64, p, content str
 	if !utf8.ValidString(content) {
 		return errors.New("content is not valid UTF-8 text")
 	}
-	if _, err := db.ReadScratch(ctx, tx, threadID, p); errors.Is(err, db.ErrNotFound) {
-		files, err := db.ListScratch(ctx, tx, threadID)
-		if err != nil {
-			return err
-		}
-		if len(files) >= maxScratchFiles {
-			return fmt.Errorf("the scratch space holds at most %d files", maxScratchFiles)
-		}
-	}
-	return db.WriteScratch(ctx, tx, threadID, p, content)
+	return db.WriteScratch(ctx, tx, threadID, p, content, maxScratchFiles)
 }
 
 // maxReadPart is the most read_file returns at once: a part of a large
