@@ -191,6 +191,9 @@ type Decision struct {
 	// TimedOut reports that the call's deadline decided (DecidedBy null):
 	// nobody decided by then.
 	TimedOut bool `json:"timed_out,omitempty"`
+	// AllowedByRule is the "allow from now on" rule that approved the
+	// call (AllowRule), if one did; DecidedBy is the rule's person.
+	AllowedByRule *int64 `json:"allowed_by_rule,omitempty"`
 }
 
 // User is who took a decision.
@@ -256,6 +259,43 @@ type DecisionInput struct {
 	// OverrideReason is, from an admin deciding a call nobody else can
 	// (Pending.AdminOverride), why: it goes to the audit log.
 	OverrideReason *string `json:"override_reason,omitempty"`
+	// Remember, on an approval, allows the tool's later calls from now on
+	// (docs/skills.md): where, for how long, and optionally only with
+	// arguments starting as this call's do.
+	Remember *RememberInput `json:"remember,omitempty"`
+}
+
+// RememberInput is "allow from now on" beside an approval.
+type RememberInput struct {
+	// Scope is "thread" (this thread) or "skill" (your runs of its skill).
+	Scope string `json:"scope"`
+	// For is how long: 1h, 8h, 1d, 7d, at most 30d.
+	For string `json:"for"`
+	// Match maps argument names to the start their value must have.
+	Match map[string]string `json:"match,omitempty"`
+}
+
+// AllowRule is a person's "allow from now on" rule.
+type AllowRule struct {
+	ID        int64             `json:"id"`
+	Scope     string            `json:"scope"`
+	ThreadID  *int64            `json:"thread_id,omitempty"`
+	Skill     string            `json:"skill,omitempty"`
+	Tool      string            `json:"tool"`
+	Match     map[string]string `json:"match"`
+	CreatedAt time.Time         `json:"created_at"`
+	ExpiresAt time.Time         `json:"expires_at"`
+	RevokedAt *time.Time        `json:"revoked_at,omitempty"`
+	// Active: it lets calls through now (not revoked, not expired).
+	Active bool `json:"active"`
+	// Used counts the calls it let through.
+	Used int64 `json:"used"`
+}
+
+// AllowRuleList is GET /api/v1/allow-rules: the reader's rules, newest
+// first.
+type AllowRuleList struct {
+	Rules []AllowRule `json:"rules"`
 }
 
 // ReplyRequest is the body of POST /api/v1/threads/{id}/messages.

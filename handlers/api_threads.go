@@ -471,6 +471,8 @@ func toAPIDecision(c db.ToolCallRow) apiv1.Decision {
 		DecidedAt: c.DecidedAt.UTC(), Message: c.DecisionMessage,
 		Arguments: apiArguments(c.Arguments),
 		TimedOut:  c.TimedOut,
+
+		AllowedByRule: c.AllowedByRule,
 	}
 	if c.DecidedBy != nil {
 		d.DecidedBy = &apiv1.User{ID: *c.DecidedBy, Name: c.DecidedByName}
@@ -575,6 +577,13 @@ func decisionInputs(ds []apiv1.DecisionInput) ([]jobs.DecisionInput, error) {
 			return nil, bad(i, `"type" %q is not one of %s`, d.Type, strings.Join(db.Decisions, ", "))
 		}
 		in := jobs.DecisionInput{CallID: d.ID, Type: d.Type, Message: d.Message, InnerSeq: d.InnerSeq}
+		if d.Remember != nil {
+			rem, err := parseRemember(d.Remember.Scope, d.Remember.For, d.Remember.Match)
+			if err != nil {
+				return nil, bad(i, "%s", err.(httpError).msg)
+			}
+			in.Remember = rem
+		}
 		if d.OverrideReason != nil {
 			if in.Override = strings.TrimSpace(*d.OverrideReason); in.Override == "" {
 				return nil, bad(i, `"override_reason" is empty: say why you decide in the approvers' place`)

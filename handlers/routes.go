@@ -72,6 +72,11 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	mux.Handle("POST /memory", h.page(h.createMemory))
 	mux.Handle("POST /memory/{id}", h.page(h.updateMemory))
 	mux.Handle("POST /memory/{id}/delete", h.page(h.deleteMemory))
+	// "Allow from now on" rules (allowrules.go).
+	mux.Handle("GET /allow-rules", h.page(h.showAllowRules))
+	mux.Handle("POST /allow-rules/{id}/revoke", h.page(h.revokeAllowRule))
+	mux.Handle("GET /api/v1/allow-rules", h.api(h.apiAllowRules))
+	mux.Handle("POST /api/v1/allow-rules/{id}/revoke", h.api(h.apiRevokeAllowRule))
 	mux.Handle("GET /attachments/{id}", h.page(h.downloadAttachment))
 	mux.Handle("GET /settings/grants", h.admin(h.showGrants))
 	mux.Handle("POST /settings/grants", h.admin(h.addGrant))

@@ -252,6 +252,17 @@ func (h *Handler) decideOn(w http.ResponseWriter, r *http.Request, user db.User,
 			}
 			in.InnerSeq = &n
 		}
+		if scope := r.PostForm.Get("remember"); scope != "" && decision == db.DecisionApprove && len(rows) == 1 {
+			var match map[string]string
+			if arg := r.PostForm.Get("remember_arg"); arg != "" {
+				match = map[string]string{arg: r.PostForm.Get("remember_prefix")}
+			}
+			rem, err := parseRemember(scope, r.PostForm.Get("remember_for"), match)
+			if err != nil {
+				return refuse(err.(httpError).msg, nil)
+			}
+			in.Remember = rem
+		}
 		switch decision {
 		case db.DecisionReject:
 			in.Message = strings.TrimSpace(r.PostForm.Get("message"))
