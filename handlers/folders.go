@@ -1,11 +1,13 @@
 package handlers
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strings"
 
 	"pizzabot/db"
+	"pizzabot/notify"
 	"pizzabot/views"
 )
 
@@ -16,19 +18,42 @@ func (h *Handler) listFolders(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	shares, err := db.ListAllShares(ctx, h.pool, userFrom(ctx).ID)
+	x, err := h.folderExtras(ctx, userFrom(ctx).ID)
 	if err != nil {
 		return err
 	}
-	return h.render(w, r, http.StatusOK, views.FoldersPage(foldersPage(nav, shares, 0, views.Field{})))
+	return h.render(w, r, http.StatusOK, views.FoldersPage(foldersPage(nav, x, 0, views.Field{})))
 }
 
-// foldersPage lists nav's folders with their shares, the folder id showing
-// the submitted rename field.
-func foldersPage(nav views.Nav, shares map[int64][]db.Share, id int64, field views.Field) views.Folders {
+// folderExtras is what the folders page shows of each folder beyond its
+// name: its shares and its chat webhooks (folder_webhooks.go).
+type folderExtras struct {
+	shares     map[int64][]db.Share
+	webhooks   map[int64][]notify.Webhook
+	webhooksOn bool
+}
+
+func (h *Handler) folderExtras(ctx context.Context, userID int64) (folderExtras, error) {
+	x := folderExtras{webhooksOn: h.notifyWebhooks != nil}
+	var err error
+	if x.shares, err = db.ListAllShares(ctx, h.pool, userID); err != nil {
+		return x, err
+	}
+	if x.webhooksOn {
+		if x.webhooks, err = notify.FolderWebhooks(ctx, h.pool, userID); err != nil {
+			return x, err
+		}
+	}
+	return x, nil
+}
+
+// foldersPage lists nav's folders with their shares and webhooks, the
+// folder id showing the submitted rename field.
+func foldersPage(nav views.Nav, x folderExtras, id int64, field views.Field) views.Folders {
 	p := views.Folders{Nav: nav}
 	for _, f := range nav.Folders {
-		row := views.FolderEdit{Folder: f, Name: views.Field{Value: f.Name}, Shares: shares[f.ID]}
+		row := views.FolderEdit{Folder: f, Name: views.Field{Value: f.Name}, Shares: x.shares[f.ID],
+			WebhooksOn: x.webhooksOn, Webhooks: x.webhooks[f.ID]}
 		if f.ID == id {
 			row.Name = field
 		}
@@ -72,11 +97,11 @@ func (h *Handler) createFolder(w http.ResponseWriter, r *http.Request) error {
 	if wantsFragment(r) {
 		return h.render(w, r, status, views.Sidebar(nav, false))
 	}
-	shares, err := db.ListAllShares(ctx, h.pool, user.ID)
+	x, err := h.folderExtras(ctx, user.ID)
 	if err != nil {
 		return err
 	}
-	return h.render(w, r, status, views.FoldersPage(foldersPage(nav, shares, 0, views.Field{})))
+	return h.render(w, r, status, views.FoldersPage(foldersPage(nav, x, 0, views.Field{})))
 }
 
 // renameFolder renames a folder from its row on the folders page.
@@ -111,11 +136,11 @@ func (h *Handler) renameFolder(w http.ResponseWriter, r *http.Request) error {
 	if field.Error == "" {
 		field.Value = name
 	}
-	shares, err := db.ListAllShares(ctx, h.pool, user.ID)
+	x, err := h.folderExtras(ctx, user.ID)
 	if err != nil {
 		return err
 	}
-	page := foldersPage(nav, shares, id, field)
+	page := foldersPage(nav, x, id, field)
 	if !wantsFragment(r) {
 		return h.render(w, r, http.StatusUnprocessableEntity, views.FoldersPage(page))
 	}

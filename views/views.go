@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"pizzabot/db"
+	"pizzabot/notify"
 	"pizzabot/static"
 )
 
@@ -187,6 +188,16 @@ type FolderEdit struct {
 	Name Field
 	// Shares are whom the folder is shared with (docs/team.md).
 	Shares []db.Share
+	// WebhooksOn: the server has chat webhooks; Webhooks are the folder's
+	// (docs/notifications.md). WebhookKind, WebhookURL and WebhookLabel
+	// are the add form as last submitted; NewSecret a generic webhook's
+	// signing secret, shown once.
+	WebhooksOn   bool
+	Webhooks     []notify.Webhook
+	WebhookKind  string
+	WebhookURL   Field
+	WebhookLabel string
+	NewSecret    string
 }
 
 // Folders is what FoldersPage shows.
