@@ -28,7 +28,7 @@ func TestFolderWebhookPostsOncePerEvent(t *testing.T) {
 	if _, err := b.pool.Exec(ctx, `UPDATE users SET email_verified = true WHERE id = $1`, bob.ID); err != nil {
 		t.Fatal(err)
 	}
-f, err := db.CreateFolder(ctx, b.pool, b.user.ID, "Deal desk")
+	f, err := db.CreateFolder(ctx, b.pool, b.user.ID, "Deal desk")
 	if err != nil {
 		t.Fatal(err)
 	}
