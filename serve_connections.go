@@ -95,7 +95,8 @@ func newConnections(cfg config, st *store, ext *extensions.Extensions, rt **jobs
 			if !ok {
 				return connections.Server{}, fmt.Errorf("no running HTTP MCP server named %q", name)
 			}
-			out := connections.Server{Name: name, URL: s.Expanded.URL}
+			out := connections.Server{Name: name, URL: s.Expanded.URL, Secrets: s.Expanded.UserSecrets()}
+			out.OAuth = s.Expanded.OAuth != nil
 			if o := s.Expanded.OAuth; o != nil {
 				out.ClientID, out.ClientSecret, out.Scopes = o.ClientID, o.ClientSecret, o.Scopes
 			}
@@ -104,7 +105,7 @@ func newConnections(cfg config, st *store, ext *extensions.Extensions, rt **jobs
 		Names: func(context.Context) []string {
 			var names []string
 			for _, s := range ext.State().Servers {
-				if s.Running && s.Expanded.OAuth != nil {
+				if s.Running && (s.Expanded.OAuth != nil || len(s.Expanded.UserSecrets()) > 0) {
 					names = append(names, s.Name)
 				}
 			}

@@ -35,7 +35,16 @@ type Server struct {
 	ClientSecret string
 	// Scopes are asked for at sign-in; empty: what the resource lists.
 	Scopes []string
+	// OAuth: each user signs in (an "oauth" block, or a server without
+	// Secrets, which Connect then tries). Secrets are the NAMEs of the
+	// ${user:NAME} in its headers, each user's own values.
+	OAuth   bool
+	Secrets []string
 }
+
+// SignIn reports whether each user signs in to the server (Connect): one
+// marked OAuth, or without Secrets.
+func (s Server) SignIn() bool { return s.OAuth || len(s.Secrets) == 0 }
 
 // Config configures a Service.
 type Config struct {
@@ -645,12 +654,43 @@ func (s *Service) Counts(ctx context.Context) (map[string]int, error) {
 	return out, rows.Err()
 }
 
+// Server looks up a configured server by name (Config.Servers).
+func (s *Service) Server(ctx context.Context, name string) (Server, error) {
+	return s.cfg.Servers(ctx, name)
+}
+
+// EnteredSecret is one ${user:NAME} value a user entered: which, and when;
+// never the value.
+type EnteredSecret struct {
+	Server    string    `json:"server"`
+	Name      string    `json:"name"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
+// EnteredSecrets lists the values userID entered, by server and name.
+func (s *Service) EnteredSecrets(ctx context.Context, userID int64) ([]EnteredSecret, error) {
+	rows, err := s.cfg.Pool.Query(ctx, `SELECT server, name, updated_at FROM user_secrets WHERE user_id = $1 ORDER BY server, name`, userID)
+	if err != nil {
+		return nil, fmt.Errorf("list secrets: %w", err)
+	}
+	defer rows.Close()
+	out := []EnteredSecret{}
+	for rows.Next() {
+		var e EnteredSecret
+		if err := rows.Scan(&e.Server, &e.Name, &e.UpdatedAt); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
 // Secret returns userID's value of ${user:name} for server.
 func (s *Service) Secret(ctx context.Context, userID int64, server, name string) (string, error) {
 	var sealed []byte
 	err := s.cfg.Pool.QueryRow(ctx, `SELECT value_sealed FROM user_secrets WHERE user_id = $1 AND server = $2 AND name = $3`, userID, server, name).Scan(&sealed)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return "", &agent.NeedsConnection{Server: server, Secret: name, Reason: "not entered"}
+		return "", &agent.NeedsConnection{Server: server, Secret: name, Reason: "your " + name + " is not entered"}
 	}
 	if err != nil {
 		return "", fmt.Errorf("read secret: %w", err)
@@ -662,8 +702,8 @@ func (s *Service) Secret(ctx context.Context, userID int64, server, name string)
 // SetSecret stores userID's value of ${user:name} for server, sealed, and
 // tells Ready.
 func (s *Service) SetSecret(ctx context.Context, userID int64, server, name, value string) error {
-	if value == "" {
-		return errors.New("the value is empty")
+	if err := CheckSecret(value); err != nil {
+		return err
 	}
 	sealed, err := s.cfg.Box.Seal([]byte(value), purpose(userID, server, "secret:"+name))
 	if err != nil {
@@ -679,10 +719,37 @@ func (s *Service) SetSecret(ctx context.Context, userID int64, server, name, val
 	return nil
 }
 
-// DeleteSecret removes userID's value of ${user:name} for server.
+// DeleteSecret removes userID's value of ${user:name} for server;
+// db.ErrNotFound when there is none.
 func (s *Service) DeleteSecret(ctx context.Context, userID int64, server, name string) error {
-	_, err := s.cfg.Pool.Exec(ctx, `DELETE FROM user_secrets WHERE user_id = $1 AND server = $2 AND name = $3`, userID, server, name)
-	return err
+	tag, err := s.cfg.Pool.Exec(ctx, `DELETE FROM user_secrets WHERE user_id = $1 AND server = $2 AND name = $3`, userID, server, name)
+	if err != nil {
+		return fmt.Errorf("delete secret: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return db.ErrNotFound
+	}
+	return nil
+}
+
+// MaxSecretLen bounds a ${user:NAME} value.
+const MaxSecretLen = 4096
+
+// CheckSecret is why value cannot be a ${user:NAME} value, which goes into
+// an HTTP header: empty, too long, or holding a control character.
+func CheckSecret(value string) error {
+	if value == "" {
+		return errors.New("Enter the value.")
+	}
+	if len(value) > MaxSecretLen {
+		return fmt.Errorf("The value is longer than %d bytes.", MaxSecretLen)
+	}
+	for _, r := range value {
+		if r < 0x20 || r == 0x7f {
+			return errors.New("The value must be on one line, without control characters: it is sent in an HTTP header.")
+		}
+	}
+	return nil
 }
 
 // Names are the configured servers people sign in to (Config.Names).

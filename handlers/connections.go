@@ -3,10 +3,12 @@ package handlers
 import (
 	"errors"
 	"net/http"
+	"net/url"
 	"slices"
 
 	"pizzabot/connections"
 	"pizzabot/db"
+	"pizzabot/refusal"
 	"pizzabot/views"
 )
 
@@ -26,6 +28,13 @@ func (h *Handler) showConnections(w http.ResponseWriter, r *http.Request) error 
 }
 
 func (h *Handler) renderConnections(w http.ResponseWriter, r *http.Request, status int, msg string) error {
+	ret := r.URL.Query().Get("return")
+	if r.Method == http.MethodPost {
+		ret = r.PostFormValue("return")
+	}
+	if !connections.LocalPath(ret) {
+		ret = ""
+	}
 	ctx := r.Context()
 	user := userFrom(ctx)
 	nav, err := h.loadNav(ctx, r, user)
@@ -44,9 +53,25 @@ func (h *Handler) renderConnections(w http.ResponseWriter, r *http.Request, stat
 				names = append(names, c.Server) // a server removed since: Disconnect stays offered
 			}
 		}
+		entered, err := h.conns.EnteredSecrets(ctx, user.ID)
+		if err != nil {
+			return err
+		}
 		slices.Sort(names)
 		for _, n := range names {
-			row := views.ConnectionRow{Server: n}
+			row := views.ConnectionRow{Server: n, OAuth: true, Return: ret}
+			if srv, err := h.conns.Server(ctx, n); err == nil {
+				row.OAuth = srv.SignIn()
+				for _, name := range srv.Secrets {
+					f := views.SecretField{Name: name}
+					for i := range entered {
+						if entered[i].Server == n && entered[i].Name == name {
+							f.Entered = &entered[i].UpdatedAt
+						}
+					}
+					row.Secrets = append(row.Secrets, f)
+				}
+			}
 			for i := range conns {
 				if conns[i].Server == n {
 					row.Conn = &conns[i]
@@ -86,6 +111,12 @@ func (h *Handler) startConnect(w http.ResponseWriter, r *http.Request) error {
 	ret := r.URL.Query().Get("return")
 	if !connections.LocalPath(ret) {
 		ret = "/connections"
+	}
+	if srv, err := h.conns.Server(r.Context(), r.PathValue("server")); err == nil && !srv.SignIn() {
+		// A server that takes the user's own values, not a sign-in: to
+		// the form that enters them, which returns to ret.
+		http.Redirect(w, r, "/connections?return="+url.QueryEscape(ret)+"#connection-"+srv.Name, http.StatusFound)
+		return nil
 	}
 	to, err := h.conns.Begin(r.Context(), userFrom(r.Context()).ID, r.PathValue("server"), ret, r.URL.Query().Get("scope"))
 	if err != nil {
@@ -133,16 +164,106 @@ func (h *Handler) clientMetadata(w http.ResponseWriter, r *http.Request) error {
 	return err
 }
 
-// apiListConnections is the user's connections, never a token.
+// apiListConnections is the user's connections and the values they
+// entered, never a token or a value.
 func (h *Handler) apiListConnections(w http.ResponseWriter, r *http.Request) error {
 	if h.conns == nil {
-		return writeJSON(w, http.StatusOK, map[string]any{"connections": []connections.Connection{}})
+		return writeJSON(w, http.StatusOK, map[string]any{"connections": []connections.Connection{}, "secrets": []connections.EnteredSecret{}})
 	}
 	list, err := h.conns.List(r.Context(), userFrom(r.Context()).ID)
 	if err != nil {
 		return err
 	}
-	return writeJSON(w, http.StatusOK, map[string]any{"connections": list})
+	entered, err := h.conns.EnteredSecrets(r.Context(), userFrom(r.Context()).ID)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, map[string]any{"connections": list, "secrets": entered})
+}
+
+// secretOf checks that {server} is a configured server that takes the
+// ${user:{name}} value: anything else is not found.
+func (h *Handler) secretOf(r *http.Request) (server, name string, err error) {
+	if h.conns == nil {
+		return "", "", errNoConnections
+	}
+	server, name = r.PathValue("server"), r.PathValue("name")
+	srv, err := h.conns.Server(r.Context(), server)
+	if err != nil || !slices.Contains(srv.Secrets, name) {
+		return "", "", notFound
+	}
+	return server, name, nil
+}
+
+// setSecret enters or replaces the user's value, from the page: waiting
+// runs resume (connections.Service.SetSecret tells the runtime), and the
+// person goes back to ?return (the thread that waited) or the page.
+func (h *Handler) setSecret(w http.ResponseWriter, r *http.Request) error {
+	server, name, err := h.secretOf(r)
+	if err != nil {
+		return err
+	}
+	value := r.PostFormValue("value")
+	if err := connections.CheckSecret(value); err != nil {
+		return h.renderConnections(w, r, http.StatusUnprocessableEntity, err.Error())
+	}
+	if err := h.conns.SetSecret(r.Context(), userFrom(r.Context()).ID, server, name, value); err != nil {
+		return err
+	}
+	ret := r.PostFormValue("return")
+	if !connections.LocalPath(ret) {
+		ret = "/connections"
+	}
+	http.Redirect(w, r, ret, http.StatusSeeOther)
+	return nil
+}
+
+// deleteSecret deletes the user's value, from the page.
+func (h *Handler) deleteSecret(w http.ResponseWriter, r *http.Request) error {
+	server, name, err := h.secretOf(r)
+	if err != nil {
+		return err
+	}
+	if err := h.conns.DeleteSecret(r.Context(), userFrom(r.Context()).ID, server, name); err != nil && !errors.Is(err, db.ErrNotFound) {
+		return err
+	}
+	http.Redirect(w, r, "/connections", http.StatusSeeOther)
+	return nil
+}
+
+// apiPutSecret enters or replaces the user's value: {"value": "..."}.
+func (h *Handler) apiPutSecret(w http.ResponseWriter, r *http.Request) error {
+	server, name, err := h.secretOf(r)
+	if err != nil {
+		return err
+	}
+	var body struct {
+		Value string `json:"value"`
+	}
+	if err := decodeJSON(w, r, &body); err != nil {
+		return err
+	}
+	if err := connections.CheckSecret(body.Value); err != nil {
+		return refusal.New(refusal.Invalid, "value", "%s", err.Error())
+	}
+	if err := h.conns.SetSecret(r.Context(), userFrom(r.Context()).ID, server, name, body.Value); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// apiDeleteSecret deletes the user's value; 404 when there is none.
+func (h *Handler) apiDeleteSecret(w http.ResponseWriter, r *http.Request) error {
+	server, name, err := h.secretOf(r)
+	if err != nil {
+		return err
+	}
+	if err := h.conns.DeleteSecret(r.Context(), userFrom(r.Context()).ID, server, name); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
 }
 
 // apiDeleteConnection revokes and deletes the user's connection to server.

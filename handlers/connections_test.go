@@ -272,3 +272,119 @@ func TestMCPPageCountsConnections(t *testing.T) {
 		t.Fatalf("row: %s", row)
 	}
 }
+
+// A server that takes each user's own X-Api-Key (${user:API_KEY}), not a
+// sign-in: /connect/notes sends the person to the Connections page's form,
+// entering the value there resumes their waiting run and returns to the
+// thread; the value is never shown back nor stored in clear; the API
+// enters, replaces and deletes it; each user has only their own.
+func TestUserSecretsThroughHandlers(t *testing.T) {
+	var svc *connections.Service
+	b := setup(t, func(d *handlers.Deps) {
+		rt := d.Runs.(*jobs.Runtime)
+		key := make([]byte, db.SecretKeySize)
+		_, _ = rand.Read(key)
+		box, _ := db.NewSecretBox(key)
+		var err error
+		svc, err = connections.New(connections.Config{
+			Pool: d.Pool, Box: box, PublicURL: "http://example.com",
+			Servers: func(_ context.Context, name string) (connections.Server, error) {
+				if name != "notes" {
+					return connections.Server{}, errors.New("no such server")
+				}
+				return connections.Server{Name: name, URL: "https://notes.example.com/mcp", Secrets: []string{"API_KEY"}}, nil
+			},
+			Names: func(context.Context) []string { return []string{"notes"} },
+			Ready: rt.ConnectionReady,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Connections = svc
+	})
+	th := b.thread(b.alice, "Update my deals", db.StatusWaiting)
+	if err := db.WaitForConnections(b.ctx, b.pool, th.ID, b.alice.ID, []db.ConnectionWait{{Server: "notes", Reason: "your API_KEY is not entered"}}); err != nil {
+		t.Fatal(err)
+	}
+	path := "/threads/" + strconv.FormatInt(th.ID, 10)
+
+	// The thread's Connect button: to the form, not to a sign-in.
+	loc := b.get("alice", "/connect/notes?return="+url.QueryEscape(path)).wantStatus(http.StatusFound).Header().Get("Location")
+	if loc != "/connections?return="+url.QueryEscape(path)+"#connection-notes" {
+		t.Fatalf("/connect/notes went to %q", loc)
+	}
+	page := b.get("alice", loc).wantStatus(http.StatusOK)
+	if page.text("secret-status") != "Not entered" || len(page.all("secret-value")) != 1 || len(page.all("connect")) != 0 {
+		t.Fatalf("the form: %s", page.body())
+	}
+
+	// Bob's value is his; a value that cannot be a header, or a name the
+	// server does not take, is refused.
+	b.post("bob", "/connections/notes/secrets/API_KEY", form("value", "bob-key-91c2")).wantStatus(http.StatusSeeOther)
+	b.post("alice", "/connections/notes/secrets/API_KEY", form("value", "two\nlines")).wantStatus(http.StatusUnprocessableEntity)
+	b.post("alice", "/connections/notes/secrets/OTHER", form("value", "x")).wantStatus(http.StatusNotFound)
+	b.post("alice", "/connections/crm/secrets/API_KEY", form("value", "x")).wantStatus(http.StatusNotFound)
+	if got := b.reload(b.alice, th.ID); got.Status != db.StatusWaiting {
+		t.Fatalf("alice's run resumed with bob's value: %s", got.Status)
+	}
+
+	// Alice enters hers: back to the thread, whose run goes on.
+	r := b.post("alice", "/connections/notes/secrets/API_KEY", form("value", "alice-key-7f3a", "return", path)).wantStatus(http.StatusSeeOther)
+	if r.Header().Get("Location") != path {
+		t.Fatalf("entering returned to %q", r.Header().Get("Location"))
+	}
+	if got := b.reload(b.alice, th.ID); got.Status != db.StatusRunning || len(got.ConnectionWaits) != 0 {
+		t.Fatalf("after entering: %s, waits %+v", got.Status, got.ConnectionWaits)
+	}
+	for _, u := range []struct {
+		id   int64
+		want string
+	}{{b.alice.ID, "alice-key-7f3a"}, {b.bob.ID, "bob-key-91c2"}} {
+		if v, err := svc.Secret(b.ctx, u.id, "notes", "API_KEY"); err != nil || v != u.want {
+			t.Fatalf("user %d's value = %q, %v", u.id, v, err)
+		}
+	}
+	page = b.get("alice", "/connections").wantStatus(http.StatusOK)
+	if !strings.HasPrefix(page.text("secret-status"), "Entered") || strings.Contains(page.body(), "alice-key-7f3a") {
+		t.Fatalf("the page after entering: %s", page.body())
+	}
+	api := b.apiGet("alice", "/api/v1/connections").want(http.StatusOK)
+	if !strings.Contains(api.Body.String(), `"name":"API_KEY"`) || strings.Contains(api.Body.String(), "alice-key-7f3a") {
+		t.Fatalf("GET /api/v1/connections = %s", api.Body.String())
+	}
+	var dump string
+	if err := b.pool.QueryRow(b.ctx, `SELECT string_agg(encode(value_sealed, 'escape'), ' ') FROM user_secrets`).Scan(&dump); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(dump, "alice-key-7f3a") || strings.Contains(dump, "bob-key-91c2") {
+		t.Fatal("a value is readable in user_secrets")
+	}
+
+	// The API: replace, refuse, delete (once).
+	b.apiDo("alice", http.MethodPut, "/api/v1/connections/notes/secrets/API_KEY", map[string]string{"value": "alice-key-2"}).wantCode(http.StatusNoContent)
+	b.apiDo("alice", http.MethodPut, "/api/v1/connections/notes/secrets/API_KEY", map[string]string{"value": ""}).want(http.StatusBadRequest)
+	b.apiDo("alice", http.MethodPut, "/api/v1/connections/notes/secrets/NOPE", map[string]string{"value": "x"}).want(http.StatusNotFound)
+	if v, _ := svc.Secret(b.ctx, b.alice.ID, "notes", "API_KEY"); v != "alice-key-2" {
+		t.Fatalf("after PUT: %q", v)
+	}
+	b.apiDo("alice", http.MethodDelete, "/api/v1/connections/notes/secrets/API_KEY", nil).wantCode(http.StatusNoContent)
+	b.apiDo("alice", http.MethodDelete, "/api/v1/connections/notes/secrets/API_KEY", nil).want(http.StatusNotFound)
+	if v, err := svc.Secret(b.ctx, b.bob.ID, "notes", "API_KEY"); err != nil || v != "bob-key-91c2" {
+		t.Fatalf("bob's value after alice's delete = %q, %v", v, err)
+	}
+	// From the page too.
+	b.post("bob", "/connections/notes/secrets/API_KEY/delete", url.Values{}).wantStatus(http.StatusSeeOther)
+	if _, err := svc.Secret(b.ctx, b.bob.ID, "notes", "API_KEY"); err == nil {
+		t.Fatal("bob's value survived its delete")
+	}
+}
+
+// wantCode fails the test unless the response has the status (an answer
+// without a body: 204).
+func (r *apiResp) wantCode(status int) *apiResp {
+	r.t.Helper()
+	if r.Code != status {
+		r.t.Fatalf("status %d, want %d; body: %.500s", r.Code, status, r.Body.String())
+	}
+	return r
+}

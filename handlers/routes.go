@@ -161,11 +161,15 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	// /connect/callback; the metadata document is open to anyone.
 	mux.Handle("GET /connections", h.page(h.showConnections))
 	mux.Handle("POST /connections/{server}/delete", h.page(h.disconnect))
+	mux.Handle("POST /connections/{server}/secrets/{name}", h.page(h.setSecret))
+	mux.Handle("POST /connections/{server}/secrets/{name}/delete", h.page(h.deleteSecret))
 	mux.Handle("GET /connect/callback", h.page(h.finishConnect))
 	mux.Handle("GET /connect/{server}", h.page(h.startConnect))
 	mux.Handle("GET /oauth/client-metadata.json", h.handle(h.clientMetadata))
 	mux.Handle("GET /api/v1/connections", h.api(h.apiListConnections))
 	mux.Handle("DELETE /api/v1/connections/{server}", h.api(h.apiDeleteConnection))
+	mux.Handle("PUT /api/v1/connections/{server}/secrets/{name}", h.api(h.apiPutSecret))
+	mux.Handle("DELETE /api/v1/connections/{server}/secrets/{name}", h.api(h.apiDeleteSecret))
 
 	// Admin settings (settings.go): a member gets a 404. MCP servers
 	// (/settings/mcp) and folder grants (/settings/grants) use h.admin too.
