@@ -2,8 +2,15 @@ package notify_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"errors"
 	"io"
+	"math/big"
 	"mime"
 	"mime/multipart"
 	"net"
@@ -11,6 +18,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"pizzabot/db"
 	"pizzabot/internal/smtptest"
@@ -188,5 +196,63 @@ func TestParseSMTPURL(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "secretpw") {
 			t.Errorf("the error shows the password: %v", err)
 		}
+	}
+}
+
+// smtp:// with a user: the mail goes over STARTTLS, signed in with AUTH
+// PLAIN, to a server that requires both; a wrong password is refused in
+// words that do not carry it.
+func TestEmailStartTLSAndAuth(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "127.0.0.1"},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(leaf)
+	sink := smtptest.StartSecure(t, smtptest.Secure{
+		Cert:     tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf},
+		Username: "pizza", Password: "s3cret-oven"})
+	host, port, _ := net.SplitHostPort(sink.Addr)
+
+	u := "smtp://pizza:s3cret-oven@" + net.JoinHostPort(host, port)
+	s, err := notify.ParseSMTPURL(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.From, s.RootCAs = "pizza@example.com", roots
+	if err := notify.NewEmail(b.pool, s, "https://pizza.example.com").SendMail(ctx, "me@home.example", []byte("Subject: hi\r\n\r\nover TLS\r\n")); err != nil {
+		t.Fatalf("send over STARTTLS with AUTH: %v", err)
+	}
+	if got := sink.Wait(t, 1); !strings.Contains(got[0], "over TLS") {
+		t.Fatalf("received %q", got)
+	}
+
+	s.Password = "wrong-password"
+	err = notify.NewEmail(b.pool, s, "https://pizza.example.com").SendMail(ctx, "me@home.example", []byte("Subject: hi\r\n\r\nx\r\n"))
+	if err == nil || !strings.Contains(err.Error(), "refused") || strings.Contains(err.Error(), "wrong-password") {
+		t.Fatalf("a wrong password: %v", err)
+	}
+	// A certificate the server cannot prove is refused before the password
+	// is sent.
+	s.Password, s.RootCAs = "s3cret-oven", x509.NewCertPool()
+	if err := notify.NewEmail(b.pool, s, "https://pizza.example.com").SendMail(ctx, "me@home.example", []byte("x")); err == nil || !strings.Contains(err.Error(), "STARTTLS") {
+		t.Fatalf("an unverified certificate: %v", err)
+	}
+	if n := len(sink.Messages()); n != 1 {
+		t.Fatalf("%d messages received, want the first only", n)
 	}
 }

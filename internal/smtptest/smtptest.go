@@ -5,6 +5,8 @@ package smtptest
 
 import (
 	"bufio"
+	"crypto/tls"
+	"encoding/base64"
 	"fmt"
 	"net"
 	"os"
@@ -35,7 +37,22 @@ func Start(t testing.TB) *Sink {
 	if err := exec.Command("/usr/bin/python3", "-c", "import aiosmtpd").Run(); err == nil && os.Getenv("SMTPTEST_GO") == "" {
 		return startAiosmtpd(t)
 	}
-	return startGoSMTP(t)
+	return startGoSMTP(t, nil)
+}
+
+// Secure is what StartSecure's server asks of a client: STARTTLS with
+// Cert before anything else, then AUTH PLAIN as Username and Password.
+type Secure struct {
+	Cert               tls.Certificate
+	Username, Password string
+}
+
+// StartSecure starts the test's own server requiring STARTTLS and AUTH
+// PLAIN (sec): a mail sent otherwise, or with other credentials, is
+// refused as a submission server refuses it.
+func StartSecure(t testing.TB, sec Secure) *Sink {
+	t.Helper()
+	return startGoSMTP(t, &sec)
 }
 
 func freePort(t testing.TB) string {
@@ -82,8 +99,9 @@ func startAiosmtpd(t testing.TB) *Sink {
 }
 
 // startGoSMTP speaks just enough SMTP (RFC 5321: EHLO, MAIL, RCPT, DATA
-// with dot-unstuffing, QUIT) for one client at a time.
-func startGoSMTP(t testing.TB) *Sink {
+// with dot-unstuffing, QUIT; with sec, STARTTLS (RFC 3207) and AUTH PLAIN
+// (RFC 4954), both required) for one client at a time.
+func startGoSMTP(t testing.TB, sec *Secure) *Sink {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -98,9 +116,10 @@ func startGoSMTP(t testing.TB) *Sink {
 				return
 			}
 			go func(c net.Conn) {
-				defer c.Close()
+				defer func() { c.Close() }()
 				r := bufio.NewReader(c)
 				say := func(s string) { fmt.Fprintf(c, "%s\r\n", s) }
+				encrypted, signedIn := false, false
 				say("220 test ESMTP")
 				for {
 					line, err := r.ReadString('\n')
@@ -110,7 +129,34 @@ func startGoSMTP(t testing.TB) *Sink {
 					cmd := strings.ToUpper(strings.TrimSpace(line))
 					switch {
 					case strings.HasPrefix(cmd, "EHLO"), strings.HasPrefix(cmd, "HELO"):
-						say("250-test\r\n250 8BITMIME")
+						switch {
+						case sec != nil && !encrypted:
+							say("250-test\r\n250-8BITMIME\r\n250 STARTTLS")
+						case sec != nil:
+							say("250-test\r\n250-8BITMIME\r\n250 AUTH PLAIN")
+						default:
+							say("250-test\r\n250 8BITMIME")
+						}
+					case cmd == "STARTTLS" && sec != nil && !encrypted:
+						say("220 go ahead")
+						tc := tls.Server(c, &tls.Config{Certificates: []tls.Certificate{sec.Cert}})
+						if err := tc.Handshake(); err != nil {
+							return
+						}
+						c, r, encrypted = tc, bufio.NewReader(tc), true
+					case strings.HasPrefix(cmd, "AUTH PLAIN") && sec != nil && encrypted:
+						resp := strings.TrimSpace(line)[len("AUTH PLAIN"):]
+						raw, _ := base64.StdEncoding.DecodeString(strings.TrimSpace(resp))
+						if string(raw) == "\x00"+sec.Username+"\x00"+sec.Password {
+							signedIn = true
+							say("235 accepted")
+						} else {
+							say("535 authentication failed")
+						}
+					case sec != nil && !encrypted && !strings.HasPrefix(cmd, "QUIT"):
+						say("530 must issue STARTTLS first")
+					case sec != nil && !signedIn && (strings.HasPrefix(cmd, "MAIL") || strings.HasPrefix(cmd, "RCPT") || cmd == "DATA"):
+						say("530 authentication required")
 					case strings.HasPrefix(cmd, "MAIL"), strings.HasPrefix(cmd, "RCPT"), strings.HasPrefix(cmd, "RSET"), strings.HasPrefix(cmd, "NOOP"):
 						say("250 ok")
 					case cmd == "DATA":
