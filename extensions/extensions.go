@@ -577,6 +577,10 @@ func (x *Extensions) Test(ctx context.Context, name, plugin string, cfg agent.MC
 	if err != nil {
 		return mcpclient.Status{}, refusal.New(refusal.Invalid, "config", "%s", capitalize(err.Error()))
 	}
+	if names := expanded.UserSecrets(); len(names) > 0 {
+		// Never sent unfilled: each person's values are theirs.
+		return mcpclient.Status{}, refusal.New(refusal.Invalid, "config", "Its headers take each person's own %s: it is tried once someone has entered theirs on the Connections page, not from here.", strings.Join(names, ", "))
+	}
 	return mcpclient.Probe(ctx, mcpclient.Spec{Name: name, Config: expanded}, x.ProbeOptions), nil
 }
 
