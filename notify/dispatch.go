@@ -31,9 +31,11 @@ import (
 //     failure is retried with River's backoff, up to MaxAttempts, and fails
 //     only its own job. Nothing here runs inside a run's step: Publish
 //     only inserts rows.
-//   - A decision or reminder whose call no longer waits when its job runs
-//     is not sent (state skipped): a decision taken anywhere stops what was
-//     still to be said about it.
+//   - A decision or reminder whose call no longer waits is not sent (state
+//     skipped): a decision taken anywhere stops what was still to be said
+//     about it. The job reads the delivery and the call again just before
+//     it sends, and records an outcome only on a delivery still pending or
+//     retrying, so a decision taken during the send keeps it skipped.
 //   - Quiet hours defer a job to their end (ScheduledAt at publish, a
 //     snooze when they started since), re-read at each run.
 //   - A decision, finished or failed event about a thread in a folder is
@@ -312,51 +314,80 @@ func (w *deliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 	if err != nil {
 		return err
 	}
-	switch state {
-	case StateSent, StateSkipped, StateGone, StateFailed:
+	if !open(state) {
 		return nil // done already: a job queued again after River forgot the first
 	}
 	var ev Event
 	if err := json.Unmarshal(raw, &ev); err != nil {
 		return w.record(ctx, a, StateFailed, "the recorded event cannot be read: "+err.Error(), false)
 	}
-	if ev.CallID != 0 && (ev.Kind == Decision || ev.Kind == Reminder) {
-		var callState string
-		err := pool.QueryRow(ctx, `SELECT state FROM tool_calls WHERE id = $1`, ev.CallID).Scan(&callState)
-		if errors.Is(err, pgx.ErrNoRows) || err == nil && !db.AwaitsDecision(callState) {
-			return w.record(ctx, a, StateSkipped, "the call was decided before this was sent", false)
-		}
-		if err != nil {
-			return err
-		}
-	}
 	ch, ok := d.channels[a.Channel]
 	if !ok {
 		return w.record(ctx, a, StateFailed, "channel "+a.Channel+" is not set up on this server", false)
 	}
-	target := Target{Channel: a.Channel, ID: a.TargetID, FolderID: a.FolderID}
-	if a.FolderID != 0 {
-		// A folder's channel: no person's preferences or quiet hours.
-		return w.finish(ctx, job, ch.Send(ctx, target, ev))
+	// A folder's channel follows no person's preferences or quiet hours.
+	if a.FolderID == 0 {
+		prefs, err := GetPrefs(ctx, pool, a.UserID)
+		if err != nil {
+			return err
+		}
+		now := d.cfg.Now()
+		if until := prefs.QuietUntil(now, ev.Kind); !until.IsZero() {
+			// Quiet hours began since it was queued (or were changed).
+			if _, err := pool.Exec(ctx, `UPDATE notification_deliveries SET scheduled_at = $5, updated_at = now()
+				WHERE user_id = $1 AND event_key = $2 AND channel = $3 AND target_id = $4`,
+				a.UserID, a.EventKey, a.Channel, a.TargetID, until); err != nil {
+				return err
+			}
+			return river.JobSnooze(until.Sub(now))
+		}
+		if !prefs.Channel(a.Channel).Wants(ev.Kind) {
+			return w.record(ctx, a, StateSkipped, "turned off in the preferences since it was queued", false)
+		}
 	}
-	prefs, err := GetPrefs(ctx, pool, a.UserID)
+	// Read again just before the send: a decision taken since this job
+	// began (CallDecided) has marked the delivery skipped, or its call no
+	// longer waits. A decision landing during the send itself is not
+	// overwritten by its outcome (record).
+	due, why, err := w.stillDue(ctx, a, ev)
 	if err != nil {
 		return err
 	}
-	now := d.cfg.Now()
-	if until := prefs.QuietUntil(now, ev.Kind); !until.IsZero() {
-		// Quiet hours began since it was queued (or were changed).
-		if _, err := pool.Exec(ctx, `UPDATE notification_deliveries SET scheduled_at = $5, updated_at = now()
-			WHERE user_id = $1 AND event_key = $2 AND channel = $3 AND target_id = $4`,
-			a.UserID, a.EventKey, a.Channel, a.TargetID, until); err != nil {
-			return err
+	if !due {
+		if why == "" {
+			return nil // settled by someone else (skipped by a decision)
 		}
-		return river.JobSnooze(until.Sub(now))
+		return w.record(ctx, a, StateSkipped, why, false)
 	}
-	if !prefs.Channel(a.Channel).Wants(ev.Kind) {
-		return w.record(ctx, a, StateSkipped, "turned off in the preferences since it was queued", false)
+	return w.finish(ctx, job, ch.Send(ctx, Target{Channel: a.Channel, ID: a.TargetID, FolderID: a.FolderID}, ev))
+}
+
+// open reports whether a delivery in state is still to be sent.
+func open(state string) bool { return state == StatePending || state == StateRetrying }
+
+// stillDue reads whether a's delivery is still to be sent, and for an
+// event about a waiting call whether the call still waits; why says what
+// to record when only the call stopped waiting (empty: the delivery was
+// settled already).
+func (w *deliverWorker) stillDue(ctx context.Context, a DeliverArgs, ev Event) (bool, string, error) {
+	var state string
+	var waits bool
+	err := w.d.cfg.Pool.QueryRow(ctx, `SELECT dl.state,
+		    $5 = 0 OR EXISTS (SELECT 1 FROM tool_calls c WHERE c.id = $5 AND c.state IN ('pending', 'unknown'))
+		FROM notification_deliveries dl
+		WHERE dl.user_id = $1 AND dl.event_key = $2 AND dl.channel = $3 AND dl.target_id = $4`,
+		a.UserID, a.EventKey, a.Channel, a.TargetID, ev.CallID).Scan(&state, &waits)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, "", nil
+	case err != nil:
+		return false, "", fmt.Errorf("delivery of %s: %w", a.EventKey, err)
+	case !open(state):
+		return false, "", nil
+	case !waits:
+		return false, "the call was decided before this was sent", nil
 	}
-	return w.finish(ctx, job, ch.Send(ctx, target, ev))
+	return true, "", nil
 }
 
 // finish records a send's outcome: sent, gone, or to be retried (failed
@@ -389,10 +420,13 @@ func (w *deliverWorker) record(ctx context.Context, a DeliverArgs, state, msg st
 		msg = string(r[:1000]) + "…"
 	}
 	msg = strings.ToValidUTF8(msg, "?")
+	// Only a delivery still open: one a decision marked skipped while it
+	// was being sent keeps its mark.
 	_, err := w.d.cfg.Pool.Exec(ctx, `UPDATE notification_deliveries
 		SET state = $5, last_error = $6, attempts = attempts + CASE WHEN $7 THEN 1 ELSE 0 END,
 		    sent_at = CASE WHEN $5 = 'sent' THEN now() ELSE sent_at END, updated_at = now()
-		WHERE user_id = $1 AND event_key = $2 AND channel = $3 AND target_id = $4`,
+		WHERE user_id = $1 AND event_key = $2 AND channel = $3 AND target_id = $4
+		  AND state IN ('pending', 'retrying')`,
 		a.UserID, a.EventKey, a.Channel, a.TargetID, state, msg, tried)
 	if err != nil {
 		return fmt.Errorf("record delivery of %s: %w", a.EventKey, err)

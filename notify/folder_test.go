@@ -48,28 +48,8 @@ func TestFolderWebhookPostsOncePerEvent(t *testing.T) {
 		t.Fatalf("alice's own webhooks = %+v, %v", got, err)
 	}
 
-	waiting := func(folderID *int64, title string) (db.Thread, db.ToolCallRow) {
-		th, err := db.CreateThread(ctx, b.pool, db.NewThread{UserID: b.user.ID, FolderID: folderID, Title: title})
-		if err != nil {
-			t.Fatal(err)
-		}
-		msg, err := db.AddMessage(ctx, b.pool, db.Message{ThreadID: th.ID, Role: db.RoleAssistant})
-		if err != nil {
-			t.Fatal(err)
-		}
-		callID, err := db.InsertToolCall(ctx, b.pool, db.NewToolCall{ThreadID: th.ID, MessageID: msg.ID, CallID: "c1", Name: "send_quote",
-			Arguments: `{"to":"buyer@example.com"}`, State: db.CallPending, WaitKind: db.WaitApproval, AllowedDecisions: []string{"approve"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := db.GetToolCall(ctx, b.pool, callID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return th, c
-	}
-	inFolder, c := waiting(&f.ID, "Quote for ACME")
-	outside, c2 := waiting(nil, "Private notes")
+	inFolder, c := b.waitingCall(&f.ID, "Quote for ACME")
+	outside, c2 := b.waitingCall(nil, "Private notes")
 
 	d := b.replica(notify.Config{Channels: b.webhooks.Channels()})
 	// Told as the run service tells it: each decider in turn, in one

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 
 	"pizzabot/db"
 	"pizzabot/db/dbtest"
+	"pizzabot/internal/eventually"
 	"pizzabot/netguard"
 	"pizzabot/notify"
 )
@@ -429,25 +431,10 @@ func TestDecidedCallIsNotSent(t *testing.T) {
 	if _, _, err := b.webhooks.Connect(ctx, b.user.ID, "slack", hook.URL+"/s", ""); err != nil {
 		t.Fatal(err)
 	}
-	th, err := db.CreateThread(ctx, b.pool, db.NewThread{UserID: b.user.ID, Title: "Brief"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg, err := db.AddMessage(ctx, b.pool, db.Message{ThreadID: th.ID, Role: db.RoleAssistant})
-	if err != nil {
-		t.Fatal(err)
-	}
-	callID, err := db.InsertToolCall(ctx, b.pool, db.NewToolCall{ThreadID: th.ID, MessageID: msg.ID, CallID: "c1", Name: "publish_brief",
-		Arguments: `{"title":"Brief"}`, State: db.CallPending, WaitKind: db.WaitApproval, AllowedDecisions: []string{"approve"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := db.GetToolCall(ctx, b.pool, callID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	th, c := b.waitingCall(nil, "Brief")
+	callID := c.ID
 	ev := notify.DecisionEvent(b.user.ID, th, c)
-	if got := ev.Calls[0].Args; len(got) != 1 || got[0] != (notify.Arg{Name: "title", Value: "Brief"}) || ev.Path != fmt.Sprintf("/threads/%d#decide", th.ID) {
+	if got := ev.Calls[0].Args; len(got) != 1 || got[0] != (notify.Arg{Name: "to", Value: "buyer@example.com"}) || ev.Path != fmt.Sprintf("/threads/%d#decide", th.ID) {
 		t.Fatalf("event = %+v", ev)
 	}
 	// Published, then decided before any worker runs it.
@@ -476,6 +463,125 @@ func TestDecidedCallIsNotSent(t *testing.T) {
 	}
 	if got := b.delivery(ev2.Key, "slack"); got.State != notify.StateSkipped {
 		t.Fatalf("reminder = %+v", got)
+	}
+}
+
+// waitingCall is a call of a new thread of the bundle's person (in folder
+// folderID, if not nil) that waits for an approval.
+func (b *bundle) waitingCall(folderID *int64, title string) (db.Thread, db.ToolCallRow) {
+	b.t.Helper()
+	ctx := context.Background()
+	th, err := db.CreateThread(ctx, b.pool, db.NewThread{UserID: b.user.ID, FolderID: folderID, Title: title})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	msg, err := db.AddMessage(ctx, b.pool, db.Message{ThreadID: th.ID, Role: db.RoleAssistant})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	callID, err := db.InsertToolCall(ctx, b.pool, db.NewToolCall{ThreadID: th.ID, MessageID: msg.ID, CallID: "c1", Name: "send_quote",
+		Arguments: `{"to":"buyer@example.com"}`, State: db.CallPending, WaitKind: db.WaitApproval, AllowedDecisions: []string{"approve"}})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	c, err := db.GetToolCall(ctx, b.pool, callID)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return th, c
+}
+
+// decide approves call callID as Decide does: the call leaves pending and
+// what was still to be said of it is skipped, in one transaction.
+func (b *bundle) decide(callID int64) {
+	b.t.Helper()
+	if err := db.InTx(context.Background(), b.pool, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE tool_calls SET state = 'ready', decision = 'approve' WHERE id = $1`, callID); err != nil {
+			return err
+		}
+		return notify.CallDecided(ctx, tx, callID)
+	}); err != nil {
+		b.t.Error(err)
+	}
+}
+
+// inbox is an "email" channel with one address per person, which records
+// what it sends and runs during, a hook of the test, mid-send.
+type inbox struct {
+	mu     sync.Mutex
+	sent   []notify.Event
+	during func()
+}
+
+func (*inbox) Name() string { return "email" }
+func (*inbox) Targets(_ context.Context, _ db.Querier, userID int64) ([]notify.Target, error) {
+	return []notify.Target{{Channel: "email", ID: userID, Label: "inbox"}}, nil
+}
+func (c *inbox) Send(_ context.Context, _ notify.Target, ev notify.Event) error {
+	c.mu.Lock()
+	during := c.during
+	c.sent = append(c.sent, ev)
+	c.mu.Unlock()
+	if during != nil {
+		during()
+	}
+	return nil
+}
+func (c *inbox) got() []notify.Event {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]notify.Event(nil), c.sent...)
+}
+
+// A decision taken while a delivery's job runs, after it began and before
+// it sends, stops the send; one taken during the send keeps the delivery
+// skipped (the send's outcome does not overwrite it).
+func TestDecisionWhileDelivering(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// The worker reads the clock (quiet hours) after it read the delivery
+	// and before it sends: the decision comes there.
+	var decideAt atomic.Int64
+	now := func() time.Time {
+		if id := decideAt.Swap(0); id != 0 {
+			b.decide(id)
+		}
+		return time.Now()
+	}
+	box := &inbox{}
+	publisher, err := notify.New(notify.Config{Pool: b.pool, Channels: []notify.Channel{box}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	th, c := b.waitingCall(nil, "Quote")
+	ev := notify.DecisionEvent(b.user.ID, th, c)
+	b.publish(publisher, ev)
+	decideAt.Store(c.ID)
+	b.replica(notify.Config{Channels: []notify.Channel{box}, Now: now})
+	if got := b.delivery(ev.Key, "email"); got.State != notify.StateSkipped || got.Attempts != 0 {
+		t.Fatalf("delivery of a call decided before its send = %+v, want skipped", got)
+	}
+	if sent := box.got(); len(sent) != 0 {
+		t.Fatalf("sent %d messages about a call decided before the send", len(sent))
+	}
+
+	// Decided during the send.
+	th2, c2 := b.waitingCall(nil, "Quote 2")
+	ev2 := notify.DecisionEvent(b.user.ID, th2, c2)
+	box.mu.Lock()
+	box.during = func() { b.decide(c2.ID) }
+	box.mu.Unlock()
+	b.publish(publisher, ev2)
+	eventually.True(t, 20*time.Second, "the delivery's job completes", func() bool {
+		var state string
+		err := b.pool.QueryRow(context.Background(), `SELECT state FROM river_job WHERE kind = 'notify_deliver' AND args->>'event_key' = $1`, ev2.Key).Scan(&state)
+		return err == nil && state == "completed"
+	})
+	if sent := box.got(); len(sent) != 1 {
+		t.Fatalf("sent %d, want the one during which the call was decided", len(sent))
+	}
+	if got := b.delivery(ev2.Key, "email"); got.State != notify.StateSkipped || got.SentAt != nil {
+		t.Fatalf("delivery decided during its send = %+v, want it left skipped", got)
 	}
 }
 
