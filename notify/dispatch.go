@@ -390,13 +390,15 @@ func (w *deliverWorker) stillDue(ctx context.Context, a DeliverArgs, ev Event) (
 	return true, "", nil
 }
 
-// finish records a send's outcome: sent, gone, or to be retried (failed
-// at the last attempt).
+// finish records a send's outcome: sent, not due (skipped), gone, or to
+// be retried (failed at the last attempt).
 func (w *deliverWorker) finish(ctx context.Context, job *river.Job[DeliverArgs], sendErr error) error {
 	d, a := w.d, job.Args
 	switch {
 	case sendErr == nil:
 		return w.record(ctx, a, StateSent, "", true)
+	case errors.Is(sendErr, ErrNotDue):
+		return w.record(ctx, a, StateSkipped, sendErr.Error(), false)
 	case errors.Is(sendErr, ErrGone):
 		d.cfg.Logger.InfoContext(ctx, "notification target gone, removed", "user_id", a.UserID, "channel", a.Channel, "target_id", a.TargetID)
 		return w.record(ctx, a, StateGone, sendErr.Error(), true)

@@ -141,3 +141,60 @@ func TestFolderWebhooksScopedToOwner(t *testing.T) {
 		t.Fatalf("alice deletes: %v, %v", ok, err)
 	}
 }
+
+// A folder's webhook is read again when its post is sent: a webhook
+// removed since the event, or a thread moved out of the folder since,
+// gets nothing.
+func TestFolderWebhookRecheckedAtSend(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	f, err := db.CreateFolder(ctx, b.pool, b.user.ID, "Deal desk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, removed := newReceiver(t, http.StatusOK), newReceiver(t, http.StatusOK)
+	keptHook, _, err := b.webhooks.ConnectFolder(ctx, b.user.ID, f.ID, "slack", kept.URL+"/kept", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	removedHook, _, err := b.webhooks.ConnectFolder(ctx, b.user.ID, f.ID, "discord", removed.URL+"/removed", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved, c1 := b.waitingCall(&f.ID, "Moved to my own")
+	stays, c2 := b.waitingCall(&f.ID, "Stays")
+	// Queued with no replica running, then changed before any sends.
+	queue, err := notify.New(notify.Config{Pool: b.pool, Channels: b.webhooks.Channels()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.publishAll(queue, notify.DecisionEvent(b.user.ID, moved, c1), notify.DecisionEvent(b.user.ID, stays, c2))
+	if n, err := db.MoveThreads(ctx, b.pool, b.user.ID, []int64{moved.ID}, nil); err != nil || n != 1 {
+		t.Fatalf("move: %d, %v", n, err)
+	}
+	if ok, err := notify.DeleteFolderWebhook(ctx, b.pool, b.user.ID, f.ID, removedHook.ID); err != nil || !ok {
+		t.Fatalf("delete: %v, %v", ok, err)
+	}
+	b.replica(notify.Config{Channels: b.webhooks.Channels()})
+
+	k1, k2 := notify.DecisionEvent(0, moved, c1).Key, notify.DecisionEvent(0, stays, c2).Key
+	if got := b.delivery(k1, "slack", keptHook.ID); got.State != notify.StateSkipped || !strings.Contains(got.LastError, "no longer in the folder") {
+		t.Errorf("post about the thread moved out = %+v, want skipped", got)
+	}
+	if got := b.delivery(k2, "slack", keptHook.ID); got.State != notify.StateSent {
+		t.Errorf("post about the thread still in the folder = %+v, want sent", got)
+	}
+	for _, key := range []string{k1, k2} {
+		if got := b.delivery(key, "discord", removedHook.ID); got.State != notify.StateGone {
+			t.Errorf("post of %s to the removed webhook = %+v, want gone", key, got)
+		}
+	}
+	if bodies, _ := removed.got(); len(bodies) != 0 {
+		t.Errorf("the removed webhook got %d posts", len(bodies))
+	}
+	bodies, _ := kept.got()
+	if len(bodies) != 1 || strings.Contains(string(bodies[0]), "Moved to my own") {
+		t.Errorf("the folder's webhook got %d posts (%s), want only the one about the thread still in it", len(bodies), bodies)
+	}
+}

@@ -83,13 +83,18 @@ type Channel interface {
 	// Targets lists userID's targets of this channel.
 	Targets(ctx context.Context, q db.Querier, userID int64) ([]Target, error)
 	// Send delivers ev to target. An error wrapping ErrGone removes the
-	// target (a push subscription the service answered 404 or 410);
+	// target (a push subscription the service answered 404 or 410); one
+	// wrapping ErrNotDue records the delivery as not sent (skipped);
 	// other errors are retried with backoff.
 	Send(ctx context.Context, target Target, ev Event) error
 }
 
 // ErrGone is wrapped by Send's error when the target no longer exists.
 var ErrGone = errors.New("the target is gone")
+
+// ErrNotDue is wrapped by Send's error when the target is no longer to be
+// told of the event (a folder's webhook, of a thread moved out of it).
+var ErrNotDue = errors.New("no longer to be told")
 
 // Publisher records an event and queues its deliveries (one River job per
 // channel target) in the caller's transaction: rolled back, nothing is

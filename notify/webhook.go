@@ -281,18 +281,27 @@ func (c *webhookChannel) Targets(ctx context.Context, q db.Querier, userID int64
 
 func (c *webhookChannel) Send(ctx context.Context, target Target, ev Event) error {
 	w := c.w
-	// A person's own webhook (folder_id NULL), or the folder's the
-	// delivery was queued for.
+	// Read at the send: a person's own webhook (folder_id NULL), or the
+	// folder's the delivery was queued for, still connected by the
+	// folder's owner, with the event's thread still in the folder (moved
+	// out since, it is no longer the folder's to tell).
 	var sealedURL, sealedSecret []byte
 	var owner int64
-	err := w.pool.QueryRow(ctx, `SELECT url_sealed, secret_sealed, user_id FROM notification_webhooks
-		WHERE id = $1 AND kind = $3 AND CASE WHEN $4 = 0 THEN user_id = $2 AND folder_id IS NULL ELSE folder_id = $4 END`,
-		target.ID, ev.UserID, c.kind, target.FolderID).Scan(&sealedURL, &sealedSecret, &owner)
+	var inFolder bool
+	err := w.pool.QueryRow(ctx, `SELECT w.url_sealed, w.secret_sealed, w.user_id,
+		    w.folder_id IS NULL OR EXISTS (SELECT 1 FROM folders f JOIN threads t ON t.folder_id = f.id AND t.user_id = f.user_id
+		        WHERE f.id = w.folder_id AND f.user_id = w.user_id AND t.id = $5)
+		FROM notification_webhooks w
+		WHERE w.id = $1 AND w.kind = $3 AND CASE WHEN $4 = 0 THEN w.user_id = $2 AND w.folder_id IS NULL ELSE w.folder_id = $4 END`,
+		target.ID, ev.UserID, c.kind, target.FolderID, ev.ThreadID).Scan(&sealedURL, &sealedSecret, &owner, &inFolder)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%s webhook %d: %w", c.kind, target.ID, ErrGone)
 	}
 	if err != nil {
 		return err
+	}
+	if !inFolder {
+		return fmt.Errorf("%s webhook %d: the thread is no longer in the folder: %w", c.kind, target.ID, ErrNotDue)
 	}
 	if w.box == nil {
 		return errors.New("no key to open webhook URLs with (PIZZA_SECRET_KEY)")
