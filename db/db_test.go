@@ -77,9 +77,9 @@ func TestCountsFollowEveryChange(t *testing.T) {
 		name string
 		fn   func() error
 	}{
-		{"done", func() error { return db.EndRun(ctx, pool, ids[1], db.StatusDone, "") }},
-		{"waiting", func() error { return db.EndRun(ctx, pool, ids[2], db.StatusWaiting, "") }},
-		{"waiting bob", func() error { return db.EndRun(ctx, pool, ids[0], db.StatusWaiting, "") }},
+		{"done", func() error { _, err := db.EndRun(ctx, pool, ids[1], db.StatusDone, ""); return err }},
+		{"waiting", func() error { _, err := db.EndRun(ctx, pool, ids[2], db.StatusWaiting, ""); return err }},
+		{"waiting bob", func() error { _, err := db.EndRun(ctx, pool, ids[0], db.StatusWaiting, ""); return err }},
 		{"read", func() error { _, err := db.MarkRead(ctx, pool, alice.ID, ids, true); return err }},
 		{"unread", func() error { _, err := db.MarkRead(ctx, pool, alice.ID, ids[1:3], false); return err }},
 		{"archive", func() error { _, err := db.SetArchived(ctx, pool, alice.ID, ids[1:2], true); return err }},

@@ -110,7 +110,7 @@ func TestEventsFollowChanges(t *testing.T) {
 		fn   func() error
 		want []string
 	}{
-		{"done", func() error { return db.EndRun(ctx, pool, th.ID, db.StatusDone, "") }, []string{db.EventStatus}},
+		{"done", func() error { _, err := db.EndRun(ctx, pool, th.ID, db.StatusDone, ""); return err }, []string{db.EventStatus}},
 		{"read", func() error { _, err := db.MarkRead(ctx, pool, alice.ID, []int64{th.ID}, true); return err }, []string{db.EventThread}},
 		{"tool call", func() error {
 			m, err := db.AddMessage(ctx, pool, db.Message{ThreadID: th.ID, Role: db.RoleAssistant})
@@ -325,7 +325,7 @@ func TestThreadFilterMatchesListThreads(t *testing.T) {
 			t.Fatal(err)
 		}
 		if status != db.StatusRunning {
-			if err := db.EndRun(ctx, pool, th.ID, status, ""); err != nil {
+			if _, err := db.EndRun(ctx, pool, th.ID, status, ""); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -383,7 +383,7 @@ func TestThreadSummary(t *testing.T) {
 	// thread as the list, the search and a single read return it.
 	summary := func(status, errMsg string) string {
 		t.Helper()
-		if err := db.EndRun(ctx, pool, th.ID, status, errMsg); err != nil {
+		if _, err := db.EndRun(ctx, pool, th.ID, status, errMsg); err != nil {
 			t.Fatal(err)
 		}
 		got, err := db.GetThread(ctx, pool, alice.ID, th.ID)
@@ -466,7 +466,7 @@ func TestThreadSummary(t *testing.T) {
 		Arguments: `{"title":"Sources"}`, State: db.CallPending, WaitKind: db.WaitApproval}); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.EndRun(ctx, pool, kid.ID, db.StatusWaiting, ""); err != nil {
+	if _, err := db.EndRun(ctx, pool, kid.ID, db.StatusWaiting, ""); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := summary(db.StatusWaiting, ""), "Approve publish_brief Sources"; got != want {

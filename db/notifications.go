@@ -75,23 +75,3 @@ func WaitingCallsFor(ctx context.Context, q Querier, userID int64, limit int) ([
 	}
 	return out, nil
 }
-
-// TopThread returns the thread a person opens for thread id: its parent
-// for a sub-agent's, else itself.
-func TopThread(ctx context.Context, q Querier, id int64) (Thread, error) {
-	t, err := GetRunThread(ctx, q, id)
-	if err != nil || t.ParentThreadID == nil {
-		return t, err
-	}
-	return GetRunThread(ctx, q, *t.ParentThreadID)
-}
-
-// RunGen returns the generation of thread id's run: EndRun moves it on, so
-// that each end of a run has its own (a notification's key).
-func RunGen(ctx context.Context, q Querier, id int64) (int64, error) {
-	var gen int64
-	if err := q.QueryRow(ctx, `SELECT run_gen FROM threads WHERE id = $1`, id).Scan(&gen); err != nil {
-		return 0, fmt.Errorf("run generation of thread %d: %w", id, err)
-	}
-	return gen, nil
-}

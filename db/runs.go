@@ -131,21 +131,23 @@ func AdvanceRunHeld(ctx context.Context, q Querier, threadID, jobID int64) (int6
 
 // EndRun stops the thread's run in status (waiting, done, failed or
 // cancelled), clears the lease and bumps the generation so no queued job acts
-// on it. Waiting, done and failed runs become unread.
-func EndRun(ctx context.Context, q Querier, threadID int64, status, errMsg string) error {
-	tag, err := q.Exec(ctx, `UPDATE threads
+// on it; it returns the new generation (each end of a run has its own: a
+// notification's key). Waiting, done and failed runs become unread.
+func EndRun(ctx context.Context, q Querier, threadID int64, status, errMsg string) (int64, error) {
+	var gen int64
+	err := q.QueryRow(ctx, `UPDATE threads
 		SET status = $2, error = $3, run_gen = run_gen + 1,
 		    run_lease_job = NULL, run_heartbeat_at = NULL, updated_at = now(),
 		    unread = CASE WHEN $2 IN ('done', 'failed', 'waiting') THEN true ELSE unread END,
 		    archived = CASE WHEN $2 IN ('done', 'failed', 'waiting') THEN false ELSE archived END
-		WHERE id = $1`, threadID, status, errMsg)
+		WHERE id = $1 RETURNING run_gen`, threadID, status, errMsg).Scan(&gen)
 	if err != nil {
-		return fmt.Errorf("end run of thread %d: %w", threadID, err)
+		if isNoRows(err) {
+			return 0, fmt.Errorf("end run of thread %d: %w", threadID, ErrNotFound)
+		}
+		return 0, fmt.Errorf("end run of thread %d: %w", threadID, err)
 	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("end run of thread %d: %w", threadID, ErrNotFound)
-	}
-	return nil
+	return gen, nil
 }
 
 // LockThread locks a thread the user may see for a state change and

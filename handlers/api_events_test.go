@@ -74,7 +74,7 @@ func TestAPIEventsStream(t *testing.T) {
 		text += d.Text
 	}
 
-	if err := db.EndRun(b.ctx, b.pool, th.ID, db.StatusDone, ""); err != nil {
+	if _, err := db.EndRun(b.ctx, b.pool, th.ID, db.StatusDone, ""); err != nil {
 		t.Fatal(err)
 	}
 	te, _ = alice.nextThread()
@@ -148,7 +148,7 @@ func TestAPIEventsFilterAndRefusals(t *testing.T) {
 	s, _ := b.openAPI("alice", "thread="+itoa(mine.ID), "")
 	s.nextOf("ready")
 	b.thread(b.alice, "another", "")
-	if err := db.EndRun(b.ctx, b.pool, mine.ID, db.StatusFailed, "model gave up"); err != nil {
+	if _, err := db.EndRun(b.ctx, b.pool, mine.ID, db.StatusFailed, "model gave up"); err != nil {
 		t.Fatal(err)
 	}
 	// The stream may still bring the thread's creation, committed just

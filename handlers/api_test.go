@@ -772,7 +772,7 @@ func TestAPICancelAndRetry(t *testing.T) {
 		th = b.apiWait("alice", th.ID, db.StatusWaiting)
 		// A run that failed while a call waited for the user (as after a
 		// crash) goes back to waiting on retry, with nothing queued.
-		if err := db.EndRun(b.ctx, b.pool, th.ID, db.StatusFailed, "interrupted"); err != nil {
+		if _, err := db.EndRun(b.ctx, b.pool, th.ID, db.StatusFailed, "interrupted"); err != nil {
 			t.Fatal(err)
 		}
 		got := b.apiPost("alice", "/api/v1/threads/"+itoa(th.ID)+"/retry", nil).want(http.StatusOK).thread()

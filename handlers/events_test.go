@@ -34,7 +34,7 @@ func TestEventStreamDeliversOwnChanges(t *testing.T) {
 		t.Errorf("update = %+v, want the counts with All = 1", u)
 	}
 
-	if err := db.EndRun(b.ctx, b.pool, th.ID, db.StatusDone, ""); err != nil {
+	if _, err := db.EndRun(b.ctx, b.pool, th.ID, db.StatusDone, ""); err != nil {
 		t.Fatal(err)
 	}
 	evs = alice.until()

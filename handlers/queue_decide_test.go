@@ -88,7 +88,7 @@ func TestDecisionFormInRowShowsTheScriptsCall(t *testing.T) {
 	if err := db.ParkSandboxCall(b.ctx, b.pool, callID, 3, "publish_brief", `{"title":"X","audience":"team"}`); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.EndRun(b.ctx, b.pool, th.ID, db.StatusWaiting, ""); err != nil {
+	if _, err := db.EndRun(b.ctx, b.pool, th.ID, db.StatusWaiting, ""); err != nil {
 		t.Fatal(err)
 	}
 	page := b.get("alice", "/threads/"+itoa(th.ID)).wantStatus(http.StatusOK)
@@ -233,7 +233,7 @@ func TestDecideOnlyWhereACallWaits(t *testing.T) {
 	if err := db.HoldForBudget(b.ctx, b.pool, held.ID, db.BudgetCheck{Budget: budget, SubjectText: "skill researcher"}, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.EndRun(b.ctx, b.pool, held.ID, db.StatusWaiting, ""); err != nil {
+	if _, err := db.EndRun(b.ctx, b.pool, held.ID, db.StatusWaiting, ""); err != nil {
 		t.Fatal(err)
 	}
 	asks := b.thread(b.alice, "Asks", db.StatusRunning)
@@ -247,7 +247,7 @@ func TestDecideOnlyWhereACallWaits(t *testing.T) {
 		AllowedDecisions: []string{db.DecisionRespond}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.EndRun(b.ctx, b.pool, asks.ID, db.StatusWaiting, ""); err != nil {
+	if _, err := db.EndRun(b.ctx, b.pool, asks.ID, db.StatusWaiting, ""); err != nil {
 		t.Fatal(err)
 	}
 

@@ -202,7 +202,7 @@ func TestSearchLiveRows(t *testing.T) {
 	if _, err := db.AddMessage(b.ctx, b.pool, db.Message{ThreadID: match.ID, Role: db.RoleUser, Content: "The renewal is due in May."}); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.EndRun(b.ctx, b.pool, match.ID, db.StatusDone, ""); err != nil {
+	if _, err := db.EndRun(b.ctx, b.pool, match.ID, db.StatusDone, ""); err != nil {
 		t.Fatal(err)
 	}
 	// The message and the end of the run may come in one batch or two.

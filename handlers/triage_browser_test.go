@@ -52,7 +52,7 @@ func TestRowSummariesInBrowser(t *testing.T) {
 	}
 	end := func(th db.Thread, status, errMsg string) {
 		t.Helper()
-		if err := db.EndRun(ctx, ls.pool, th.ID, status, errMsg); err != nil {
+		if _, err := db.EndRun(ctx, ls.pool, th.ID, status, errMsg); err != nil {
 			t.Fatal(err)
 		}
 	}

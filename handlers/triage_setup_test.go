@@ -301,7 +301,7 @@ func (ts *triageServer) parked(title, tool, args, state, kind string, allowed []
 			ts.t.Fatal(err)
 		}
 	}
-	if err := db.EndRun(ctx, ts.pool, th.ID, db.StatusWaiting, ""); err != nil {
+	if _, err := db.EndRun(ctx, ts.pool, th.ID, db.StatusWaiting, ""); err != nil {
 		ts.t.Fatal(err)
 	}
 	return th.ID, callID

@@ -18,7 +18,10 @@ import (
 //     Action queue and Decide's check use, as a set), on the thread they
 //     decide it on (a sub-agent's parent);
 //   - a top-level run that finishes or fails tells its owner (a
-//     sub-agent's end is its parent's to tell).
+//     sub-agent's end is its parent's to tell);
+//   - either is posted once to each webhook of the thread's folder
+//     (notify's PublishFolder), whoever is told, and when nobody may
+//     decide a call.
 //
 // Publishing only inserts rows (the event, its deliveries, their River
 // jobs) in the run's transaction, behind a savepoint: a notification that
@@ -35,8 +38,9 @@ type notifyWorkers interface {
 }
 
 // notifyRunEnd tells what the end of thread threadID's run (db.EndRun,
-// just done in tx) means to people. Only a broken transaction fails it.
-func (rt *Runtime) notifyRunEnd(ctx context.Context, tx pgx.Tx, threadID int64, status, msg string) error {
+// just done in tx, which moved it to generation gen) means to people. Only
+// a broken transaction fails it.
+func (rt *Runtime) notifyRunEnd(ctx context.Context, tx pgx.Tx, threadID, gen int64, status, msg string) error {
 	if rt.cfg.Notify == nil {
 		return nil
 	}
@@ -49,7 +53,7 @@ func (rt *Runtime) notifyRunEnd(ctx context.Context, tx pgx.Tx, threadID int64, 
 	if err != nil {
 		return fmt.Errorf("notifications of thread %d: %w", threadID, err)
 	}
-	if err := rt.publishRunEnd(ctx, sp, threadID, status, msg); err != nil {
+	if err := rt.publishRunEnd(ctx, sp, threadID, gen, status, msg); err != nil {
 		rt.cfg.Logger.WarnContext(ctx, "notification not queued; the run goes on without it",
 			"thread_id", threadID, "status", status, "err", err)
 		if err := sp.Rollback(ctx); err != nil {
@@ -60,51 +64,54 @@ func (rt *Runtime) notifyRunEnd(ctx context.Context, tx pgx.Tx, threadID int64, 
 	return sp.Commit(ctx)
 }
 
-func (rt *Runtime) publishRunEnd(ctx context.Context, tx pgx.Tx, threadID int64, status, msg string) error {
+// publishRunEnd publishes a run's end in one go: its people's events
+// (each person's preferences and targets read once, however many calls
+// wait) and the folder's posts (its webhooks read once, and posted also
+// when nobody may decide a call).
+func (rt *Runtime) publishRunEnd(ctx context.Context, tx pgx.Tx, threadID, gen int64, status, msg string) error {
 	t, err := db.GetRunThread(ctx, tx, threadID)
 	if err != nil {
 		return err
 	}
+	var people, folder []notify.Event
 	if status != db.StatusWaiting {
 		if t.ParentThreadID != nil {
 			return nil
-		}
-		// EndRun moved the generation on: each end of a run has its own.
-		gen, err := db.RunGen(ctx, tx, threadID)
-		if err != nil {
-			return err
 		}
 		ev, ok := notify.EndEvent(t, status, msg, gen)
 		if !ok {
 			return nil
 		}
-		return rt.cfg.Notify.Publish(ctx, tx, ev)
-	}
-	top := t
-	if t.ParentThreadID != nil {
-		if top, err = db.GetRunThread(ctx, tx, *t.ParentThreadID); err != nil {
-			return err
-		}
-	}
-	open, err := db.OpenToolCalls(ctx, tx, threadID)
-	if err != nil {
-		return err
-	}
-	for _, c := range open {
-		if !c.AwaitsDecision() {
-			continue
-		}
-		deciders, err := db.CallDeciders(ctx, tx, c.ID)
-		if err != nil {
-			return err
-		}
-		// Nobody may decide it: the thread page says why (deciders.go),
-		// and nobody is told it waits for them.
-		for _, userID := range deciders {
-			if err := rt.cfg.Notify.Publish(ctx, tx, notify.DecisionEvent(userID, top, c)); err != nil {
+		people, folder = []notify.Event{ev}, []notify.Event{ev}
+	} else {
+		top := t
+		if t.ParentThreadID != nil {
+			if top, err = db.GetRunThread(ctx, tx, *t.ParentThreadID); err != nil {
 				return err
 			}
 		}
+		open, err := db.OpenToolCalls(ctx, tx, threadID)
+		if err != nil {
+			return err
+		}
+		for _, c := range open {
+			if !c.AwaitsDecision() {
+				continue
+			}
+			deciders, err := db.CallDeciders(ctx, tx, c.ID)
+			if err != nil {
+				return err
+			}
+			// Nobody may decide it: the thread page says why (deciders.go),
+			// and nobody is told it waits for them; the folder still is.
+			for _, userID := range deciders {
+				people = append(people, notify.DecisionEvent(userID, top, c))
+			}
+			folder = append(folder, notify.DecisionEvent(0, top, c))
+		}
 	}
-	return nil
+	if err := rt.cfg.Notify.PublishAll(ctx, tx, people); err != nil {
+		return err
+	}
+	return rt.cfg.Notify.PublishFolder(ctx, tx, folder)
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -41,6 +42,17 @@ interruptOn:
     approvers: [group:reviewers]
     distinctApprover: true
     description: The report goes to a customer
+---
+Send the report.
+`)},
+	"audited/SKILL.md": {Data: []byte(`---
+name: audited
+description: Sends reports nobody here may approve.
+allowed-tools: send_report
+interruptOn:
+  send_report:
+    allowedDecisions: [approve, reject]
+    approvers: [group:auditors]
 ---
 Send the report.
 `)},
@@ -117,6 +129,19 @@ type notifyBundle struct {
 	hooks    *notify.Webhooks
 	receiver *hookReceiver
 	secrets  map[int64]string // each person's webhook signing secret
+	// targetReads counts the dispatcher's reads of people's targets.
+	targetReads *atomic.Int64
+}
+
+// countedChannel is a channel whose Targets reads are counted.
+type countedChannel struct {
+	notify.Channel
+	reads *atomic.Int64
+}
+
+func (c countedChannel) Targets(ctx context.Context, q db.Querier, userID int64) ([]notify.Target, error) {
+	c.reads.Add(1)
+	return c.Channel.Targets(ctx, q, userID)
 }
 
 func setupNotify(t *testing.T, script scriptmodel.Script, channels ...notify.Channel) *notifyBundle {
@@ -134,7 +159,12 @@ func setupNotifyLog(t *testing.T, script scriptmodel.Script, log *slog.Logger, c
 	}
 	// Loopback allowed, as PIZZA_NOTIFY_ALLOW_INSECURE does.
 	hooks := notify.NewWebhooks(pool, box, &netguard.Guard{Loopback: true}, "https://pizza.example.com")
-	disp, err := notify.New(notify.Config{Pool: pool, Channels: append(hooks.Channels(), channels...)})
+	reads := &atomic.Int64{}
+	var counted []notify.Channel
+	for _, c := range append(hooks.Channels(), channels...) {
+		counted = append(counted, countedChannel{c, reads})
+	}
+	disp, err := notify.New(notify.Config{Pool: pool, Channels: counted})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +181,7 @@ func setupNotifyLog(t *testing.T, script scriptmodel.Script, log *slog.Logger, c
 	})
 	b.pool, b.rt, b.model = h.Pool, h.Runtime, h.Model
 	allowTools(t, b.pool, "send_report") // only the skill's gate asks
-	return &notifyBundle{bundle: b, hooks: hooks, receiver: newHookReceiver(t), secrets: map[int64]string{}}
+	return &notifyBundle{bundle: b, hooks: hooks, receiver: newHookReceiver(t), secrets: map[int64]string{}, targetReads: reads}
 }
 
 // connect gives u a generic webhook at the receiver's /<subject>.
@@ -304,6 +334,88 @@ func TestNotifyDecisionToEveryDecider(t *testing.T) {
 	}
 	if got := b.receiver.requests("/bea"); len(got) != 0 {
 		t.Errorf("bea's webhook got %d requests, want none", len(got))
+	}
+}
+
+// A run that ends waiting on two calls, each for two deciders, costs one
+// read of each decider's preferences and targets, not one per call: one
+// delivery per (event, person, channel), and one post per (event,
+// webhook) to the thread's folder. A call nobody may decide is still
+// posted to the folder, and told to nobody.
+func TestNotifyRunEndOncePerPerson(t *testing.T) {
+	t.Parallel()
+	report := func(id string) scriptmodel.ScriptToolCall {
+		return scriptmodel.ScriptToolCall{ID: id, Name: "send_report", Arguments: reportArgs(t)}
+	}
+	b := setupNotify(t, scriptmodel.Script{Rules: []scriptmodel.Rule{
+		{Match: scriptmodel.Match{LastRole: "user"}, Replies: calls(report("r1"), report("r2"))},
+		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: say("Sent.")},
+	}})
+	ctx := context.Background()
+	alice := signIn(t, b.pool, "alice", "reviewers")
+	ana := signIn(t, b.pool, "ana", "reviewers")
+	bea := signIn(t, b.pool, "bea", "reviewers")
+	b.user = alice
+	for _, u := range []db.User{alice, ana, bea} {
+		b.connect(t, u, "/"+u.Name)
+	}
+	f, err := db.CreateFolder(ctx, b.pool, alice.ID, "Reports")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The folder's room: a generic webhook, signed with the folder's secret.
+	_, roomSecret, err := b.hooks.ConnectFolder(ctx, alice.ID, f.ID, "webhook", b.receiver.URL+"/room", "#reports")
+	if err != nil {
+		t.Fatal(err)
+	}
+	room := db.User{ID: -1}
+	b.secrets[room.ID] = roomSecret
+	start := func(skill string) db.Thread {
+		th, err := b.rt.Start(ctx, alice, jobs.StartRequest{Prompt: "Send the Q3 report twice.", Skill: skill, FolderID: &f.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b.wait(t, th.ID, db.StatusWaiting)
+	}
+	count := func(where string, args ...any) int {
+		t.Helper()
+		var n int
+		if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM notification_deliveries WHERE `+where, args...).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	b.targetReads.Store(0)
+	th := start("reporter")
+	if open := b.pending(t, th.ID); len(open) != 2 {
+		t.Fatalf("%d calls wait, want 2", len(open))
+	}
+	// Ana and Bea decide (four eyes: not Alice), each told of both calls.
+	for _, u := range []db.User{ana, bea} {
+		if got := count(`user_id = $1 AND kind = 'decision' AND folder_id IS NULL`, u.ID); got != 2 {
+			t.Errorf("%s: %d decision deliveries, want 2 (one per call on their one channel)", u.Name, got)
+		}
+	}
+	if got := count(`user_id = $1 AND folder_id IS NULL`, alice.ID); got != 0 {
+		t.Errorf("alice, who may not decide, has %d deliveries", got)
+	}
+	if got := count(`folder_id = $1 AND thread_id = $2`, f.ID, th.ID); got != 2 {
+		t.Errorf("%d folder posts, want 2 (one per call, not per decider)", got)
+	}
+	// One read of each decider's targets per channel, for both calls.
+	if got, want := b.targetReads.Load(), int64(2*len(notify.WebhookKinds)); got != want {
+		t.Errorf("%d reads of targets, want %d (2 people × %d channels)", got, want, len(notify.WebhookKinds))
+	}
+	b.event(t, room, "/room", "notification.decision")
+
+	// Nobody may decide: the folder is told, nobody else.
+	lone := start("audited")
+	if got := count(`thread_id = $1 AND folder_id IS NULL`, lone.ID); got != 0 {
+		t.Errorf("%d people told of calls nobody may decide", got)
+	}
+	if got := count(`folder_id = $1 AND thread_id = $2`, f.ID, lone.ID); got != 2 {
+		t.Errorf("%d folder posts of calls nobody may decide, want 2", got)
 	}
 }
 

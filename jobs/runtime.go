@@ -564,7 +564,8 @@ func (rt *Runtime) Retry(ctx context.Context, user db.User, threadID int64) (Out
 		for _, c := range open {
 			if c.AwaitsDecision() {
 				// It stopped for a human: go back to waiting for them.
-				return db.EndRun(ctx, tx, t.ID, db.StatusWaiting, "")
+				_, err := db.EndRun(ctx, tx, t.ID, db.StatusWaiting, "")
+				return err
 			}
 		}
 		if err := db.SetRunStarter(ctx, tx, t.ID, &user.ID); err != nil {

@@ -299,7 +299,7 @@ func TestDecideAndRetryOutcomes(t *testing.T) {
 	}
 
 	// A run that failed while its calls waited goes back to waiting.
-	if err := db.EndRun(ctx, b.pool, th.ID, db.StatusFailed, "interrupted"); err != nil {
+	if _, err := db.EndRun(ctx, b.pool, th.ID, db.StatusFailed, "interrupted"); err != nil {
 		t.Fatal(err)
 	}
 	out, err := b.rt.Retry(ctx, b.user, th.ID)
@@ -321,7 +321,7 @@ func TestDecideAndRetryOutcomes(t *testing.T) {
 	b.wait(t, th.ID, db.StatusDone)
 
 	// A failed run with no call waiting is queued.
-	if err := db.EndRun(ctx, b.pool, th.ID, db.StatusFailed, "interrupted"); err != nil {
+	if _, err := db.EndRun(ctx, b.pool, th.ID, db.StatusFailed, "interrupted"); err != nil {
 		t.Fatal(err)
 	}
 	if out, err = b.rt.Retry(ctx, b.user, th.ID); err != nil || !out.Resumed {

@@ -210,7 +210,8 @@ func (rt *Runtime) settle(ctx context.Context, tx pgx.Tx, id int64, status strin
 		if status == db.StatusWaiting && !fromStep || !resting && ready {
 			return nil
 		}
-		return db.EndRun(ctx, tx, id, db.StatusWaiting, "")
+		_, err := db.EndRun(ctx, tx, id, db.StatusWaiting, "")
+		return err
 	case ready:
 		if resting {
 			return rt.advance(ctx, tx, id)
@@ -225,10 +226,11 @@ func (rt *Runtime) settle(ctx context.Context, tx pgx.Tx, id int64, status strin
 // the same transaction: an ended sub-agent answers the parent's task call,
 // and the parent goes on, waits or rests (settle).
 func (rt *Runtime) endRun(ctx context.Context, tx pgx.Tx, threadID int64, status, msg string) error {
-	if err := db.EndRun(ctx, tx, threadID, status, msg); err != nil {
+	gen, err := db.EndRun(ctx, tx, threadID, status, msg)
+	if err != nil {
 		return err
 	}
-	if err := rt.notifyRunEnd(ctx, tx, threadID, status, msg); err != nil {
+	if err := rt.notifyRunEnd(ctx, tx, threadID, gen, status, msg); err != nil {
 		return err
 	}
 	link, ok, err := db.ParentOf(ctx, tx, threadID)
@@ -327,7 +329,7 @@ func (rt *Runtime) cancelSubagents(ctx context.Context, tx pgx.Tx, subs []db.Act
 				return nil, err
 			}
 		}
-		if err := db.EndRun(ctx, tx, s.ID, db.StatusCancelled, "Cancelled with the thread that delegated it, by "+who+"."); err != nil {
+		if _, err := db.EndRun(ctx, tx, s.ID, db.StatusCancelled, "Cancelled with the thread that delegated it, by "+who+"."); err != nil {
 			return nil, err
 		}
 	}

@@ -39,11 +39,12 @@ import (
 //   - Quiet hours defer a job to their end (ScheduledAt at publish, a
 //     snooze when they started since), re-read at each run.
 //   - A decision, finished or failed event about a thread in a folder is
-//     also delivered to each of the folder's webhooks, once per (event,
-//     webhook) whoever is told: that delivery is keyed by the event and
-//     the webhook only (recorded under the webhook's owner, with its own
-//     copy of the event), so two deciders told of one call post once. The
-//     folder's channel follows no person's preferences or quiet hours.
+//     posted (PublishFolder, by the run's end) to each of the folder's
+//     webhooks, once per (event, webhook) whoever is told, and when nobody
+//     is: that delivery is keyed by the event and the webhook only
+//     (recorded under the webhook's owner, with its own copy of the
+//     event). The folder's channel follows no person's preferences or
+//     quiet hours.
 //
 // A send that succeeds and then fails to be recorded (the process dies in
 // between) is sent again by the retry: delivery is at least once.
@@ -140,123 +141,159 @@ func (DeliverArgs) InsertOpts() river.InsertOpts {
 }
 
 // Publish implements Publisher: it records ev and queues one delivery per
-// target of every channel userID wants ev's kind on, deferred past quiet
-// hours, in tx.
+// target of every channel ev's person wants ev's kind on, deferred past
+// quiet hours, in tx.
 func (d *Dispatcher) Publish(ctx context.Context, tx pgx.Tx, ev Event) error {
-	if ev.Key == "" || ev.UserID == 0 || ev.Kind == "" {
-		return fmt.Errorf("notify: event needs a key, a user and a kind (got %q, %d, %q)", ev.Key, ev.UserID, ev.Kind)
-	}
-	raw, err := json.Marshal(ev)
-	if err != nil {
-		return err
-	}
-	var id int64
-	err = tx.QueryRow(ctx, `INSERT INTO notification_events (user_id, key, kind, thread_id, call_id, event)
-		VALUES ($1, $2, $3, nullif($4, 0), nullif($5, 0), $6) ON CONFLICT (user_id, key) DO NOTHING RETURNING id`,
-		ev.UserID, ev.Key, ev.Kind, ev.ThreadID, ev.CallID, raw).Scan(&id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil // told already
-	}
-	if err != nil {
-		return fmt.Errorf("record notification %s: %w", ev.Key, err)
-	}
-	prefs, err := GetPrefs(ctx, tx, ev.UserID)
-	if err != nil {
-		return err
-	}
-	// Deferred past quiet hours, else at once (River's clock, not ours).
-	var at *time.Time
-	if until := prefs.QuietUntil(d.cfg.Now(), ev.Kind); !until.IsZero() {
-		at = &until
-	}
-	for _, name := range Channels {
-		ch, ok := d.channels[name]
-		if !ok || !prefs.Channel(name).Wants(ev.Kind) {
-			continue
-		}
-		targets, err := ch.Targets(ctx, tx, ev.UserID)
-		if err != nil {
-			return fmt.Errorf("targets of %s for user %d: %w", name, ev.UserID, err)
-		}
-		for _, t := range targets {
-			if _, err := tx.Exec(ctx, `INSERT INTO notification_deliveries
-				(user_id, event_key, kind, thread_id, call_id, channel, target_id, target_label, scheduled_at)
-				VALUES ($1, $2, $3, nullif($4, 0), nullif($5, 0), $6, $7, $8, coalesce($9, now()))
-				ON CONFLICT (user_id, event_key, channel, target_id) DO NOTHING`,
-				ev.UserID, ev.Key, ev.Kind, ev.ThreadID, ev.CallID, name, t.ID, t.Label, at); err != nil {
-				return fmt.Errorf("record delivery of %s: %w", ev.Key, err)
-			}
-			opts := DeliverArgs{}.InsertOpts()
-			if at != nil {
-				opts.ScheduledAt = *at
-			}
-			if _, err := d.inserter.InsertTx(ctx, tx, DeliverArgs{UserID: ev.UserID, EventKey: ev.Key, Channel: name, TargetID: t.ID}, &opts); err != nil {
-				return fmt.Errorf("queue delivery of %s: %w", ev.Key, err)
-			}
-		}
-	}
-	return d.publishFolder(ctx, tx, ev)
+	return d.PublishAll(ctx, tx, []Event{ev})
 }
 
-// publishFolder queues ev to the webhooks of the folder its thread is in,
-// once per webhook: the delivery row is keyed by the webhook's owner, the
-// event key, the kind and the webhook, none of them the person told, so a
-// second person told of the same event finds it queued already.
-func (d *Dispatcher) publishFolder(ctx context.Context, tx pgx.Tx, ev Event) error {
-	switch ev.Kind {
-	case Decision, Finished, Failed:
-	default:
-		return nil // reminders and digests are a person's
+// PublishAll implements Publisher: Publish of each of evs, reading each
+// person's preferences and each of their channels' targets once however
+// many of evs are theirs (a run's end tells every waiting call to every
+// person who may decide it).
+func (d *Dispatcher) PublishAll(ctx context.Context, tx pgx.Tx, evs []Event) error {
+	type person struct {
+		prefs   Prefs
+		targets map[string][]Target
 	}
-	if ev.ThreadID == 0 {
-		return nil
+	people := map[int64]*person{}
+	for _, ev := range evs {
+		if ev.Key == "" || ev.UserID == 0 || ev.Kind == "" {
+			return fmt.Errorf("notify: event needs a key, a user and a kind (got %q, %d, %q)", ev.Key, ev.UserID, ev.Kind)
+		}
+		raw, err := json.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		var id int64
+		err = tx.QueryRow(ctx, `INSERT INTO notification_events (user_id, key, kind, thread_id, call_id, event)
+			VALUES ($1, $2, $3, nullif($4, 0), nullif($5, 0), $6) ON CONFLICT (user_id, key) DO NOTHING RETURNING id`,
+			ev.UserID, ev.Key, ev.Kind, ev.ThreadID, ev.CallID, raw).Scan(&id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue // told already
+		}
+		if err != nil {
+			return fmt.Errorf("record notification %s: %w", ev.Key, err)
+		}
+		p := people[ev.UserID]
+		if p == nil {
+			prefs, err := GetPrefs(ctx, tx, ev.UserID)
+			if err != nil {
+				return err
+			}
+			p = &person{prefs: prefs, targets: map[string][]Target{}}
+			people[ev.UserID] = p
+		}
+		// Deferred past quiet hours, else at once (River's clock, not ours).
+		var at *time.Time
+		if until := p.prefs.QuietUntil(d.cfg.Now(), ev.Kind); !until.IsZero() {
+			at = &until
+		}
+		for _, name := range Channels {
+			ch, ok := d.channels[name]
+			if !ok || !p.prefs.Channel(name).Wants(ev.Kind) {
+				continue
+			}
+			targets, read := p.targets[name]
+			if !read {
+				if targets, err = ch.Targets(ctx, tx, ev.UserID); err != nil {
+					return fmt.Errorf("targets of %s for user %d: %w", name, ev.UserID, err)
+				}
+				p.targets[name] = targets
+			}
+			for _, t := range targets {
+				a := DeliverArgs{UserID: ev.UserID, EventKey: ev.Key, Channel: name, TargetID: t.ID}
+				if err := d.queue(ctx, tx, a, ev, t.Label, nil, at); err != nil {
+					return err
+				}
+			}
+		}
 	}
-	rows, err := tx.Query(ctx, `SELECT w.id, w.kind, coalesce(nullif(w.label, ''), w.host), w.user_id, w.folder_id
-		FROM threads t
-		JOIN folders f ON f.id = t.folder_id AND f.user_id = t.user_id
-		JOIN notification_webhooks w ON w.folder_id = f.id
-		WHERE t.id = $1 ORDER BY w.id`, ev.ThreadID)
-	if err != nil {
-		return fmt.Errorf("folder webhooks of thread %d: %w", ev.ThreadID, err)
-	}
+	return nil
+}
+
+// PublishFolder implements Publisher: it queues each of evs (a decision,
+// finished or failed event) to the webhooks of the folder its thread is
+// in, once per (event, webhook), reading each thread's webhooks once.
+// The delivery is recorded under the webhook's owner, keyed by the event
+// and the webhook and none of the people told, with its own copy of the
+// event as a channel of many people reads it (ForFolder): publishing it
+// again, for another person or by another replica, queues nothing more.
+func (d *Dispatcher) PublishFolder(ctx context.Context, tx pgx.Tx, evs []Event) error {
 	type hook struct {
 		Target
 		owner int64
 	}
-	hooks, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (hook, error) {
-		var h hook
-		return h, r.Scan(&h.ID, &h.Channel, &h.Label, &h.owner, &h.FolderID)
-	})
-	if err != nil {
-		return fmt.Errorf("folder webhooks of thread %d: %w", ev.ThreadID, err)
-	}
-	if len(hooks) == 0 {
-		return nil
-	}
-	raw, err := json.Marshal(ForFolder(ev))
-	if err != nil {
-		return err
-	}
-	for _, h := range hooks {
-		if _, ok := d.channels[h.Channel]; !ok {
+	hooks := map[int64][]hook{}
+	for _, ev := range evs {
+		switch ev.Kind {
+		case Decision, Finished, Failed:
+		default:
+			continue // reminders, digests and the rest are a person's
+		}
+		if ev.ThreadID == 0 {
 			continue
 		}
-		tag, err := tx.Exec(ctx, `INSERT INTO notification_deliveries
-			(user_id, event_key, kind, thread_id, call_id, channel, target_id, target_label, folder_id, event)
-			VALUES ($1, $2, $3, nullif($4, 0), nullif($5, 0), $6, $7, $8, $9, $10)
-			ON CONFLICT (user_id, event_key, channel, target_id) DO NOTHING`,
-			h.owner, ev.Key, ev.Kind, ev.ThreadID, ev.CallID, h.Channel, h.ID, h.Label, h.FolderID, raw)
+		hs, read := hooks[ev.ThreadID]
+		if !read {
+			rows, err := tx.Query(ctx, `SELECT w.id, w.kind, coalesce(nullif(w.label, ''), w.host), w.user_id, w.folder_id
+				FROM threads t
+				JOIN folders f ON f.id = t.folder_id AND f.user_id = t.user_id
+				JOIN notification_webhooks w ON w.folder_id = f.id AND w.user_id = f.user_id
+				WHERE t.id = $1 ORDER BY w.id`, ev.ThreadID)
+			if err == nil {
+				hs, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (hook, error) {
+					var h hook
+					return h, r.Scan(&h.ID, &h.Channel, &h.Label, &h.owner, &h.FolderID)
+				})
+			}
+			if err != nil {
+				return fmt.Errorf("folder webhooks of thread %d: %w", ev.ThreadID, err)
+			}
+			hooks[ev.ThreadID] = hs
+		}
+		if len(hs) == 0 {
+			continue
+		}
+		fev := ForFolder(ev)
+		raw, err := json.Marshal(fev)
 		if err != nil {
-			return fmt.Errorf("record folder delivery of %s: %w", ev.Key, err)
+			return err
 		}
-		if tag.RowsAffected() == 0 {
-			continue // queued when another person was told
+		for _, h := range hs {
+			if _, ok := d.channels[h.Channel]; !ok {
+				continue
+			}
+			a := DeliverArgs{UserID: h.owner, EventKey: ev.Key, Channel: h.Channel, TargetID: h.ID, FolderID: h.FolderID}
+			if err := d.queue(ctx, tx, a, fev, h.Label, raw, nil); err != nil {
+				return err
+			}
 		}
-		opts := DeliverArgs{}.InsertOpts()
-		args := DeliverArgs{UserID: h.owner, EventKey: ev.Key, Channel: h.Channel, TargetID: h.ID, FolderID: h.FolderID}
-		if _, err := d.inserter.InsertTx(ctx, tx, args, &opts); err != nil {
-			return fmt.Errorf("queue folder delivery of %s: %w", ev.Key, err)
-		}
+	}
+	return nil
+}
+
+// queue records delivery a of ev (to the target labelled label; copy is a
+// folder's own copy of the event, nil for a person's) and inserts its job,
+// at at (nil: now), unless it was queued already.
+func (d *Dispatcher) queue(ctx context.Context, tx pgx.Tx, a DeliverArgs, ev Event, label string, copy []byte, at *time.Time) error {
+	tag, err := tx.Exec(ctx, `INSERT INTO notification_deliveries
+		(user_id, event_key, kind, thread_id, call_id, channel, target_id, target_label, folder_id, event, scheduled_at)
+		VALUES ($1, $2, $3, nullif($4, 0), nullif($5, 0), $6, $7, $8, nullif($9, 0), $10, coalesce($11, now()))
+		ON CONFLICT (user_id, event_key, channel, target_id) DO NOTHING`,
+		a.UserID, a.EventKey, ev.Kind, ev.ThreadID, ev.CallID, a.Channel, a.TargetID, label, a.FolderID, copy, at)
+	if err != nil {
+		return fmt.Errorf("record delivery of %s: %w", a.EventKey, err)
+	}
+	if tag.RowsAffected() == 0 {
+		return nil // queued already (a folder's, when another person was told)
+	}
+	opts := DeliverArgs{}.InsertOpts()
+	if at != nil {
+		opts.ScheduledAt = *at
+	}
+	if _, err := d.inserter.InsertTx(ctx, tx, a, &opts); err != nil {
+		return fmt.Errorf("queue delivery of %s: %w", a.EventKey, err)
 	}
 	return nil
 }

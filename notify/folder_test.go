@@ -64,7 +64,7 @@ func TestFolderWebhookPostsOncePerEvent(t *testing.T) {
 	for range 2 {
 		b.publishAll(d, notify.DecisionEvent(deciders[0], inFolder, c), notify.DecisionEvent(deciders[1], inFolder, c))
 	}
-	b.publish(d, notify.DecisionEvent(b.user.ID, outside, c2))
+	b.publishAll(d, notify.DecisionEvent(b.user.ID, outside, c2))
 
 	key := notify.DecisionEvent(0, inFolder, c).Key
 	got := b.delivery(key, "slack", hook.ID)

@@ -96,9 +96,16 @@ var ErrGone = errors.New("the target is gone")
 // told of the event (a folder's webhook, of a thread moved out of it).
 var ErrNotDue = errors.New("no longer to be told")
 
-// Publisher records an event and queues its deliveries (one River job per
+// Publisher records events and queues their deliveries (one River job per
 // channel target) in the caller's transaction: rolled back, nothing is
 // sent. The run service holds one (jobs.Config.Notify); nil sends nothing.
 type Publisher interface {
+	// Publish tells ev to its person, on every channel they want it on.
 	Publish(ctx context.Context, tx pgx.Tx, ev Event) error
+	// PublishAll is Publish of each of evs, each person's preferences and
+	// targets read once.
+	PublishAll(ctx context.Context, tx pgx.Tx, evs []Event) error
+	// PublishFolder posts each of evs about a thread in a folder to the
+	// folder's webhooks, once per (event, webhook), whoever is told.
+	PublishFolder(ctx context.Context, tx pgx.Tx, evs []Event) error
 }

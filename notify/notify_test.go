@@ -103,16 +103,15 @@ func (b *bundle) publish(d *notify.Dispatcher, ev notify.Event) {
 	}
 }
 
-// publishAll publishes evs in one transaction.
+// publishAll publishes evs in one transaction, to their people and their
+// folders, as a run's end does.
 func (b *bundle) publishAll(d *notify.Dispatcher, evs ...notify.Event) {
 	b.t.Helper()
 	if err := db.InTx(context.Background(), b.pool, func(ctx context.Context, tx pgx.Tx) error {
-		for _, ev := range evs {
-			if err := d.Publish(ctx, tx, ev); err != nil {
-				return err
-			}
+		if err := d.PublishAll(ctx, tx, evs); err != nil {
+			return err
 		}
-		return nil
+		return d.PublishFolder(ctx, tx, evs)
 	}); err != nil {
 		b.t.Fatal(err)
 	}

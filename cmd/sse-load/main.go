@@ -353,7 +353,8 @@ func commitStep(ctx context.Context, pool *pgxpool.Pool, threadID int64) (time.T
 		if _, err := db.AddMessage(ctx, tx, db.Message{ThreadID: threadID, Role: db.RoleAssistant, Content: "Done: the answer."}); err != nil {
 			return err
 		}
-		return db.EndRun(ctx, tx, threadID, db.StatusDone, "")
+		_, err := db.EndRun(ctx, tx, threadID, db.StatusDone, "")
+		return err
 	})
 	return time.Now(), err
 }
