@@ -127,6 +127,21 @@ func checkOnTimeout(v string, timeout bool) error {
 	return nil
 }
 
+// checkApproveOnTimeout refuses onTimeout approve on a rule that names
+// approvers or asks for four eyes: a person is what such a rule asks for,
+// and nobody's silence stands in for them (the runtime's gate rejects
+// instead when another rule brings them, jobs/gate.go).
+func checkApproveOnTimeout(v string, approvers []string, distinct bool) error {
+	switch {
+	case v != OnTimeoutApprove:
+	case distinct:
+		return fmt.Errorf("onTimeout: approve is refused with distinctApprover: four eyes need a second person's decision, and a deadline is nobody's; use reject or cancel")
+	case len(approvers) > 0:
+		return fmt.Errorf("onTimeout: approve is refused with approvers: the call is theirs to decide, and a deadline is nobody's; use reject or cancel")
+	}
+	return nil
+}
+
 // FormatGateTimeout writes a timeout as a person reads it: "2m", "4h",
 // "3d", "1d12h".
 func FormatGateTimeout(d time.Duration) string {

@@ -202,6 +202,8 @@ func ParseToolPolicy(data []byte) (ToolPolicy, error) {
 		if r.OnTimeout != "" {
 			if err := checkOnTimeout(r.OnTimeout, r.Timeout != ""); err != nil {
 				errs = append(errs, fmt.Errorf("routes[%d].%w", i, err))
+			} else if err := checkApproveOnTimeout(r.OnTimeout, r.Approvers, r.DistinctApprover); err != nil {
+				errs = append(errs, fmt.Errorf("routes[%d].%w", i, err))
 			} else if r.OnTimeout == OnTimeoutApprove {
 				for _, e := range r.Tools {
 					if strings.Contains(e, "*") {

@@ -814,6 +814,9 @@ func (p *skillParser) interruptConfig(field string, v *yaml.Node) (Interrupt, bo
 		if err := checkOnTimeout(in.OnTimeout, in.Timeout > 0); err != nil {
 			p.errorf(onTimeout, "%s.%v", field, err)
 			ok = false
+		} else if err := checkApproveOnTimeout(in.OnTimeout, in.Approvers, in.DistinctApprover); err != nil {
+			p.errorf(onTimeout, "%s.%v", field, err)
+			ok = false
 		}
 	} else if in.Timeout > 0 {
 		in.OnTimeout = OnTimeoutReject

@@ -30,7 +30,9 @@ import (
 //     timed out, in words that are not a person's rejection (timeoutResult);
 //   - cancel: the run ends, cancelled, saying which deadline passed;
 //   - approve: the call runs as approved (only for database tools: refused
-//     at load for others, Runtime.Skills and CheckToolPolicy).
+//     at load for others, Runtime.Skills and CheckToolPolicy), if its gate,
+//     read again when the deadline fires, still says so: a policy that
+//     now denies the tool, or a rule that no longer approves, rejects it.
 //
 // The decision is recorded on the call (timed_out, decided_by NULL) and in
 // the audit log, as a person's is.
@@ -147,8 +149,22 @@ func (rt *Runtime) fireDeadline(ctx context.Context, due db.DueCall, now time.Ti
 			return nil // a person, or another process, decided it first
 		}
 		fired = true
+		on, changed := c.OnTimeout, ""
+		if on == agent.OnTimeoutApprove {
+			// The rules may have changed since the call asked: approve
+			// only if they still do.
+			if changed, err = rt.approvesOnTimeout(ctx, tx, t, c); err != nil {
+				return err
+			}
+			if changed != "" {
+				on = agent.OnTimeoutReject
+			}
+		}
 		detail := fmt.Sprintf("thread %d (%s), call %d: %s; nobody decided by its deadline, %s", t.ID, t.Title, c.ID, c.Name, deadlineTime(*c.DecideBy))
-		if err := db.AddAudit(ctx, tx, deadlineActor, "decision timed out "+c.OnTimeout, detail); err != nil {
+		if changed != "" {
+			detail += "; rejected, not approved: " + changed
+		}
+		if err := db.AddAudit(ctx, tx, deadlineActor, "decision timed out "+on, detail); err != nil {
 			return err
 		}
 		// What was still to be said about the call is not said now.
@@ -157,8 +173,8 @@ func (rt *Runtime) fireDeadline(ctx context.Context, due db.DueCall, now time.Ti
 				return err
 			}
 		}
-		rt.cfg.Logger.Info("call deadline passed", "thread_id", t.ID, "call_id", c.ID, "tool", c.Name, "on_timeout", c.OnTimeout)
-		switch c.OnTimeout {
+		rt.cfg.Logger.Info("call deadline passed", "thread_id", t.ID, "call_id", c.ID, "tool", c.Name, "on_timeout", on)
+		switch on {
 		case agent.OnTimeoutCancel:
 			leaseJobs, err = rt.cancelRun(ctx, tx, t.ID, subs, cancelNotes{
 				call:      fmt.Sprintf("Cancelled before this call ran: nobody decided on %s by its deadline (%s).", c.Name, deadlineTime(*c.DecideBy)),
@@ -195,6 +211,30 @@ func (rt *Runtime) fireDeadline(ctx context.Context, due db.DueCall, now time.Ti
 	}
 	rt.interruptSteps(ctx, due.ThreadID, leaseJobs)
 	return fired, nil
+}
+
+// approvesOnTimeout reads call c's gate again, in thread t, through tx:
+// "" when it still approves the call at its deadline, else why not (the
+// policy now denies the tool, or its gate no longer approves on timeout,
+// say a rule was added or became four eyes).
+func (rt *Runtime) approvesOnTimeout(ctx context.Context, tx pgx.Tx, t db.Thread, c db.ToolCallRow) (string, error) {
+	name := c.Name
+	if c.InnerCall != nil {
+		name = c.InnerCall.Tool // a parked run_js script: its call is what would run
+	}
+	rules, err := rt.gateRules(ctx, tx, t)
+	if err != nil {
+		return "", err
+	}
+	tool, known := rt.cfg.Tools.Get(name)
+	g := rules.decide(name, tool, known)
+	switch {
+	case g.Deny:
+		return "its gate changed since it asked: " + g.Reason, nil
+	case g.Ask && g.OnTimeout != agent.OnTimeoutApprove:
+		return "its gate changed since it asked and no longer approves it at a deadline: " + g.Reason, nil
+	}
+	return "", nil
 }
 
 // deadlineTime writes a deadline for the model, the run's note and the

@@ -437,3 +437,109 @@ func TestDeadlineApproveOnlyForDatabaseTools(t *testing.T) {
 		t.Errorf("a database tool's approve-on-timeout refused: %v", err)
 	}
 }
+
+// An approve-on-timeout reads the call's gate again when its deadline
+// fires: the policy that denies the tool since then rejects it instead.
+func TestDeadlineApproveReadsTheGateAgain(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2031, 3, 3, 9, 0, 0, 0, time.UTC)
+	b := newDeadlineBundle(t, start)
+	p := b.process(t, true)
+	th, c := b.waitingCall(t, p, "patient")
+	if c.OnTimeout != agent.OnTimeoutApprove {
+		t.Fatalf("on timeout = %q", c.OnTimeout)
+	}
+	setPolicy(t, b.pool, `{"permissions": {"allow": ["publish_brief"], "deny": ["write_file"]}}`)
+	b.clk.Set(start.Add(5 * time.Minute))
+	if n, err := p.rt.FireDueDeadlines(context.Background(), b.clk.Now()); err != nil || n != 1 {
+		t.Fatalf("fired %d, %v", n, err)
+	}
+	jobstest.Wait(t, b.pool, b.user, th.ID, db.StatusDone)
+	got := b.call(t, th.ID)
+	if got.Decision != db.DecisionReject || !got.TimedOut || !got.IsError || !strings.Contains(got.Result, "timed out") {
+		t.Errorf("call = %q timed out %v error %v: %s; want rejected as timed out", got.Decision, got.TimedOut, got.IsError, got.Result)
+	}
+	es, err := db.ListAudit(context.Background(), b.pool, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, e := range es {
+		found = found || e.Action == "decision timed out reject" && strings.Contains(e.Detail, "server policy: deny write_file")
+	}
+	if !found {
+		t.Errorf("no audit entry saying the policy now denies it: %+v", es)
+	}
+}
+
+// A deadline never approves in a second person's place: a four-eyes route
+// on a tool a skill approves at its deadline makes the deadline reject;
+// and a rule naming approvers or four eyes with onTimeout approve is
+// refused at load.
+func TestDeadlineApproveNeverPassesFourEyes(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2031, 3, 3, 9, 0, 0, 0, time.UTC)
+	b := newDeadlineBundle(t, start)
+	setPolicy(t, b.pool, `{"permissions": {"allow": ["publish_brief"]}, "routes": [{"tools": ["write_file"], "distinctApprover": true}]}`)
+	p := b.process(t, true)
+	th, c := b.waitingCall(t, p, "patient")
+	if c.OnTimeout != agent.OnTimeoutReject || !c.DistinctApprover {
+		t.Fatalf("on timeout = %q, four eyes %v; want reject", c.OnTimeout, c.DistinctApprover)
+	}
+	if !strings.Contains(c.GateReason, "the call is rejected as timed out (four eyes: a deadline never approves in a second person's place)") {
+		t.Errorf("reason = %q", c.GateReason)
+	}
+	b.clk.Set(start.Add(5 * time.Minute))
+	if n, err := p.rt.FireDueDeadlines(context.Background(), b.clk.Now()); err != nil || n != 1 {
+		t.Fatalf("fired %d, %v", n, err)
+	}
+	jobstest.Wait(t, b.pool, b.user, th.ID, db.StatusDone)
+	if got := b.call(t, th.ID); got.Decision != db.DecisionReject || !got.TimedOut {
+		t.Errorf("call = %q timed out %v, want rejected", got.Decision, got.TimedOut)
+	}
+
+	bad := agent.LoadSkills(fstest.MapFS{
+		"pair/SKILL.md":   {Data: []byte("---\nname: pair\ndescription: d\ninterruptOn:\n  write_file:\n    distinctApprover: true\n    timeout: 1h\n    onTimeout: approve\n---\nGo.\n")},
+		"routed/SKILL.md": {Data: []byte("---\nname: routed\ndescription: d\ninterruptOn:\n  write_file:\n    approvers: [group:ops]\n    timeout: 1h\n    onTimeout: approve\n---\nGo.\n")},
+	}, "")
+	if len(bad.Skills) != 0 || len(bad.Errors) != 2 {
+		t.Fatalf("skills %+v, errors %v: want both refused", bad.Skills, bad.Errors)
+	}
+	for i, want := range []string{"interruptOn.write_file.onTimeout: approve is refused with distinctApprover", "interruptOn.write_file.onTimeout: approve is refused with approvers"} {
+		if !strings.Contains(bad.Errors[i].Error(), want) {
+			t.Errorf("error %d = %v, want %q", i, bad.Errors[i], want)
+		}
+	}
+	if _, err := agent.ParseToolPolicy([]byte(`{"permissions": {}, "routes": [{"tools": ["write_file"], "approvers": ["group:ops"], "timeout": "1h", "onTimeout": "approve"}]}`)); err == nil ||
+		!strings.Contains(err.Error(), "routes[0].onTimeout: approve is refused with approvers") {
+		t.Errorf("policy = %v", err)
+	}
+}
+
+// When every rule approves at its deadline, the call is approved once the
+// latest of them has come, never at the first: a skill's 5 minutes and a
+// route's 10 approve at 10.
+func TestDeadlineApproveWaitsForEveryRulesDeadline(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	start := time.Date(2031, 3, 3, 9, 0, 0, 0, time.UTC)
+	b := newDeadlineBundle(t, start)
+	setPolicy(t, b.pool, `{"permissions": {"allow": ["publish_brief"]}, "routes": [{"tools": ["write_file"], "timeout": "10m", "onTimeout": "approve"}]}`)
+	p := b.process(t, true)
+	th, c := b.waitingCall(t, p, "patient")
+	if want := start.Add(10 * time.Minute); c.DecideBy == nil || !c.DecideBy.Equal(want) || c.OnTimeout != agent.OnTimeoutApprove {
+		t.Fatalf("deadline = %v %q, want %v approve", c.DecideBy, c.OnTimeout, want)
+	}
+	b.clk.Set(start.Add(5 * time.Minute))
+	if n, err := p.rt.FireDueDeadlines(ctx, b.clk.Now()); err != nil || n != 0 {
+		t.Fatalf("fired %d (%v) before the route's deadline", n, err)
+	}
+	b.clk.Set(start.Add(10 * time.Minute))
+	if n, err := p.rt.FireDueDeadlines(ctx, b.clk.Now()); err != nil || n != 1 {
+		t.Fatalf("fired %d, %v", n, err)
+	}
+	jobstest.Wait(t, b.pool, b.user, th.ID, db.StatusDone)
+	if got := b.call(t, th.ID); got.Decision != db.DecisionApprove || !got.TimedOut {
+		t.Errorf("call = %q timed out %v", got.Decision, got.TimedOut)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"pizzabot/agent"
 	"pizzabot/db"
@@ -43,10 +44,13 @@ import (
 //
 // By when (deadline.go): each asking rule may give a timeout (interruptOn's
 // timeout and onTimeout, the policy's routes'); the call's deadline is the
-// shortest, with that rule's onTimeout, except that "approve" holds only
-// when every rule that made the call ask says approve on the same or an
-// earlier deadline, and the tool acts only in the database: otherwise the
-// deadline rejects. A rule without a timeout lets the call wait.
+// shortest, with that rule's onTimeout, except for "approve" (gateDeadline):
+// it holds only when every rule that made the call ask, and every route,
+// says approve, and then at the latest of their deadlines (one firing
+// decides the call only once every rule's deadline has come); and never
+// for a tool acting outside the database, a four-eyes gate, a call routed
+// to approvers or a parent skill's gate (a person is what those ask for):
+// the deadline rejects instead. A rule without a timeout lets the call wait.
 
 // gateRules are the rules a run's calls are decided by.
 type gateRules struct {
@@ -137,19 +141,10 @@ func (r gateRules) decide(name string, tool tools.Tool, known bool) tools.Gate {
 	var g tools.Gate
 	restricted := false // AllowedDecisions is some rule's list, narrowed by the others'
 	var reasons, descs []string
-	approveAll := true // every asking rule approves at its deadline
-	deadline := func(in agent.Interrupt) {
-		if in.Timeout <= 0 {
-			return
-		}
-		if g.Timeout == 0 || in.Timeout < g.Timeout || (in.Timeout == g.Timeout && in.OnTimeout != agent.OnTimeoutApprove) {
-			g.Timeout, g.OnTimeout = in.Timeout, in.OnTimeout
-		}
-	}
+	var dl gateDeadline
 	ask := func(reason string, in agent.Interrupt) {
 		g.Ask = true
-		approveAll = approveAll && in.OnTimeout == agent.OnTimeoutApprove
-		deadline(in)
+		dl.add(in, true)
 		reasons = append(reasons, reason)
 		g.Route(in.Approvers, in.DistinctApprover)
 		switch {
@@ -202,7 +197,7 @@ func (r gateRules) decide(name string, tool tools.Tool, known bool) tools.Gate {
 	// make a call ask by themselves.
 	for _, route := range r.policy.RoutesFor(name) {
 		g.Route(route.Approvers, route.DistinctApprover)
-		deadline(route.Interrupt())
+		dl.add(route.Interrupt(), false)
 		if len(route.Approvers) > 0 {
 			reasons = append(reasons, "server policy: routed to "+db.WaitingFor([][]string{route.Approvers}))
 		}
@@ -217,13 +212,27 @@ func (r gateRules) decide(name string, tool tools.Tool, known bool) tools.Gate {
 		// The rules allow nothing in common: only the strictest remains.
 		g.AllowedDecisions = []string{db.DecisionReject}
 	}
-	if g.OnTimeout == agent.OnTimeoutApprove && (!approveAll || outsideEffects(name, tool, known)) {
-		// Refused at load (Runtime.Skills, CheckToolPolicy); a tool that
-		// changed since, or a rule that does not agree, rejects instead.
-		g.OnTimeout = agent.OnTimeoutReject
+	g.Timeout, g.OnTimeout = dl.resolve()
+	why := ""
+	if g.OnTimeout == agent.OnTimeoutApprove {
+		switch {
+		case outsideEffects(name, tool, known):
+			// Refused at load (Runtime.Skills, CheckToolPolicy); a tool
+			// that changed since rejects instead.
+			why = " (" + name + " acts outside Pizza Bot, so nobody's silence approves it)"
+		case g.DistinctApprover:
+			why = " (four eyes: a deadline never approves in a second person's place)"
+		case len(g.Approvers) > 0:
+			why = " (routed to its approvers: a deadline never approves in their place)"
+		case inheritedAsk:
+			why = " (a parent skill's gate asks for it: a deadline never approves in its place)"
+		}
+		if why != "" {
+			g.OnTimeout = agent.OnTimeoutReject
+		}
 	}
 	if g.Timeout > 0 {
-		reasons = append(reasons, "nobody decides within "+agent.FormatGateTimeout(g.Timeout)+": "+onTimeoutWords(g.OnTimeout))
+		reasons = append(reasons, "nobody decides within "+agent.FormatGateTimeout(g.Timeout)+": "+onTimeoutWords(g.OnTimeout)+why)
 	}
 	switch {
 	case r.policyErr != nil:
@@ -240,6 +249,52 @@ func (r gateRules) decide(name string, tool tools.Tool, known bool) tools.Gate {
 	g.Reason = strings.Join(reasons, "; ")
 	g.Description = strings.Join(descs, "\n")
 	return g
+}
+
+// gateDeadline gathers the deadlines of the rules that decide one call.
+type gateDeadline struct {
+	timed []agent.Interrupt // the rules with a timeout
+	// untimed: a rule that made the call ask has no timeout, so it lets
+	// the call wait for a person: nothing approves it by itself.
+	untimed bool
+}
+
+// add counts a rule's deadline; asking says the rule made the call ask
+// (a route only says who decides, and by when).
+func (d *gateDeadline) add(in agent.Interrupt, asking bool) {
+	switch {
+	case in.Timeout > 0:
+		d.timed = append(d.timed, in)
+	case asking:
+		d.untimed = true
+	}
+}
+
+// resolve returns the call's deadline and what it does: the shortest
+// timeout with its rule's onTimeout (on a tie, not approve); approve only
+// when every rule says approve, at the latest of their timeouts, so that
+// it never decides before a rule's own deadline has come; a shortest
+// approve that not every rule agrees with rejects.
+func (d gateDeadline) resolve() (time.Duration, string) {
+	if len(d.timed) == 0 {
+		return 0, ""
+	}
+	all := !d.untimed
+	first, last := d.timed[0], time.Duration(0)
+	for _, in := range d.timed {
+		all = all && in.OnTimeout == agent.OnTimeoutApprove
+		if in.Timeout < first.Timeout || (in.Timeout == first.Timeout && first.OnTimeout == agent.OnTimeoutApprove) {
+			first = in
+		}
+		last = max(last, in.Timeout)
+	}
+	switch {
+	case all:
+		return last, agent.OnTimeoutApprove
+	case first.OnTimeout == agent.OnTimeoutApprove:
+		return first.Timeout, agent.OnTimeoutReject
+	}
+	return first.Timeout, first.OnTimeout
 }
 
 // onTimeoutWords says what a call's deadline does, for the person deciding.
