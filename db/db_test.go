@@ -2,8 +2,12 @@ package db_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"pizzabot/db"
 	"pizzabot/db/dbtest"
@@ -108,5 +112,83 @@ func TestPendingMigrations(t *testing.T) {
 	pending, err = db.PendingMigrations(ctx, pool)
 	if err != nil || len(pending) != 1 || pending[0] != "0002_runs.sql" {
 		t.Errorf("after forgetting 0002: pending %v, %v", pending, err)
+	}
+}
+
+// countingQuerier counts the statements sent through it.
+type countingQuerier struct {
+	db.Querier
+	n int
+}
+
+func (c *countingQuerier) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	c.n++
+	return c.Querier.Exec(ctx, sql, args...)
+}
+
+func (c *countingQuerier) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	c.n++
+	return c.Querier.Query(ctx, sql, args...)
+}
+
+func (c *countingQuerier) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	c.n++
+	return c.Querier.QueryRow(ctx, sql, args...)
+}
+
+// WaitingCallsFor (a digest's list) reads every call, whole, with the
+// thread it is decided on, in one statement however many wait; a decided
+// call and another person's are not listed.
+func TestWaitingCallsForInOneQuery(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.New(t)
+	ctx := context.Background()
+	alice, err := db.UpsertUser(ctx, pool, "https://idp.example", "alice", "alice@example.com", "Alice", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob, err := db.UpsertUser(ctx, pool, "https://idp.example", "bob", "bob@example.com", "Bob", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []int64
+	for i, owner := range []db.User{alice, alice, alice, bob} {
+		th, err := db.CreateThread(ctx, pool, db.NewThread{UserID: owner.ID, Title: fmt.Sprintf("Thread %d", i)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg, err := db.AddMessage(ctx, pool, db.Message{ThreadID: th.ID, Role: db.RoleAssistant})
+		if err != nil {
+			t.Fatal(err)
+		}
+		state := db.CallPending
+		if i == 2 {
+			state = db.CallReady // decided
+		}
+		id, err := db.InsertToolCall(ctx, pool, db.NewToolCall{ThreadID: th.ID, MessageID: msg.ID, CallID: "c", Name: "publish",
+			Arguments: fmt.Sprintf(`{"n":%d}`, i), State: state, WaitKind: db.WaitApproval, AllowedDecisions: []string{"approve"}, GateReason: "a rule"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if owner.ID == alice.ID && state == db.CallPending {
+			want = append(want, id)
+		}
+	}
+	q := &countingQuerier{Querier: pool}
+	got, err := db.WaitingCallsFor(ctx, q, alice.ID, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.n != 1 {
+		t.Errorf("%d statements, want 1", q.n)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d calls, want %d: %+v", len(got), len(want), got)
+	}
+	for i, c := range got {
+		if c.ID != want[i] || c.TopThreadID != c.ThreadID || c.TopTitle != fmt.Sprintf("Thread %d", i) ||
+			c.Arguments != fmt.Sprintf(`{"n":%d}`, i) || c.GateReason != "a rule" || !c.AwaitsDecision() {
+			t.Errorf("call %d = %+v", i, c)
+		}
 	}
 }

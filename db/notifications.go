@@ -12,25 +12,16 @@ import (
 // CallDeciders returns the users who may decide waiting call callID now;
 // none when it does not wait.
 func CallDeciders(ctx context.Context, q Querier, callID int64) ([]int64, error) {
-	rows, err := q.Query(ctx, `SELECT DISTINCT d.id FROM tool_calls c
+	out, err := ids(q.Query(ctx, `SELECT DISTINCT d.id FROM tool_calls c
 		JOIN threads k ON k.id = c.thread_id
 		JOIN threads r ON r.id = coalesce(k.parent_thread_id, k.id),
 		LATERAL (`+decidersSQL+`) d
 		WHERE c.id = $1 AND c.state IN ('pending', 'unknown')
-		ORDER BY d.id`, callID)
+		ORDER BY d.id`, callID))
 	if err != nil {
 		return nil, fmt.Errorf("deciders of call %d: %w", callID, err)
 	}
-	defer rows.Close()
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	return ids, rows.Err()
+	return out, nil
 }
 
 // WaitingCall is a call waiting for a decision, with the thread a person
@@ -38,40 +29,20 @@ func CallDeciders(ctx context.Context, q Querier, callID int64) ([]int64, error)
 type WaitingCall struct {
 	ToolCallRow
 	// TopThreadID and TopTitle are the thread the decision is taken on.
-	TopThreadID int64
-	TopTitle    string
+	TopThreadID int64  `db:"top_thread_id"`
+	TopTitle    string `db:"top_title"`
 }
 
 // WaitingCallsFor returns the calls userID may decide now, oldest first,
-// at most limit.
+// at most limit, in one query.
 func WaitingCallsFor(ctx context.Context, q Querier, userID int64, limit int) ([]WaitingCall, error) {
-	rows, err := q.Query(ctx, `SELECT c.id, r.id, r.title FROM tool_calls c
+	out, err := all[WaitingCall](q.Query(ctx, `SELECT `+toolCallColumns+`, r.id AS top_thread_id, r.title AS top_title`+toolCallFrom+`
 		JOIN threads k ON k.id = c.thread_id
 		JOIN threads r ON r.id = coalesce(k.parent_thread_id, k.id)
 		WHERE c.state IN ('pending', 'unknown') AND $1 IN (`+decidersSQL+`)
-		ORDER BY c.created_at, c.id LIMIT $2`, userID, limit)
+		ORDER BY c.created_at, c.id LIMIT $2`, userID, limit))
 	if err != nil {
 		return nil, fmt.Errorf("calls waiting for user %d: %w", userID, err)
-	}
-	var out []WaitingCall
-	for rows.Next() {
-		var w WaitingCall
-		if err := rows.Scan(&w.ID, &w.TopThreadID, &w.TopTitle); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		out = append(out, w)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	for i := range out {
-		c, err := GetToolCall(ctx, q, out[i].ID)
-		if err != nil {
-			return nil, err
-		}
-		out[i].ToolCallRow = c
 	}
 	return out, nil
 }

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"strconv"
 
-	"pizzabot/db"
 	"pizzabot/notify"
 	"pizzabot/views"
 )
@@ -80,55 +79,6 @@ func (h *Handler) addFolderWebhook(w http.ResponseWriter, r *http.Request) error
 	return h.render(w, r, status, views.FoldersPage(page))
 }
 
-// deleteFolderWebhook is a folder webhook's remove button:
-// POST /folders/{id}/webhooks/{hook}/delete.
-func (h *Handler) deleteFolderWebhook(w http.ResponseWriter, r *http.Request) error {
-	ctx := r.Context()
-	id, err := pathID(r)
-	if err != nil {
-		return err
-	}
-	hookID, err := folderHookID(r)
-	if err != nil {
-		return err
-	}
-	if err := parseForm(w, r); err != nil {
-		return err
-	}
-	ok, err := notify.DeleteFolderWebhook(ctx, h.pool, userFrom(ctx).ID, id, hookID)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return notFound
-	}
-	return seeOther(w, r, "/folders#folder-"+strconv.FormatInt(id, 10))
-}
-
-// apiListFolderWebhooks: GET /api/v1/folders/{id}/webhooks.
-func (h *Handler) apiListFolderWebhooks(w http.ResponseWriter, r *http.Request) error {
-	if h.notifyWebhooks == nil {
-		return errNoWebhooks
-	}
-	ctx := r.Context()
-	user := userFrom(ctx)
-	id, err := pathID(r)
-	if err != nil {
-		return err
-	}
-	if _, err := db.GetFolder(ctx, h.pool, user.ID, id); err != nil {
-		return err
-	}
-	hooks, err := notify.ListFolderWebhooks(ctx, h.pool, user.ID, id)
-	if err != nil {
-		return err
-	}
-	if hooks == nil {
-		hooks = []notify.Webhook{}
-	}
-	return writeJSON(w, http.StatusOK, map[string]any{"webhooks": hooks})
-}
-
 // apiAddFolderWebhook: POST /api/v1/folders/{id}/webhooks {"kind":
 // "slack", "url": "...", "label": "#deals"} answers 201 with the webhook
 // (and a generic one's secret, this once).
@@ -158,27 +108,4 @@ func (h *Handler) apiAddFolderWebhook(w http.ResponseWriter, r *http.Request) er
 		"folder_id", id, "webhook_id", hook.ID, "kind", hook.Kind, "host", hook.Host)
 	w.Header().Set("Cache-Control", "no-store")
 	return writeJSON(w, http.StatusCreated, createdWebhook{Webhook: hook, Secret: secret})
-}
-
-// apiDeleteFolderWebhook: DELETE /api/v1/folders/{id}/webhooks/{hook}
-// answers 204.
-func (h *Handler) apiDeleteFolderWebhook(w http.ResponseWriter, r *http.Request) error {
-	ctx := r.Context()
-	id, err := pathID(r)
-	if err != nil {
-		return err
-	}
-	hookID, err := folderHookID(r)
-	if err != nil {
-		return err
-	}
-	ok, err := notify.DeleteFolderWebhook(ctx, h.pool, userFrom(ctx).ID, id, hookID)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return notFound
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
 }

@@ -56,7 +56,7 @@ func TestFolderWebhookInBrowser(t *testing.T) {
 	page.wait(`document.querySelector('[data-testid="folder-webhook-url"]')?.textContent === "https://127.0.0.1/…" && !document.body.innerHTML.includes("sekrit")`)
 	page.eval(`document.querySelector('[data-testid="folder-webhook-remove"]').click()`)
 	page.wait(`!document.querySelector('[data-testid="folder-webhook-row"]') && document.querySelector('[data-testid="folder-webhook-form"]')`)
-	hooks, err := notify.ListFolderWebhooks(t.Context(), ls.pool, ls.alice.ID, f.ID)
+	hooks, err := notify.ListWebhooks(t.Context(), ls.pool, ls.alice.ID, f.ID)
 	if err != nil || len(hooks) != 0 {
 		t.Fatalf("after the remove: %+v, %v", hooks, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"pizzabot/db"
 	"pizzabot/notify"
 	"pizzabot/views"
 )
@@ -84,7 +85,7 @@ func (h *Handler) renderNotifications(w http.ResponseWriter, r *http.Request, st
 	}
 	p.WebhooksOn = h.notifyWebhooks != nil
 	if p.WebhooksOn {
-		if p.Webhooks, err = notify.ListWebhooks(ctx, h.pool, user.ID); err != nil {
+		if p.Webhooks, err = notify.ListWebhooks(ctx, h.pool, user.ID, 0); err != nil {
 			return err
 		}
 	}
@@ -224,20 +225,42 @@ func (h *Handler) addWebhookForm(w http.ResponseWriter, r *http.Request) error {
 	return seeOther(w, r, "/notifications")
 }
 
-func (h *Handler) deleteWebhookForm(w http.ResponseWriter, r *http.Request) error {
+// removeWebhook deletes one of the person's chat webhooks: their own {id}
+// (/notifications/webhooks/{id}), or {hook} of their folder {id}
+// (/folders/{id}/webhooks/{hook}); anyone else's, or none, is a 404. It
+// returns the page that lists what is left.
+func (h *Handler) removeWebhook(r *http.Request) (string, error) {
 	ctx := r.Context()
 	id, err := pathID(r)
 	if err != nil {
-		return err
+		return "", err
 	}
-	ok, err := notify.DeleteWebhook(ctx, h.pool, userFrom(ctx).ID, id)
+	var folderID int64
+	back := "/notifications"
+	if r.PathValue("hook") != "" {
+		folderID, back = id, "/folders#folder-"+strconv.FormatInt(id, 10)
+		if id, err = folderHookID(r); err != nil {
+			return "", err
+		}
+	}
+	ok, err := notify.DeleteWebhook(ctx, h.pool, userFrom(ctx).ID, folderID, id)
+	if err != nil {
+		return "", err
+	}
+	if !ok {
+		return "", notFound
+	}
+	return back, nil
+}
+
+// deleteWebhookForm is a webhook's remove button, the person's own or a
+// folder's.
+func (h *Handler) deleteWebhookForm(w http.ResponseWriter, r *http.Request) error {
+	back, err := h.removeWebhook(r)
 	if err != nil {
 		return err
 	}
-	if !ok {
-		return notFound
-	}
-	return seeOther(w, r, "/notifications")
+	return seeOther(w, r, back)
 }
 
 // The API.
@@ -325,12 +348,27 @@ func (h *Handler) apiConfirmEmail(w http.ResponseWriter, r *http.Request) error 
 	return writeJSON(w, http.StatusOK, e)
 }
 
+// apiListWebhooks lists the person's own webhooks
+// (/api/v1/notifications/webhooks), or those of their folder {id}
+// (/api/v1/folders/{id}/webhooks: 404 unless it is theirs).
 func (h *Handler) apiListWebhooks(w http.ResponseWriter, r *http.Request) error {
 	if h.notifyWebhooks == nil {
 		return errNoWebhooks
 	}
 	ctx := r.Context()
-	hooks, err := notify.ListWebhooks(ctx, h.pool, userFrom(ctx).ID)
+	user := userFrom(ctx)
+	var folderID int64
+	if r.PathValue("id") != "" {
+		id, err := pathID(r)
+		if err != nil {
+			return err
+		}
+		if _, err := db.GetFolder(ctx, h.pool, user.ID, id); err != nil {
+			return err
+		}
+		folderID = id
+	}
+	hooks, err := notify.ListWebhooks(ctx, h.pool, user.ID, folderID)
 	if err != nil {
 		return err
 	}
@@ -371,18 +409,11 @@ func (h *Handler) apiAddWebhook(w http.ResponseWriter, r *http.Request) error {
 	return writeJSON(w, http.StatusCreated, createdWebhook{Webhook: hook, Secret: secret})
 }
 
+// apiDeleteWebhook deletes the person's own webhook or a folder's,
+// answering 204.
 func (h *Handler) apiDeleteWebhook(w http.ResponseWriter, r *http.Request) error {
-	ctx := r.Context()
-	id, err := pathID(r)
-	if err != nil {
+	if _, err := h.removeWebhook(r); err != nil {
 		return err
-	}
-	ok, err := notify.DeleteWebhook(ctx, h.pool, userFrom(ctx).ID, id)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return notFound
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

@@ -63,9 +63,10 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	// Sharing a folder with people or a group (shares.go; docs/team.md).
 	mux.Handle("POST /folders/{id}/shares", h.page(h.shareFolder))
 	mux.Handle("POST /folders/{id}/shares/{share}/delete", h.page(h.unshareFolder))
-	// A folder's chat webhooks (folder_webhooks.go; docs/notifications.md).
+	// A folder's chat webhooks (folder_webhooks.go; listed and removed by
+	// a person's handlers, notifications.go; docs/notifications.md).
 	mux.Handle("POST /folders/{id}/webhooks", h.page(h.addFolderWebhook))
-	mux.Handle("POST /folders/{id}/webhooks/{hook}/delete", h.page(h.deleteFolderWebhook))
+	mux.Handle("POST /folders/{id}/webhooks/{hook}/delete", h.page(h.deleteWebhookForm))
 
 	// The agent's workspace (memory.go, attachments.go, grants.go;
 	// docs/workspace.md): the user's long-term memories, their
@@ -97,9 +98,9 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	mux.Handle("GET /api/v1/folders/{id}/shares", h.api(h.apiListShares))
 	mux.Handle("POST /api/v1/folders/{id}/shares", h.api(h.apiShareFolder))
 	mux.Handle("DELETE /api/v1/folders/{id}/shares/{share}", h.api(h.apiUnshareFolder))
-	mux.Handle("GET /api/v1/folders/{id}/webhooks", h.api(h.apiListFolderWebhooks))
+	mux.Handle("GET /api/v1/folders/{id}/webhooks", h.api(h.apiListWebhooks))
 	mux.Handle("POST /api/v1/folders/{id}/webhooks", h.api(h.apiAddFolderWebhook))
-	mux.Handle("DELETE /api/v1/folders/{id}/webhooks/{hook}", h.api(h.apiDeleteFolderWebhook))
+	mux.Handle("DELETE /api/v1/folders/{id}/webhooks/{hook}", h.api(h.apiDeleteWebhook))
 	mux.Handle("POST /api/v1/threads/{id}/messages", h.api(h.apiReply))
 	mux.Handle("POST /api/v1/threads/{id}/cancel", h.api(h.apiCancel))
 	mux.Handle("POST /api/v1/threads/{id}/retry", h.api(h.apiRetry))

@@ -114,12 +114,6 @@ func New(cfg Config) (*Dispatcher, error) {
 	return d, nil
 }
 
-// Channel returns the channel named name, if the dispatcher has it.
-func (d *Dispatcher) Channel(name string) (Channel, bool) {
-	c, ok := d.channels[name]
-	return c, ok
-}
-
 // DeliverArgs is one delivery: an event's key for a person, to one target
 // of one channel. Unique by all four.
 type DeliverArgs struct {

@@ -44,7 +44,7 @@ func TestFolderWebhookPostsOncePerEvent(t *testing.T) {
 	if _, _, err := b.webhooks.Connect(ctx, b.user.ID, "slack", own.URL+"/services/T0/B0/own", "me"); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := notify.ListWebhooks(ctx, b.pool, b.user.ID); err != nil || len(got) != 1 || got[0].Label != "me" {
+	if got, err := notify.ListWebhooks(ctx, b.pool, b.user.ID, 0); err != nil || len(got) != 1 || got[0].Label != "me" {
 		t.Fatalf("alice's own webhooks = %+v, %v", got, err)
 	}
 
@@ -125,19 +125,19 @@ func TestFolderWebhooksScopedToOwner(t *testing.T) {
 	if _, _, err := b.webhooks.ConnectFolder(ctx, bob.ID, f.ID, "slack", room.URL+"/s", ""); !errors.Is(err, db.ErrNotFound) {
 		t.Fatalf("bob connecting to alice's folder: %v", err)
 	}
-	if got, err := notify.ListFolderWebhooks(ctx, b.pool, bob.ID, f.ID); err != nil || len(got) != 0 {
+	if got, err := notify.ListWebhooks(ctx, b.pool, bob.ID, f.ID); err != nil || len(got) != 0 {
 		t.Fatalf("bob lists %+v, %v", got, err)
 	}
-	if ok, err := notify.DeleteFolderWebhook(ctx, b.pool, bob.ID, f.ID, hook.ID); err != nil || ok {
+	if ok, err := notify.DeleteWebhook(ctx, b.pool, bob.ID, f.ID, hook.ID); err != nil || ok {
 		t.Fatalf("bob deleted alice's folder webhook: %v, %v", ok, err)
 	}
-	if ok, err := notify.DeleteWebhook(ctx, b.pool, b.user.ID, hook.ID); err != nil || ok {
+	if ok, err := notify.DeleteWebhook(ctx, b.pool, b.user.ID, 0, hook.ID); err != nil || ok {
 		t.Fatalf("the folder's webhook removed as a person's: %v, %v", ok, err)
 	}
-	if got, err := notify.ListFolderWebhooks(ctx, b.pool, b.user.ID, f.ID); err != nil || len(got) != 1 || got[0].Host != "127.0.0.1" {
+	if got, err := notify.ListWebhooks(ctx, b.pool, b.user.ID, f.ID); err != nil || len(got) != 1 || got[0].Host != "127.0.0.1" {
 		t.Fatalf("alice lists %+v, %v", got, err)
 	}
-	if ok, err := notify.DeleteFolderWebhook(ctx, b.pool, b.user.ID, f.ID, hook.ID); err != nil || !ok {
+	if ok, err := notify.DeleteWebhook(ctx, b.pool, b.user.ID, f.ID, hook.ID); err != nil || !ok {
 		t.Fatalf("alice deletes: %v, %v", ok, err)
 	}
 }
@@ -173,7 +173,7 @@ func TestFolderWebhookRecheckedAtSend(t *testing.T) {
 	if n, err := db.MoveThreads(ctx, b.pool, b.user.ID, []int64{moved.ID}, nil); err != nil || n != 1 {
 		t.Fatalf("move: %d, %v", n, err)
 	}
-	if ok, err := notify.DeleteFolderWebhook(ctx, b.pool, b.user.ID, f.ID, removedHook.ID); err != nil || !ok {
+	if ok, err := notify.DeleteWebhook(ctx, b.pool, b.user.ID, f.ID, removedHook.ID); err != nil || !ok {
 		t.Fatalf("delete: %v, %v", ok, err)
 	}
 	b.replica(notify.Config{Channels: b.webhooks.Channels()})

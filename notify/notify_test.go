@@ -371,7 +371,7 @@ func TestWebhookOnPrivateAddressRefused(t *testing.T) {
 			t.Errorf("the refusal quotes the URL: %v", err)
 		}
 	}
-	hooks, err := notify.ListWebhooks(ctx, b.pool, b.user.ID)
+	hooks, err := notify.ListWebhooks(ctx, b.pool, b.user.ID, 0)
 	if err != nil || len(hooks) != 0 {
 		t.Fatalf("stored %v (%v)", hooks, err)
 	}
@@ -600,7 +600,7 @@ func TestGoneWebhookRemoved(t *testing.T) {
 	if got := b.delivery(ev.Key, "discord"); got.State != notify.StateGone {
 		t.Fatalf("delivery = %+v", got)
 	}
-	if hooks, err := notify.ListWebhooks(ctx, b.pool, b.user.ID); err != nil || len(hooks) != 0 {
+	if hooks, err := notify.ListWebhooks(ctx, b.pool, b.user.ID, 0); err != nil || len(hooks) != 0 {
 		t.Fatalf("webhooks left: %v (%v)", hooks, err)
 	}
 	bodies, _ := hook.got()

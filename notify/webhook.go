@@ -189,22 +189,19 @@ func (w *Webhooks) connect(ctx context.Context, userID, folderID int64, kind, ra
 	return hk, secret, nil
 }
 
-// ListWebhooks returns userID's own webhooks (not their folders'), oldest
-// first.
-func ListWebhooks(ctx context.Context, q db.Querier, userID int64) ([]Webhook, error) {
-	rows, err := q.Query(ctx, `SELECT id, kind, label, host, created_at FROM notification_webhooks
-		WHERE user_id = $1 AND folder_id IS NULL ORDER BY id`, userID)
+// ListWebhooks returns userID's own webhooks (folderID 0; not their
+// folders'), or the webhooks of folder folderID if it is userID's (none
+// otherwise), oldest first.
+func ListWebhooks(ctx context.Context, q db.Querier, userID, folderID int64) ([]Webhook, error) {
+	rows, err := q.Query(ctx, `SELECT w.id, w.kind, w.label, w.host, w.created_at FROM notification_webhooks w
+		WHERE w.user_id = $1 AND `+webhookOf+` ORDER BY w.id`, userID, folderID)
 	return collectWebhooks(rows, err)
 }
 
-// ListFolderWebhooks returns the webhooks of folder folderID if it is
-// ownerID's (none otherwise), oldest first.
-func ListFolderWebhooks(ctx context.Context, q db.Querier, ownerID, folderID int64) ([]Webhook, error) {
-	rows, err := q.Query(ctx, `SELECT w.id, w.kind, w.label, w.host, w.created_at FROM notification_webhooks w
-		JOIN folders f ON f.id = w.folder_id AND f.user_id = $1
-		WHERE w.folder_id = $2 ORDER BY w.id`, ownerID, folderID)
-	return collectWebhooks(rows, err)
-}
+// webhookOf scopes webhooks w of user $1 to folder $2: none, the person's
+// own; else that folder's, while the folder is theirs.
+const webhookOf = `w.folder_id IS NOT DISTINCT FROM nullif($2::bigint, 0)
+	AND ($2 = 0 OR EXISTS (SELECT 1 FROM folders f WHERE f.id = $2 AND f.user_id = $1))`
 
 // FolderWebhooks returns the webhooks of every folder of ownerID, by
 // folder (the folders page).
@@ -241,22 +238,13 @@ func collectWebhooks(rows pgx.Rows, err error) ([]Webhook, error) {
 	return out, nil
 }
 
-// DeleteWebhook removes userID's own webhook id.
-func DeleteWebhook(ctx context.Context, q db.Querier, userID, id int64) (bool, error) {
-	tag, err := q.Exec(ctx, `DELETE FROM notification_webhooks WHERE user_id = $1 AND id = $2 AND folder_id IS NULL`, userID, id)
+// DeleteWebhook removes webhook id of userID's own (folderID 0), or of
+// folder folderID if the folder is userID's; false when there is no such.
+func DeleteWebhook(ctx context.Context, q db.Querier, userID, folderID, id int64) (bool, error) {
+	tag, err := q.Exec(ctx, `DELETE FROM notification_webhooks w WHERE w.user_id = $1 AND `+webhookOf+` AND w.id = $3`,
+		userID, folderID, id)
 	if err != nil {
 		return false, fmt.Errorf("delete webhook: %w", err)
-	}
-	return tag.RowsAffected() > 0, nil
-}
-
-// DeleteFolderWebhook removes webhook id of folder folderID if the folder
-// is ownerID's.
-func DeleteFolderWebhook(ctx context.Context, q db.Querier, ownerID, folderID, id int64) (bool, error) {
-	tag, err := q.Exec(ctx, `DELETE FROM notification_webhooks w USING folders f
-		WHERE w.id = $3 AND w.folder_id = $2 AND f.id = w.folder_id AND f.user_id = $1`, ownerID, folderID, id)
-	if err != nil {
-		return false, fmt.Errorf("delete folder webhook: %w", err)
 	}
 	return tag.RowsAffected() > 0, nil
 }
