@@ -2,6 +2,7 @@ package jobs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
@@ -17,6 +18,8 @@ import (
 //     to every person who may decide it now (db.CallDeciders: the rule the
 //     Action queue and Decide's check use, as a set), on the thread they
 //     decide it on (a sub-agent's parent);
+//   - a run that ends waiting on a budget hold (no call to decide) tells
+//     its owner that it needs attention, once per hold;
 //   - a top-level run that finishes or fails tells its owner (a
 //     sub-agent's end is its parent's to tell);
 //   - either is posted once to each webhook of the thread's folder
@@ -108,6 +111,15 @@ func (rt *Runtime) publishRunEnd(ctx context.Context, tx pgx.Tx, threadID, gen i
 				people = append(people, notify.DecisionEvent(userID, top, c))
 			}
 			folder = append(folder, notify.DecisionEvent(0, top, c))
+		}
+		// Stopped by a budget, with no call to decide: its owner is told,
+		// once per hold.
+		hold, err := db.GetBudgetHold(ctx, tx, t.UserID, threadID)
+		switch {
+		case err == nil:
+			people = append(people, notify.BudgetHoldEvent(top, t, hold))
+		case !errors.Is(err, db.ErrNotFound):
+			return err
 		}
 	}
 	if err := rt.cfg.Notify.PublishAll(ctx, tx, people); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -416,6 +417,74 @@ func TestNotifyRunEndOncePerPerson(t *testing.T) {
 	}
 	if got := count(`folder_id = $1 AND thread_id = $2`, f.ID, lone.ID); got != 2 {
 		t.Errorf("%d folder posts of calls nobody may decide, want 2", got)
+	}
+}
+
+// A run a budget stops (it waits with no call to decide) tells its owner
+// that it needs attention, on the channels they want decisions on: once
+// per hold, and again when the run, let go on, is held anew.
+func TestNotifyBudgetHoldToOwner(t *testing.T) {
+	t.Parallel()
+	// Each call costs $0.002 (budget_test.go's prices): under $0.005 the
+	// third is held; under $0.007, after it, the fourth.
+	usage := &scriptmodel.Usage{PromptTokens: 1000, CompletionTokens: 500}
+	var replies []scriptmodel.Reply
+	for i := range 3 {
+		replies = append(replies, scriptmodel.Reply{Usage: usage, ToolCalls: []scriptmodel.ScriptToolCall{
+			{ID: fmt.Sprintf("r%d", i), Name: "send_report", Arguments: reportArgs(t)}}})
+	}
+	replies = append(replies, scriptmodel.Reply{Usage: usage, Content: "Sent."})
+	b := setupNotify(t, scriptmodel.Script{Rules: []scriptmodel.Rule{{Replies: replies}}})
+	b.addUsers(t)
+	ctx := context.Background()
+	b.connect(t, b.user, "/alice")
+	if _, _, err := b.hooks.Connect(ctx, b.user.ID, "slack", b.receiver.URL+"/alice-slack", ""); err != nil {
+		t.Fatal(err)
+	}
+	b.priceScripted(t)
+	budget := db.Budget{Scope: db.BudgetUser, UserID: &b.user.ID, Period: db.PeriodDay, Limit: 5 * db.Dollar / 1000}
+	b.saveBudget(t, budget)
+	attention := func(channel string) []notify.Delivery {
+		var out []notify.Delivery
+		for _, d := range b.deliveries(t, b.user, notify.Attention) {
+			if d.Channel == channel {
+				out = append(out, d)
+			}
+		}
+		return out
+	}
+
+	th := b.start(t, "Send the reports.", "")
+	b.wait(t, th.ID, db.StatusWaiting)
+	ev := b.event(t, b.user, "/alice", "notification.attention")
+	if ev.Data.ThreadID != th.ID || !strings.Contains(ev.Data.Summary, "Budget reached: $0.0040 of $0.0050 per day") ||
+		ev.Data.URL != "https://pizza.example.com/threads/"+strconv.FormatInt(th.ID, 10) {
+		t.Errorf("attention event = %+v", ev.Data)
+	}
+	eventually.True(t, 20*time.Second, "the Slack webhook is told too", func() bool { return len(b.receiver.requests("/alice-slack")) == 1 })
+
+	// Decisions off on Slack: the next hold is told on the generic
+	// webhook only.
+	p := notify.DefaultPrefs()
+	p.Channels = map[string]notify.ChannelPrefs{"slack": {Failed: true}}
+	if err := notify.SavePrefs(ctx, b.pool, b.user.ID, p); err != nil {
+		t.Fatal(err)
+	}
+	budget.Limit = 7 * db.Dollar / 1000
+	if resumed := b.saveBudget(t, budget); len(resumed) != 1 {
+		t.Fatalf("resumed %v", resumed)
+	}
+	eventually.True(t, 20*time.Second, "the run is held again and its owner told", func() bool {
+		return len(attention("webhook")) == 2 && attention("webhook")[0].State == notify.StateSent
+	})
+	if th := b.wait(t, th.ID, db.StatusWaiting); !strings.Contains(th.Summary(), "Budget reached: $0.0060 of $0.0070") {
+		t.Errorf("second hold: %q", th.Summary())
+	}
+	if got := attention("slack"); len(got) != 1 {
+		t.Errorf("slack attention deliveries = %+v, want only the first hold's", got)
+	}
+	if got := len(b.receiver.requests("/alice-slack")); got != 1 {
+		t.Errorf("slack got %d posts, want 1", got)
 	}
 }
 

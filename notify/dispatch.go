@@ -396,18 +396,25 @@ func (w *deliverWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) e
 // open reports whether a delivery in state is still to be sent.
 func open(state string) bool { return state == StatePending || state == StateRetrying }
 
-// stillDue reads whether a's delivery is still to be sent, and for an
-// event about a waiting call whether the call still waits; why says what
-// to record when only the call stopped waiting (empty: the delivery was
-// settled already).
+// stillDue reads whether a's delivery is still to be sent; for an event
+// about a waiting call, whether the call still waits; for a run that needs
+// attention, whether its thread (or a sub-agent of it) still waits on a
+// budget hold nobody approved past. why says what to record when the
+// delivery is open but no longer due (empty: it was settled already).
 func (w *deliverWorker) stillDue(ctx context.Context, a DeliverArgs, ev Event) (bool, string, error) {
+	var held int64
+	if ev.Kind == Attention {
+		held = ev.ThreadID
+	}
 	var state string
-	var waits bool
+	var waits, holds bool
 	err := w.d.cfg.Pool.QueryRow(ctx, `SELECT dl.state,
-		    $5 = 0 OR EXISTS (SELECT 1 FROM tool_calls c WHERE c.id = $5 AND c.state IN ('pending', 'unknown'))
+		    $5 = 0 OR EXISTS (SELECT 1 FROM tool_calls c WHERE c.id = $5 AND c.state IN ('pending', 'unknown')),
+		    $6 = 0 OR EXISTS (SELECT 1 FROM budget_holds h JOIN threads k ON k.id = h.thread_id
+		        WHERE coalesce(k.parent_thread_id, k.id) = $6 AND k.status = 'waiting' AND h.approved_at IS NULL)
 		FROM notification_deliveries dl
 		WHERE dl.user_id = $1 AND dl.event_key = $2 AND dl.channel = $3 AND dl.target_id = $4`,
-		a.UserID, a.EventKey, a.Channel, a.TargetID, ev.CallID).Scan(&state, &waits)
+		a.UserID, a.EventKey, a.Channel, a.TargetID, ev.CallID, held).Scan(&state, &waits, &holds)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return false, "", nil
@@ -417,6 +424,8 @@ func (w *deliverWorker) stillDue(ctx context.Context, a DeliverArgs, ev Event) (
 		return false, "", nil
 	case !waits:
 		return false, "the call was decided before this was sent", nil
+	case !holds:
+		return false, "the run was no longer held by its budget when this was due", nil
 	}
 	return true, "", nil
 }

@@ -216,6 +216,8 @@ func subject(ev Event) string {
 		return "Decision waits: " + ev.Title
 	case Reminder:
 		return "Still waiting for your decision: " + ev.Title
+	case Attention:
+		return "Needs your attention: " + ev.Title
 	case Finished:
 		return "Finished: " + ev.Title
 	case Failed:

@@ -66,6 +66,23 @@ func EndEvent(t db.Thread, status, msg string, gen int64) (Event, bool) {
 	return ev, true
 }
 
+// BudgetHoldEvent tells the owner of thread t (a sub-agent's, top its
+// parent; else t itself) that a budget stopped its run before its next
+// model call (hold). Keyed by the hold: told once per hold, and again when
+// the run is held anew.
+func BudgetHoldEvent(top, t db.Thread, hold db.BudgetHold) Event {
+	return Event{
+		Key:      fmt.Sprintf("attention:budget:thread:%d:%d", t.ID, hold.HeldAt.UnixMicro()),
+		Kind:     Attention,
+		UserID:   t.UserID,
+		ThreadID: top.ID,
+		Title:    top.Title,
+		Summary: "The run stopped before its next model call. " + hold.Summary +
+			". An admin can raise the budget or let one more call through; you can cancel the run.",
+		Path: fmt.Sprintf("/threads/%d", top.ID),
+	}
+}
+
 // CallOf is a waiting call as a notification shows it: a script's call for
 // a parked run_js (what its approver is shown), every argument in order.
 func CallOf(c db.ToolCallRow) Call {

@@ -24,6 +24,9 @@ const (
 	Finished Kind = "finished" // a run finished
 	Failed   Kind = "failed"   // a run failed
 	Digest   Kind = "digest"   // the daily digest of what waits
+	// Attention: a run stopped for its owner with no call to decide (a
+	// budget hold: docs/team.md#usage-and-budgets).
+	Attention Kind = "attention"
 )
 
 // Event is one thing to tell one person. It carries no secret: channels

@@ -584,6 +584,47 @@ func TestDecisionWhileDelivering(t *testing.T) {
 	}
 }
 
+// A run's "needs attention" for a budget hold is not sent once the hold is
+// gone (the budget raised, the run let go on) before its delivery runs.
+func TestBudgetHoldReleasedIsNotSent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	box := &inbox{}
+	queue, err := notify.New(notify.Config{Pool: b.pool, Channels: []notify.Channel{box}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hold := func(title string) notify.Event {
+		th, err := db.CreateThread(ctx, b.pool, db.NewThread{UserID: b.user.ID, Title: title})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var h db.BudgetHold
+		if err := b.pool.QueryRow(ctx, `WITH w AS (UPDATE threads SET status = 'waiting' WHERE id = $1)
+			INSERT INTO budget_holds (thread_id, summary, spent_nanos, limit_nanos, estimate_nanos)
+			VALUES ($1, 'Budget reached: $5 of $5 per day for alice@example.com', 5, 5, 1) RETURNING summary, held_at`, th.ID).Scan(&h.Summary, &h.HeldAt); err != nil {
+			t.Fatal(err)
+		}
+		return notify.BudgetHoldEvent(th, th, h)
+	}
+	released, held := hold("Released"), hold("Still held")
+	b.publishAll(queue, released, held)
+	if _, err := b.pool.Exec(ctx, `DELETE FROM budget_holds WHERE thread_id = $1`, released.ThreadID); err != nil {
+		t.Fatal(err)
+	}
+	b.replica(notify.Config{Channels: []notify.Channel{box}})
+	if got := b.delivery(released.Key, "email"); got.State != notify.StateSkipped {
+		t.Errorf("attention for a released hold = %+v, want skipped", got)
+	}
+	if got := b.delivery(held.Key, "email"); got.State != notify.StateSent {
+		t.Errorf("attention for a hold still on = %+v, want sent", got)
+	}
+	if sent := box.got(); len(sent) != 1 || sent[0].Key != held.Key || !strings.Contains(sent[0].Summary, "Budget reached") {
+		t.Errorf("sent %+v, want the one still held", sent)
+	}
+}
+
 // A webhook the service answers 410 is removed, its delivery recorded as
 // gone and not retried.
 func TestGoneWebhookRemoved(t *testing.T) {

@@ -17,7 +17,8 @@ import (
 // order the settings show them.
 var Channels = []string{"push", "email", "slack", "teams", "discord", "gchat", "webhook"}
 
-// Kinds a person turns on or off per channel. A reminder follows Decision.
+// Kinds a person turns on or off per channel. A reminder, and a run that
+// needs its owner's attention, follow Decision.
 var Kinds = []Kind{Decision, Finished, Failed, Digest}
 
 // ChannelPrefs say which kinds a channel tells.
@@ -35,7 +36,7 @@ var DefaultChannelPrefs = ChannelPrefs{Decision: true, Failed: true}
 // Wants reports whether the channel tells events of kind k.
 func (c ChannelPrefs) Wants(k Kind) bool {
 	switch k {
-	case Decision, Reminder:
+	case Decision, Reminder, Attention:
 		return c.Decision
 	case Finished:
 		return c.Finished
@@ -53,8 +54,8 @@ func (c ChannelPrefs) Wants(k Kind) bool {
 type QuietHours struct {
 	Start string `json:"start"`
 	End   string `json:"end"`
-	// Decisions: a decision waits out quiet hours too (the default); false
-	// lets decisions through at once.
+	// Decisions: a decision (a reminder, a run that needs attention) waits
+	// out quiet hours too (the default); false lets them through at once.
 	Decisions bool `json:"include_decisions"`
 }
 
@@ -121,7 +122,7 @@ func (p Prefs) Location() *time.Location {
 // QuietUntil is when quiet hours that hold at now end for an event of kind
 // k; the zero time when they do not hold (or k goes through them).
 func (p Prefs) QuietUntil(now time.Time, k Kind) time.Time {
-	if p.Quiet == nil || (!p.Quiet.Decisions && (k == Decision || k == Reminder)) {
+	if p.Quiet == nil || (!p.Quiet.Decisions && (k == Decision || k == Reminder || k == Attention)) {
 		return time.Time{}
 	}
 	start, err1 := parseClock(p.Quiet.Start)

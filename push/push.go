@@ -175,6 +175,8 @@ func PayloadOf(ev notify.Event) Payload {
 		title = "A decision waits"
 	case notify.Reminder:
 		title = "A decision still waits"
+	case notify.Attention:
+		title = "A run needs you"
 	case notify.Finished:
 		title = "A run finished"
 	case notify.Failed:
