@@ -82,7 +82,9 @@ func newConnections(cfg config, st *store, ext *extensions.Extensions, rt **jobs
 	}
 	server := func(name string) (extensions.ServerEntry, bool) {
 		for _, s := range ext.State().Servers {
-			if s.Name == name && s.Running && (s.Expanded.Type == agent.MCPHTTP || s.Expanded.Type == agent.MCPSSE) {
+			// A stdio server takes each person's values in its env: only
+			// those, never a sign-in (it has no URL).
+			if s.Name == name && s.Running && (s.Expanded.Type == agent.MCPHTTP || s.Expanded.Type == agent.MCPSSE || len(s.Expanded.UserSecrets()) > 0) {
 				return s, true
 			}
 		}

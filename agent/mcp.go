@@ -66,6 +66,13 @@ type MCPServerConfig struct {
 	// (docs/mcp.md), with the client an admin registered there, if any.
 	// A server that answers 401 with WWW-Authenticate needs no mark.
 	OAuth *MCPOAuth `json:"oauth,omitempty"`
+	// PerUser marks a server whose state must never be shared between
+	// users (the built-in browser: its cookies, sign-ins and tabs): each
+	// user gets a connection of their own (a process of their own, for
+	// stdio, run in a folder of their own under cwd), never another's
+	// (docs/mcp.md). ${user:NAME} in a stdio server's env, or in an http
+	// or sse server's headers, implies it.
+	PerUser bool `json:"perUser,omitempty"`
 }
 
 // MCPOAuth is a server's per-user sign-in: client_secret may be ${VAR}.
@@ -256,6 +263,11 @@ func parseMCPEntry(raw json.RawMessage) (MCPServerConfig, error) {
 			errs = append(errs, "args must be an array of strings")
 		}
 	}
+	if v, ok := fields["perUser"]; ok {
+		if err := json.Unmarshal(v, &cfg.PerUser); err != nil {
+			errs = append(errs, "perUser must be true or false")
+		}
+	}
 	if v, ok := fields["oauth"]; ok {
 		if err := strictUnmarshal(v, &cfg.OAuth); err != nil {
 			errs = append(errs, `oauth must be an object such as {"client_id": "...", "client_secret": "${SECRET}", "scopes": ["..."]}`)
@@ -358,7 +370,7 @@ func (c MCPServerConfig) Expand(lookup func(string) (string, bool)) (MCPServerCo
 			out.Args[i] = ex.expand(a)
 		}
 	}
-	out.Env = ex.expandMap(c.Env)
+	out.Env = ex.expandEnv(c)
 	out.Headers = ex.expandHeaders(c)
 	if c.OAuth != nil {
 		o := *c.OAuth
@@ -406,7 +418,7 @@ func (c MCPServerConfig) CheckSyntax() error {
 	for _, a := range c.Args {
 		ex.expand(a)
 	}
-	ex.expandMap(c.Env)
+	ex.expandEnv(c)
 	ex.expandHeaders(c)
 	if c.OAuth != nil {
 		ex.expand(c.OAuth.ClientSecret)
@@ -426,7 +438,7 @@ func (c MCPServerConfig) References() []string {
 	for _, a := range c.Args {
 		ex.expand(a)
 	}
-	ex.expandMap(c.Env)
+	ex.expandEnv(c)
 	ex.expandHeaders(c)
 	if c.OAuth != nil {
 		ex.expand(c.OAuth.ClientSecret)
@@ -436,18 +448,30 @@ func (c MCPServerConfig) References() []string {
 }
 
 // UserSecrets lists the NAMEs of the ${user:NAME} references in the
-// headers of an HTTP or SSE server, sorted: each user's own values
-// (docs/mcp.md), filled per user session, which makes the server one used
-// with each user's own credentials. Elsewhere such a reference is an error
-// of Expand and CheckSyntax.
+// headers of an HTTP or SSE server, or in the env of a stdio server,
+// sorted: each user's own values (docs/mcp.md), filled per user session
+// (for stdio, a process of that user's), which makes the server one used
+// with each user's own credentials. Elsewhere (command, args, cwd, url,
+// oauth) such a reference is an error of Expand and CheckSyntax: args are
+// visible to every local user of the machine, and the others name what
+// runs.
 func (c MCPServerConfig) UserSecrets() []string {
 	ex := expander{lookup: func(string) (string, bool) { return "", true }}
 	ex.expandHeaders(c)
+	ex.expandEnv(c)
 	slices.Sort(ex.userRefs)
 	return slices.Compact(ex.userRefs)
 }
 
-// UserSecretRef is how a header refers to each user's own value name.
+// EachUser reports whether the server is used with a connection of each
+// user's own: marked PerUser, signed in to with OAuth, or taking
+// ${user:NAME} values.
+func (c MCPServerConfig) EachUser() bool {
+	return c.PerUser || c.OAuth != nil || len(c.UserSecrets()) > 0
+}
+
+// UserSecretRef is how a header or env value refers to each user's own
+// value name.
 func UserSecretRef(name string) string { return "${user:" + name + "}" }
 
 type expander struct {
@@ -456,18 +480,27 @@ type expander struct {
 	errs    []string
 	collect bool
 	refs    []string
-	// inHeaders: ${user:NAME} is kept for each user's session (the
-	// headers of an HTTP or SSE server); userRefs collects the NAMEs.
-	inHeaders bool
+	// userPlace: ${user:NAME} is kept for each user's session (the
+	// headers of an HTTP or SSE server, the env of a stdio server);
+	// userRefs collects the NAMEs.
+	userPlace bool
 	userRefs  []string
 }
 
 // expandHeaders expands c's header values, keeping ${user:NAME} when c
 // is an HTTP or SSE server.
 func (ex *expander) expandHeaders(c MCPServerConfig) map[string]string {
-	ex.inHeaders = c.Type != MCPStdio && c.Command == ""
-	defer func() { ex.inHeaders = false }()
+	ex.userPlace = c.Type != MCPStdio && c.Command == ""
+	defer func() { ex.userPlace = false }()
 	return ex.expandMap(c.Headers)
+}
+
+// expandEnv expands c's env values, keeping ${user:NAME} when c is a
+// stdio server.
+func (ex *expander) expandEnv(c MCPServerConfig) map[string]string {
+	ex.userPlace = c.Type == MCPStdio || c.Type == "" && c.Command != ""
+	defer func() { ex.userPlace = false }()
+	return ex.expandMap(c.Env)
 }
 
 func (ex *expander) expandMap(m map[string]string) map[string]string {
@@ -513,8 +546,8 @@ func (ex *expander) expand(s string) string {
 			switch {
 			case !validVarName(user):
 				ex.errs = append(ex.errs, fmt.Sprintf("${%s}: %q is not a name (${user:NAME}, letters, digits and _)", expr, user))
-			case !ex.inHeaders:
-				ex.errs = append(ex.errs, fmt.Sprintf("${%s} is filled with each user's own value only in the headers of an http or sse server, not in a command, args, env, cwd, url or oauth", expr))
+			case !ex.userPlace:
+				ex.errs = append(ex.errs, fmt.Sprintf("${%s} is filled with each user's own value only in the headers of an http or sse server or the env of a stdio server, not in a command, args, cwd, url or oauth", expr))
 			default:
 				ex.userRefs = append(ex.userRefs, user)
 				b.WriteString(UserSecretRef(user)) // filled per user session

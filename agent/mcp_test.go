@@ -195,8 +195,8 @@ func TestMCPToolName(t *testing.T) {
 	}
 }
 
-// ${user:NAME} is kept in an HTTP server's headers, for each user's
-// session, and refused everywhere else at load.
+// ${user:NAME} is kept in an HTTP server's headers and a stdio server's
+// env, for each user's session, and refused everywhere else at load.
 func TestUserSecretReferences(t *testing.T) {
 	env := func(n string) (string, bool) { return map[string]string{"TEAM": "pizza"}[n], n == "TEAM" }
 	http := agent.MCPServerConfig{Type: agent.MCPHTTP, URL: "https://mcp.example.com/mcp",
@@ -214,20 +214,60 @@ func TestUserSecretReferences(t *testing.T) {
 	if err := http.CheckSyntax(); err != nil {
 		t.Fatal(err)
 	}
-	for name, cfg := range map[string]agent.MCPServerConfig{
-		"env":  {Type: agent.MCPStdio, Command: "srv", Env: map[string]string{"KEY": "${user:API_KEY}"}},
-		"args": {Type: agent.MCPStdio, Command: "srv", Args: []string{"--key=${user:API_KEY}"}},
-		"url":  {Type: agent.MCPHTTP, URL: "https://mcp.example.com/${user:API_KEY}"},
-		"bad":  {Type: agent.MCPHTTP, URL: "https://mcp.example.com/", Headers: map[string]string{"X": "${user:no-dash}"}},
+	if !out.EachUser() {
+		t.Error("a server taking ${user:...} headers is not one of each user's")
+	}
+
+	// In a stdio server's env too: each user's process gets their value.
+	stdio, err := agent.ParseMCPEntry([]byte(`{"command": "srv", "env": {"TOKEN": "${user:api_key}", "TEAM": "${TEAM}", "BOTH": "${user:api_key}-${user:region}"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err = stdio.Expand(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Env["TOKEN"] != "${user:api_key}" || out.Env["TEAM"] != "pizza" || out.Env["BOTH"] != "${user:api_key}-${user:region}" {
+		t.Fatalf("env = %v", out.Env)
+	}
+	if got := out.UserSecrets(); !slices.Equal(got, []string{"api_key", "region"}) || !out.EachUser() {
+		t.Fatalf("UserSecrets = %v, EachUser %v", got, out.EachUser())
+	}
+	if err := stdio.CheckSyntax(); err != nil {
+		t.Fatal(err)
+	}
+	// Marked per user without any value: each user's own process.
+	marked, err := agent.ParseMCPEntry([]byte(`{"command": "srv", "perUser": true}`))
+	if err != nil || !marked.PerUser || !marked.EachUser() || len(marked.UserSecrets()) != 0 {
+		t.Fatalf("perUser entry = %+v, %v", marked, err)
+	}
+	if _, err := agent.ParseMCPEntry([]byte(`{"command": "srv", "perUser": "yes"}`)); err == nil || !strings.Contains(err.Error(), "perUser") {
+		t.Errorf("perUser as a string: %v", err)
+	}
+	if plain := (agent.MCPServerConfig{Type: agent.MCPStdio, Command: "srv", Env: map[string]string{"K": "${TEAM}"}}); plain.EachUser() {
+		t.Error("a plain stdio server is one of each user's")
+	}
+
+	for name, c := range map[string]struct {
+		cfg  agent.MCPServerConfig
+		want string
+	}{
+		"args":      {agent.MCPServerConfig{Type: agent.MCPStdio, Command: "srv", Args: []string{"--key=${user:API_KEY}"}}, "not in a command, args, cwd, url or oauth"},
+		"command":   {agent.MCPServerConfig{Type: agent.MCPStdio, Command: "${user:BIN}"}, "not in a command, args, cwd, url or oauth"},
+		"cwd":       {agent.MCPServerConfig{Type: agent.MCPStdio, Command: "srv", Cwd: "/srv/${user:DIR}"}, "not in a command, args, cwd, url or oauth"},
+		"url":       {agent.MCPServerConfig{Type: agent.MCPHTTP, URL: "https://mcp.example.com/${user:API_KEY}"}, "not in a command, args, cwd, url or oauth"},
+		"bad":       {agent.MCPServerConfig{Type: agent.MCPHTTP, URL: "https://mcp.example.com/", Headers: map[string]string{"X": "${user:no-dash}"}}, `${user:no-dash}: "no-dash" is not a name`},
+		"empty env": {agent.MCPServerConfig{Type: agent.MCPStdio, Command: "srv", Env: map[string]string{"K": "${user:}"}}, `${user:}: "" is not a name`},
+		"bad env":   {agent.MCPServerConfig{Type: agent.MCPStdio, Command: "srv", Env: map[string]string{"K": "${user:1abc}"}}, `${user:1abc}: "1abc" is not a name`},
 	} {
-		_, err := cfg.Expand(env)
-		if err == nil || !strings.Contains(err.Error(), "${user:") {
-			t.Errorf("%s: Expand = %v", name, err)
+		_, err := c.cfg.Expand(env)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: Expand = %v, want %q", name, err, c.want)
 		}
-		if err := cfg.CheckSyntax(); err == nil {
-			t.Errorf("%s: CheckSyntax accepted it", name)
+		if err := c.cfg.CheckSyntax(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: CheckSyntax = %v, want %q", name, err, c.want)
 		}
-		if got := cfg.UserSecrets(); name != "bad" && len(got) != 0 {
+		if got := c.cfg.UserSecrets(); len(got) != 0 {
 			t.Errorf("%s: UserSecrets = %v", name, got)
 		}
 	}

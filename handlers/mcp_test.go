@@ -175,12 +175,15 @@ func TestMCPSettingsPage(t *testing.T) {
 		t.Error("testing an unreachable server shows no error")
 	}
 	// A server taking each person's own key is not tried with the
-	// reference unfilled; one with ${user:...} in its env is refused.
+	// reference unfilled. ${user:NAME} in a stdio server's env is taken
+	// (a process per person); a malformed one is refused.
 	resp = b.post("admin", "/settings/mcp-probe", form("name", "keyed", "config", `{"type": "http", "url": "http://127.0.0.1:1/mcp", "headers": {"X-Api-Key": "${user:API_KEY}"}}`)).wantStatus(http.StatusOK)
 	if !strings.Contains(resp.text("mcp-test-error"), "each person's own API_KEY") {
 		t.Errorf("testing a per-user server: %q", resp.text("mcp-test-error"))
 	}
-	b.post("admin", "/settings/mcp", form("name", "envkey", "config", `{"command": "x", "env": {"K": "${user:API_KEY}"}}`)).wantStatus(http.StatusUnprocessableEntity)
+	b.post("admin", "/settings/mcp", form("name", "envkey", "config", `{"command": "x", "env": {"K": "${user:API_KEY}"}}`)).wantStatus(http.StatusSeeOther)
+	serverRow(t, b, "envkey", "sign_in")
+	b.post("admin", "/settings/mcp", form("name", "envbad", "config", `{"command": "x", "env": {"K": "${user:}"}}`)).wantStatus(http.StatusUnprocessableEntity)
 
 	// Turned off and on again; deleted.
 	b.post("admin", "/settings/mcp/web/enabled", form("enabled", "off")).wantStatus(http.StatusSeeOther)

@@ -49,6 +49,16 @@ func (c *conn) markDead(err error) {
 	})
 }
 
+// isDead reports whether the connection is gone.
+func (c *conn) isDead() bool {
+	select {
+	case <-c.dead:
+		return true
+	default:
+		return false
+	}
+}
+
 func (c *conn) err() error {
 	c.deadMu.Lock()
 	defer c.deadMu.Unlock()

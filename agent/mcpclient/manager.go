@@ -61,6 +61,14 @@ type Options struct {
 	// StderrBytes is how much of a stdio server's standard error is kept
 	// (default 16 KiB).
 	StderrBytes int
+	// SessionIdle is how long a user's unused session to a server used
+	// with each user's own connection stays open (default 10 minutes):
+	// for a stdio server, their process (peruser.go).
+	SessionIdle time.Duration
+	// MaxUserProcesses bounds the live per-user processes of one stdio
+	// server (default 8): a new user's process first closes the one idle
+	// longest.
+	MaxUserProcesses int
 }
 
 func (o Options) withDefaults() Options {
@@ -80,6 +88,10 @@ func (o Options) withDefaults() Options {
 	def(&o.Grace, time.Minute)
 	if o.StderrBytes <= 0 {
 		o.StderrBytes = 16 << 10
+	}
+	def(&o.SessionIdle, sessionIdle)
+	if o.MaxUserProcesses <= 0 {
+		o.MaxUserProcesses = maxUserProcesses
 	}
 	return o
 }
@@ -130,8 +142,12 @@ type Status struct {
 	NextAttempt time.Time
 	// ServerInfo is the name and version the server reported.
 	ServerInfo string
-	// PID is a stdio server's process id while it runs.
+	// PID is a stdio server's process id while it runs (none for a
+	// server used with each user's own connection).
 	PID int
+	// Sessions is how many users' own sessions of the server are open
+	// (for stdio, their processes).
+	Sessions int
 }
 
 // Manager supervises the MCP servers. Its methods are safe for concurrent
@@ -387,13 +403,14 @@ type server struct {
 	downSince time.Time
 	next      time.Time
 	info      string
-	// perUser: each user signs in to the server (peruser.go); sessions
-	// are their connections.
+	// perUser: each user has a connection of their own (peruser.go);
+	// sessions are their connections.
 	perUser  bool
 	sessions map[int64]*session
 	// oauth: a user's session carries their access token (an "oauth"
 	// block, or the server's 401 challenge); secrets are the NAMEs of
-	// the ${user:NAME} in its headers, filled with each user's values.
+	// the ${user:NAME} in its headers or env, filled with each user's
+	// values.
 	oauth   bool
 	secrets []string
 }
@@ -405,7 +422,7 @@ func (m *Manager) newServer(s Spec) *server {
 		ctx: ctx, stopFn: cancel, done: make(chan struct{}), kick: make(chan struct{}, 1),
 		state: StateStarting, since: time.Now(), byName: map[string]Tool{},
 		// Known at once: runs ask SignInServers before it first runs.
-		perUser: s.Config.OAuth != nil || len(s.Config.UserSecrets()) > 0,
+		perUser: s.Config.EachUser(),
 		oauth:   s.Config.OAuth != nil, secrets: s.Config.UserSecrets(),
 	}
 }
@@ -435,6 +452,7 @@ func (s *server) status() Status {
 	if s.conn != nil {
 		st.PID = s.conn.pid
 	}
+	st.Sessions = s.sessionCount()
 	if s.spec.Config.Type == agent.MCPStdio {
 		st.Stderr = s.ring.String()
 	}
@@ -468,6 +486,10 @@ func (s *server) run() {
 		s.waitSignedIn()
 		return
 	}
+	// perUser without a token or values (the built-in browser): the
+	// connection below only lists the tools, and is closed; each user's
+	// calls go over a session of theirs.
+	isolated := s.spec.Config.PerUser
 	failures := 0
 	for {
 		s.setState(StateStarting, s.currentErr())
@@ -499,6 +521,14 @@ func (s *server) run() {
 				return
 			}
 			continue
+		}
+		if isolated {
+			c.close()
+			s.up(nil, info, tools)
+			log.Info("mcp server listed its tools; each user gets a session of their own", "tools", len(tools))
+			s.serveSessions()
+			s.finish()
+			return
 		}
 		s.up(c, info, tools)
 		log.Info("mcp server connected", "tools", len(tools), "pid", c.pid)
@@ -622,7 +652,7 @@ func (s *server) down(msg string, delay time.Duration) {
 // waitSignedIn serves the server's users' sessions until it is stopped.
 func (s *server) waitSignedIn() {
 	s.signIn()
-	<-s.ctx.Done()
+	s.serveSessions()
 	s.finish()
 }
 

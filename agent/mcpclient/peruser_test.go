@@ -3,18 +3,25 @@ package mcpclient_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 
 	"pizzabot/agent"
 	"pizzabot/agent/mcpclient"
+	"pizzabot/internal/eventually"
 )
 
 // bearerServer is an MCP server that takes only the bearer tokens it
@@ -303,5 +310,367 @@ func TestUserSecretHeaders(t *testing.T) {
 		if strings.Contains(h, "${") || !strings.HasSuffix(h, "|pizza") {
 			t.Fatalf("the server got %q", h)
 		}
+	}
+}
+
+// values hands out each user's ${user:NAME} values; no tokens.
+type values struct {
+	mu sync.Mutex
+	v  map[int64]map[string]string
+}
+
+func (s *values) set(user int64, name, v string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.v[user] == nil {
+		s.v[user] = map[string]string{}
+	}
+	s.v[user][name] = v
+}
+
+func (s *values) Secret(_ context.Context, userID int64, server, name string) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.v[userID][name]
+	if !ok {
+		return "", &agent.NeedsConnection{Server: server, Secret: name, Reason: "your " + name + " is not entered"}
+	}
+	return v, nil
+}
+
+func (s *values) Token(_ context.Context, _ int64, server string) (string, error) {
+	return "", &agent.NeedsConnection{Server: server, Reason: "not connected"}
+}
+
+func (s *values) Rejected(context.Context, int64, string, string) error { return nil }
+
+// callAs calls a tool for user and returns its text.
+func callAs(m *mcpclient.Manager, sg mcpclient.Signer, user int64, tool string, args map[string]any) (string, error) {
+	res, err := m.CallAs(context.Background(), sg, user, tool, args)
+	if err != nil {
+		return "", err
+	}
+	text, _ := mcpclient.FormatResult(res)
+	return text, nil
+}
+
+// pidOf is the process serving user's calls of the server.
+func pidOf(t *testing.T, m *mcpclient.Manager, sg mcpclient.Signer, user int64, server string) int {
+	t.Helper()
+	text, err := callAs(m, sg, user, "mcp__"+server+"__pid", nil)
+	if err != nil {
+		t.Fatalf("pid of user %d: %v", user, err)
+	}
+	pid, err := strconv.Atoi(text)
+	if err != nil || pid <= 0 {
+		t.Fatalf("pid of user %d = %q", user, text)
+	}
+	return pid
+}
+
+func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+// ${user:api_key} in a stdio server's env: each user's calls go to a
+// process of their own, started with their value; a user without one gets
+// a NeedsConnection naming it and no process; a killed process is started
+// again for its user only; a changed value starts a new one; a new user's
+// process past MaxUserProcesses closes the one idle longest.
+func TestUserSecretEnvProcesses(t *testing.T) {
+	t.Parallel()
+	spec := stdioSpec(t, "keyed")
+	spec.Config.Env = map[string]string{"TOKEN": "${user:api_key}", "TEAM": "pizza"}
+	if cfg, err := spec.Config.Expand(func(string) (string, bool) { return "", false }); err != nil {
+		t.Fatal(err)
+	} else {
+		spec.Config = cfg
+	}
+	opts := fast
+	opts.MaxUserProcesses = 2
+	m := mcpclient.New(opts)
+	defer m.Close()
+	m.Apply([]mcpclient.Spec{spec})
+	waitFor(t, m, "keyed", "sign-in state", func(st mcpclient.Status) bool { return st.State == mcpclient.StateSignIn })
+	if got := m.SignInServers(); !slices.Equal(got, []string{"keyed"}) {
+		t.Fatalf("SignInServers = %v", got)
+	}
+	sg := &values{v: map[int64]map[string]string{1: {"api_key": "alice-key"}, 2: {"api_key": "bob-key"}}}
+	env := func(user int64) (string, error) {
+		return callAs(m, sg, user, "mcp__keyed__env", map[string]any{"name": "TOKEN"})
+	}
+	for user, want := range map[int64]string{1: "TOKEN=alice-key", 2: "TOKEN=bob-key"} {
+		if got, err := env(user); err != nil || got != want {
+			t.Fatalf("user %d: %q, %v; want %q", user, got, err, want)
+		}
+	}
+	if got, err := callAs(m, sg, 1, "mcp__keyed__env", map[string]any{"name": "TEAM"}); err != nil || got != "TEAM=pizza" {
+		t.Fatalf("TEAM = %q, %v", got, err)
+	}
+	alice, bob := pidOf(t, m, sg, 1, "keyed"), pidOf(t, m, sg, 2, "keyed")
+	if alice == bob || !alive(alice) || !alive(bob) {
+		t.Fatalf("pids alice %d, bob %d: want two live processes", alice, bob)
+	}
+	st := waitFor(t, m, "keyed", "two sessions", func(st mcpclient.Status) bool { return st.Sessions == 2 })
+	if st.PID != 0 || !slices.Contains(toolNames(st.Tools), "mcp__keyed__env") {
+		t.Fatalf("status = %+v", st)
+	}
+	if _, err := m.Call(context.Background(), "mcp__keyed__env", map[string]any{"name": "TOKEN"}); err == nil {
+		t.Fatal("a call for nobody ran")
+	}
+
+	// Without the value: a NeedsConnection naming it, and no process.
+	var nc *agent.NeedsConnection
+	if _, err := env(3); !errors.As(err, &nc) || nc.Server != "keyed" || nc.Secret != "api_key" {
+		t.Fatalf("a user without the value: %v", err)
+	}
+	ctx := context.Background()
+	if err := m.OpenAs(ctx, sg, 3, "keyed"); !errors.As(err, &nc) || nc.Secret != "api_key" {
+		t.Fatalf("OpenAs of a user without the value = %v", err)
+	}
+	if err := m.OpenAs(ctx, sg, 1, "keyed"); err != nil {
+		t.Fatal(err)
+	}
+	if st := m.Status()[0]; st.Sessions != 2 {
+		t.Fatalf("sessions = %d after a user without the value", st.Sessions)
+	}
+
+	// Alice's process killed: her next call starts another, Bob's stays.
+	if err := syscall.Kill(alice, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	eventually.Ok(t, 30*time.Second, func() error {
+		text, err := callAs(m, sg, 1, "mcp__keyed__pid", nil)
+		if err != nil {
+			return err
+		}
+		if text == strconv.Itoa(alice) {
+			return fmt.Errorf("still pid %s", text)
+		}
+		return nil
+	})
+	alice2 := pidOf(t, m, sg, 1, "keyed")
+	if alice2 == bob || !alive(alice2) || pidOf(t, m, sg, 2, "keyed") != bob {
+		t.Fatalf("after the kill: alice %d, bob %d (was %d)", alice2, pidOf(t, m, sg, 2, "keyed"), bob)
+	}
+	if got, err := env(1); err != nil || got != "TOKEN=alice-key" {
+		t.Fatalf("alice after the restart: %q, %v", got, err)
+	}
+
+	// A new value: a new process with it; the old one ends.
+	sg.set(1, "api_key", "alice-key-2")
+	if got, err := env(1); err != nil || got != "TOKEN=alice-key-2" {
+		t.Fatalf("after the new value: %q, %v", got, err)
+	}
+	alice3 := pidOf(t, m, sg, 1, "keyed")
+	if alice3 == alice2 || alive(alice2) {
+		t.Fatalf("after the new value: pid %d, the old %d alive %v", alice3, alice2, alive(alice2))
+	}
+
+	// A third user's process past the limit of 2: the one idle longest
+	// (Bob's: Alice just called) is closed; his next call starts anew.
+	sg.set(4, "api_key", "dave-key")
+	if got, err := env(4); err != nil || got != "TOKEN=dave-key" {
+		t.Fatalf("dave: %q, %v", got, err)
+	}
+	if alive(bob) || !alive(alice3) {
+		t.Fatalf("bob's process alive %v, alice's %v: want bob's closed", alive(bob), alive(alice3))
+	}
+	if st := m.Status()[0]; st.Sessions != 2 {
+		t.Fatalf("sessions = %d, want 2", st.Sessions)
+	}
+	if got, err := env(2); err != nil || got != "TOKEN=bob-key" {
+		t.Fatalf("bob after his process was closed: %q, %v", got, err)
+	}
+}
+
+// A server marked perUser with no values (as the built-in browser is):
+// its tools are listed once by a process of nobody's, which then ends;
+// each user's calls, with no signer, go to a process of theirs in a folder
+// of theirs; it needs no sign-in; unused processes close after
+// SessionIdle, the tools staying offered, and a next call starts anew.
+func TestPerUserMarkedServer(t *testing.T) {
+	t.Parallel()
+	spec := stdioSpec(t, "isolated")
+	dir := t.TempDir()
+	spec.Config.PerUser, spec.Config.Cwd = true, dir
+	opts := fast
+	opts.SessionIdle = 500 * time.Millisecond
+	m := mcpclient.New(opts)
+	defer m.Close()
+	m.Apply([]mcpclient.Spec{spec})
+	st := waitFor(t, m, "isolated", "its tools listed", connected)
+	if st.PID != 0 || st.Sessions != 0 || !slices.Contains(toolNames(m.Tools()), "mcp__isolated__cwd") {
+		t.Fatalf("status = %+v, tools %v", st, toolNames(m.Tools()))
+	}
+	if got := m.SignInServers(); len(got) != 0 {
+		t.Fatalf("SignInServers = %v", got)
+	}
+	if err := m.OpenAs(context.Background(), nil, 1, "isolated"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Call(context.Background(), "mcp__isolated__pid", nil); err == nil {
+		t.Fatal("a call for nobody ran")
+	}
+	pids := map[int64]int{}
+	for _, user := range []int64{1, 2} {
+		wd, err := callAs(m, nil, user, "mcp__isolated__cwd", nil)
+		if want := filepath.Join(dir, "user-"+strconv.FormatInt(user, 10)); err != nil || wd != want {
+			t.Fatalf("user %d works in %q, %v; want %q", user, wd, err, want)
+		}
+		pids[user] = pidOf(t, m, nil, user, "isolated")
+	}
+	if pids[1] == pids[2] {
+		t.Fatalf("one process for both: %v", pids)
+	}
+	if info, err := os.Stat(filepath.Join(dir, "user-1")); err != nil || info.Mode().Perm() != 0o700 {
+		t.Fatalf("user folder: %v, %v", info, err)
+	}
+	eventually.Ok(t, 30*time.Second, func() error {
+		if alive(pids[1]) || alive(pids[2]) {
+			return fmt.Errorf("processes %v still run after the idle time", pids)
+		}
+		if st := m.Status()[0]; st.Sessions != 0 {
+			return fmt.Errorf("%d sessions open", st.Sessions)
+		}
+		return nil
+	})
+	if !slices.Contains(toolNames(m.Tools()), "mcp__isolated__cwd") {
+		t.Fatalf("tools after the sessions closed: %v", toolNames(m.Tools()))
+	}
+	if pid := pidOf(t, m, nil, 1, "isolated"); pid == pids[1] || !alive(pid) {
+		t.Fatalf("after the idle close: pid %d", pid)
+	}
+}
+
+// A server that fails for a user is not tried again for them before the
+// backoff (a run's every step would otherwise dial it), unless their value
+// changes; their failure leaves the server's tools as the last good
+// session listed them.
+func TestPerUserFailureBacksOff(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	down, hits := false, 0
+	ms := server.NewMCPServer("keyed", "1.0.0")
+	ms.AddTool(mcp.NewTool("whoami"), func(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText("someone"), nil
+	})
+	h := server.NewStreamableHTTPServer(ms, server.WithStateLess(true))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		hits++
+		d := down
+		mu.Unlock()
+		if d {
+			http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	opts := fast
+	opts.MinBackoff, opts.MaxBackoff = time.Hour, time.Hour
+	m := mcpclient.New(opts)
+	defer m.Close()
+	m.Apply([]mcpclient.Spec{{Name: "crm", Config: agent.MCPServerConfig{Type: agent.MCPHTTP, URL: srv.URL,
+		Headers: map[string]string{"X-Api-Key": "${user:API_KEY}"}}}})
+	waitFor(t, m, "crm", "sign-in state", func(st mcpclient.Status) bool { return st.State == mcpclient.StateSignIn })
+	sg := &values{v: map[int64]map[string]string{1: {"API_KEY": "a"}, 2: {"API_KEY": "b"}}}
+	if got, err := callAs(m, sg, 1, "mcp__crm__whoami", nil); err != nil || got != "someone" {
+		t.Fatalf("alice: %q, %v", got, err)
+	}
+	mu.Lock()
+	down = true
+	mu.Unlock()
+	ctx := context.Background()
+	var ce *mcpclient.CallError
+	if err := m.OpenAs(ctx, sg, 2, "crm"); !errors.As(err, &ce) {
+		t.Fatalf("bob's open of a server that is down = %v", err)
+	}
+	mu.Lock()
+	before := hits
+	mu.Unlock()
+	for range 3 {
+		if err := m.OpenAs(ctx, sg, 2, "crm"); !errors.As(err, &ce) || !strings.Contains(err.Error(), "next attempt") {
+			t.Fatalf("bob's open again = %v", err)
+		}
+		if _, err := callAs(m, sg, 2, "mcp__crm__whoami", nil); !errors.As(err, &ce) || !strings.Contains(err.Error(), "next attempt") {
+			t.Fatalf("bob's call again = %v", err)
+		}
+	}
+	mu.Lock()
+	if hits != before {
+		t.Fatalf("the server was dialed %d more times within the backoff", hits-before)
+	}
+	mu.Unlock()
+	if names := toolNames(m.Tools()); !slices.Equal(names, []string{"mcp__crm__whoami"}) {
+		t.Fatalf("tools after bob's failures = %v", names)
+	}
+	// Another value is tried at once.
+	mu.Lock()
+	down = false
+	mu.Unlock()
+	sg.set(2, "API_KEY", "b2")
+	if got, err := callAs(m, sg, 2, "mcp__crm__whoami", nil); err != nil || got != "someone" {
+		t.Fatalf("bob with another value: %q, %v", got, err)
+	}
+}
+
+// A server that lists each user other tools (their account's permissions):
+// the tools offered are all those its open sessions list, one user's
+// narrower list never removing another's; a user's call of a tool their
+// own session does not list is refused and does not reach the server.
+func TestPerUserToolLists(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	purged := 0
+	ms := server.NewMCPServer("keyed", "1.0.0", server.WithToolFilter(func(ctx context.Context, tools []mcp.Tool) []mcp.Tool {
+		if ctx.Value(userKey{}) == "admin" {
+			return tools
+		}
+		return slices.DeleteFunc(tools, func(t mcp.Tool) bool { return t.Name == "purge" })
+	}))
+	ms.AddTool(mcp.NewTool("whoami"), func(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return mcp.NewToolResultText(ctx.Value(userKey{}).(string)), nil
+	})
+	ms.AddTool(mcp.NewTool("purge"), func(ctx context.Context, r mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		mu.Lock()
+		purged++
+		mu.Unlock()
+		return mcp.NewToolResultText("purged"), nil
+	})
+	h := server.NewStreamableHTTPServer(ms, server.WithStateLess(true))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), userKey{}, r.Header.Get("X-Role"))))
+	}))
+	defer srv.Close()
+	m := mcpclient.New(fast)
+	defer m.Close()
+	m.Apply([]mcpclient.Spec{{Name: "crm", Config: agent.MCPServerConfig{Type: agent.MCPHTTP, URL: srv.URL,
+		Headers: map[string]string{"X-Role": "${user:ROLE}"}}}})
+	waitFor(t, m, "crm", "sign-in state", func(st mcpclient.Status) bool { return st.State == mcpclient.StateSignIn })
+	sg := &values{v: map[int64]map[string]string{1: {"ROLE": "admin"}, 2: {"ROLE": "member"}}}
+	ctx := context.Background()
+	if err := m.OpenAs(ctx, sg, 1, "crm"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.OpenAs(ctx, sg, 2, "crm"); err != nil {
+		t.Fatal(err)
+	}
+	if names := toolNames(m.Tools()); !slices.Equal(names, []string{"mcp__crm__purge", "mcp__crm__whoami"}) {
+		t.Fatalf("tools = %v", names)
+	}
+	var ce *mcpclient.CallError
+	if _, err := callAs(m, sg, 2, "mcp__crm__purge", nil); !errors.As(err, &ce) || !strings.Contains(err.Error(), "does not offer it to its person") {
+		t.Fatalf("member's purge = %v", err)
+	}
+	if got, err := callAs(m, sg, 1, "mcp__crm__purge", nil); err != nil || got != "purged" {
+		t.Fatalf("admin's purge = %q, %v", got, err)
+	}
+	if got, err := callAs(m, sg, 2, "mcp__crm__whoami", nil); err != nil || got != "member" {
+		t.Fatalf("member's whoami = %q, %v", got, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if purged != 1 {
+		t.Fatalf("purge ran %d times, want once (the admin's)", purged)
 	}
 }
