@@ -11,7 +11,9 @@
 // metadata address 169.254.169.254 among them), CGNAT, multicast,
 // unspecified, broadcast, reserved and documentation addresses, in their
 // IPv4 form and every IPv6 form that carries one (mapped, NAT64, 6to4,
-// Teredo), and ports other than 80 and 443. An admin's exceptions (a host
+// Teredo), hosts written as numbers other than a.b.c.d (2130706433,
+// 0x7f.1, 127.1: the C library reads them as 127.0.0.1), and ports other
+// than 80 and 443. An admin's exceptions (a host
 // name, an address or a CIDR, each with an optional port) let a named
 // intranet service through.
 package netguard
@@ -271,8 +273,8 @@ func (g *Guard) DialContext(ctx context.Context, network, address string) (net.C
 		return nil, err
 	}
 	port, err := strconv.Atoi(portStr)
-	if err != nil {
-		return nil, fmt.Errorf("port %q: %w", portStr, err)
+	if err != nil || port < 1 || port > 65535 {
+		return nil, &Refused{Host: host, Reason: fmt.Sprintf("port %q is not 1-65535", portStr)}
 	}
 	ipnet := "ip"
 	switch network {
@@ -329,6 +331,15 @@ func (g *Guard) dialer(host string) *net.Dialer {
 func (g *Guard) lookup(ctx context.Context, network, host string) ([]netip.Addr, error) {
 	if a, err := netip.ParseAddr(host); err == nil {
 		return []netip.Addr{a}, nil
+	}
+	if host == "" {
+		return nil, &Refused{Host: host, Reason: "no host"}
+	}
+	if numericHost(host) {
+		// 2130706433, 0x7f.1, 127.1, 0177.0.0.1: the C library reads these
+		// as addresses (127.0.0.1), a DNS server as names. Neither is left
+		// to decide: a browser writes an address as a.b.c.d.
+		return nil, &Refused{Host: host, Reason: "an address not written as a.b.c.d (or an IPv6 address in [ ])"}
 	}
 	res := g.Resolver
 	if res == nil {
@@ -427,4 +438,18 @@ func parseHTTPURL(raw string) (*url.URL, error) {
 		return nil, errors.New("a URL with a user name or password is refused")
 	}
 	return u, nil
+}
+
+// numericHost reports whether host's last label is a number (decimal, 0x
+// hex or 0 octal, as inet_aton reads them): no real name ends so (WHATWG
+// URL parses such a host as an IPv4 address), and lookup refuses it rather
+// than let the resolver choose between an address and a name.
+func numericHost(host string) bool {
+	labels := strings.Split(strings.TrimSuffix(host, "."), ".")
+	last := strings.ToLower(labels[len(labels)-1])
+	if strings.HasPrefix(last, "0x") {
+		last = last[2:]
+		return strings.Trim(last, "0123456789abcdef") == ""
+	}
+	return last != "" && strings.Trim(last, "0123456789") == ""
 }

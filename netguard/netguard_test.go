@@ -140,6 +140,12 @@ func TestClientRefusesTheServersNetwork(t *testing.T) {
 		"http://evil.test:" + strconv.Itoa(p) + "/",
 		"http://169.254.169.254/latest/meta-data/",
 		"http://10.0.0.1/",
+		// Forms the C library reads as 127.0.0.1: refused as written, not
+		// left to a resolver.
+		"http://2130706433:" + strconv.Itoa(p) + "/",
+		"http://127.1:" + strconv.Itoa(p) + "/",
+		"http://0x7f.1:" + strconv.Itoa(p) + "/",
+		"http://0177.0.0.1:" + strconv.Itoa(p) + "/",
 	} {
 		_, err := c.Get(u)
 		if err == nil || !netguard.IsRefused(err) {

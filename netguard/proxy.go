@@ -2,6 +2,8 @@ package netguard
 
 import (
 	"context"
+	"crypto/subtle"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -9,7 +11,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
+	"os"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -23,13 +29,41 @@ import (
 // names itself, so the program's own DNS never decides where a connection
 // goes.
 //
-// Serve it on a loopback address only: it is unauthenticated, and reaches
-// the public internet (and the guard's exceptions) for whoever can connect.
+// Serve it on a loopback address only (ServeProxy refuses any other): it
+// reaches the public internet and the guard's exceptions for whoever can
+// connect, so with Password set it asks every request for it (Basic
+// Proxy-Authorization), for the one program that was told.
+//
+// A connection that sends no complete request header in HeaderTimeout is
+// closed, an idle one after a minute, a tunnel with no byte either way for
+// TunnelIdle; at most MaxTunnels tunnels are open at once, and the next
+// is answered 503.
 type Proxy struct {
+	// Username and Password, when Password is set, are the credentials
+	// every request must carry; without them it is answered 407.
+	Username, Password string
+	// MaxTunnels bounds the CONNECT tunnels open at once; 64 when zero.
+	MaxTunnels int
+	// TunnelIdle closes a tunnel quiet both ways that long; 5 minutes when
+	// zero.
+	TunnelIdle time.Duration
+	// HeaderTimeout bounds reading a request's line and headers (ServeProxy);
+	// 10 s when zero.
+	HeaderTimeout time.Duration
+
 	guard   *Guard
 	forward *httputil.ReverseProxy
 	logger  *slog.Logger
+
+	mu      sync.Mutex
+	tunnels int                   // open or opening
+	open    map[net.Conn]net.Conn // spliced: the client's end to the destination's
 }
+
+const (
+	defaultMaxTunnels = 64
+	defaultTunnelIdle = 5 * time.Minute
+)
 
 // NewProxy returns a proxy through g; logger (nil for none) hears about
 // refused connections, by host, never with a request's content.
@@ -59,15 +93,100 @@ func (g *Guard) NewProxy(logger *slog.Logger) *Proxy {
 
 // ServeHTTP forwards one request, or tunnels one CONNECT.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !p.authorized(r) {
+		w.Header().Set("Proxy-Authenticate", `Basic realm="Pizza Bot"`)
+		http.Error(w, "Pizza Bot's proxy: credentials required", http.StatusProxyAuthRequired)
+		return
+	}
 	if r.Method == http.MethodConnect {
+		// Only the authority form, CONNECT host:port, names the tunnel's
+		// end: never a Host header, never a user name before it.
+		if r.URL.User != nil || r.URL.Path != "" || r.RequestURI != r.Host {
+			http.Error(w, "CONNECT wants host:port", http.StatusBadRequest)
+			return
+		}
 		p.tunnel(w, r)
 		return
 	}
-	if r.URL.Scheme != "http" || r.URL.Host == "" {
+	// The absolute form names the destination; Go's server took the Host
+	// from it, whatever a Host header said, and the forward request
+	// carries that one.
+	if r.URL.Scheme != "http" || r.URL.Host == "" || r.URL.User != nil {
 		http.Error(w, "this is a forward proxy: it takes absolute http:// requests and CONNECT", http.StatusBadRequest)
 		return
 	}
 	p.forward.ServeHTTP(w, r)
+}
+
+// authorized reports whether r carries the proxy's credentials, or none
+// are asked.
+func (p *Proxy) authorized(r *http.Request) bool {
+	if p.Password == "" {
+		return true
+	}
+	user, pass, ok := parseBasic(r.Header.Get("Proxy-Authorization"))
+	u := subtle.ConstantTimeCompare([]byte(user), []byte(p.Username))
+	pw := subtle.ConstantTimeCompare([]byte(pass), []byte(p.Password))
+	return ok && u&pw == 1
+}
+
+func parseBasic(h string) (user, pass string, ok bool) {
+	scheme, enc, found := strings.Cut(h, " ")
+	if !found || !strings.EqualFold(scheme, "Basic") {
+		return "", "", false
+	}
+	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(enc))
+	if err != nil {
+		return "", "", false
+	}
+	return strings.Cut(string(b), ":")
+}
+
+// enter takes a tunnel's place, or reports that none is free.
+func (p *Proxy) enter() bool {
+	limit := p.MaxTunnels
+	if limit <= 0 {
+		limit = defaultMaxTunnels
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.tunnels >= limit {
+		return false
+	}
+	p.tunnels++
+	return true
+}
+
+func (p *Proxy) leave() {
+	p.mu.Lock()
+	p.tunnels--
+	p.mu.Unlock()
+}
+
+// track records a spliced tunnel until its end, for closeTunnels.
+func (p *Proxy) track(down, up net.Conn) (untrack func()) {
+	p.mu.Lock()
+	if p.open == nil {
+		p.open = map[net.Conn]net.Conn{}
+	}
+	p.open[down] = up
+	p.mu.Unlock()
+	return func() {
+		p.mu.Lock()
+		delete(p.open, down)
+		p.mu.Unlock()
+	}
+}
+
+// closeTunnels ends every open tunnel: a stopped proxy leaves none
+// behind (http.Server.Close does not know hijacked connections).
+func (p *Proxy) closeTunnels() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for down, up := range p.open {
+		down.Close()
+		up.Close()
+	}
 }
 
 // refuse answers a request the guard did not let through (403, saying
@@ -87,6 +206,11 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "CONNECT wants host:port", http.StatusBadRequest)
 		return
 	}
+	if !p.enter() {
+		http.Error(w, "Pizza Bot's proxy: too many connections open", http.StatusServiceUnavailable)
+		return
+	}
+	defer p.leave()
 	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
 	up, err := p.guard.DialContext(ctx, "tcp", host)
 	cancel()
@@ -114,16 +238,24 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	splice(up, down)
+	idle := p.TunnelIdle
+	if idle <= 0 {
+		idle = defaultTunnelIdle
+	}
+	defer p.track(down, up)()
+	splice(up, down, idle)
 }
 
-// splice copies both ways until either side is done, then closes both.
-func splice(a, b net.Conn) {
+// splice copies both ways until either side is done, or neither has sent a
+// byte for idle, then closes both.
+func splice(a, b net.Conn, idle time.Duration) {
 	var once sync.Once
 	closeBoth := func() { once.Do(func() { a.Close(); b.Close() }) }
+	var last atomic.Int64 // unix nanoseconds of the last byte either way
+	last.Store(time.Now().UnixNano())
 	done := make(chan struct{}, 2)
 	cp := func(dst, src net.Conn) {
-		_, err := io.Copy(dst, src)
+		err := copyActive(dst, src, idle, &last)
 		if err == nil || errors.Is(err, net.ErrClosed) {
 			// The source finished: tell the other side, keep reading its answer.
 			if cw, ok := dst.(interface{ CloseWrite() error }); ok {
@@ -143,6 +275,36 @@ func splice(a, b net.Conn) {
 	closeBoth()
 }
 
+// copyActive copies src to dst until src ends (nil) or fails, or until
+// neither direction has moved a byte for idle (os.ErrDeadlineExceeded):
+// each read waits at most idle, and a read that times out ends the copy
+// only when last (shared by both directions) is that old too.
+func copyActive(dst, src net.Conn, idle time.Duration, last *atomic.Int64) error {
+	buf := make([]byte, 32<<10)
+	for {
+		_ = src.SetReadDeadline(time.Now().Add(idle))
+		n, err := src.Read(buf)
+		if n > 0 {
+			last.Store(time.Now().UnixNano())
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return werr
+			}
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if time.Since(time.Unix(0, last.Load())) < idle {
+				continue
+			}
+			return err
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
 // ServeProxy serves p on addr (a loopback address such as 127.0.0.1:0)
 // until Close, and returns the proxy's URL, for --proxy-server.
 func ServeProxy(p *Proxy, addr string) (url string, closeFn func(), err error) {
@@ -157,7 +319,23 @@ func ServeProxy(p *Proxy, addr string) (url string, closeFn func(), err error) {
 	if err != nil {
 		return "", nil, fmt.Errorf("proxy: %w", err)
 	}
-	srv := &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second}
+	if ap, err := netip.ParseAddrPort(ln.Addr().String()); err != nil || !ap.Addr().IsLoopback() {
+		ln.Close()
+		return "", nil, fmt.Errorf("the proxy serves loopback only, not %s", ln.Addr())
+	}
+	headerTimeout := p.HeaderTimeout
+	if headerTimeout <= 0 {
+		headerTimeout = 10 * time.Second
+	}
+	srv := &http.Server{
+		Handler: p,
+		// Slow clients (slowloris) do not keep a connection: the request
+		// line and headers within 10 s, the next request within a minute.
+		ReadHeaderTimeout: headerTimeout,
+		IdleTimeout:       time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(p.logger.Handler(), slog.LevelDebug),
+	}
 	go srv.Serve(ln)
-	return "http://" + ln.Addr().String(), func() { srv.Close() }, nil
+	return "http://" + ln.Addr().String(), func() { srv.Close(); p.closeTunnels() }, nil
 }
