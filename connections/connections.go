@@ -69,8 +69,13 @@ type Config struct {
 	// Margin is how long before expiry a token is refreshed (default 2
 	// minutes).
 	Margin time.Duration
-	Logger *slog.Logger
-	Now    func() time.Time
+	// RefreshLease is how long a replica's claim on a refresh lasts
+	// (default 30 seconds): a refresher that died holds it that long.
+	// LeasePoll is how often a racer looks again (default 100 ms).
+	RefreshLease time.Duration
+	LeasePoll    time.Duration
+	Logger       *slog.Logger
+	Now          func() time.Time
 }
 
 // Service is each user's connections; it implements agent.Credentials.
@@ -94,6 +99,12 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.Margin <= 0 {
 		cfg.Margin = 2 * time.Minute
+	}
+	if cfg.RefreshLease <= 0 {
+		cfg.RefreshLease = 30 * time.Second
+	}
+	if cfg.LeasePoll <= 0 {
+		cfg.LeasePoll = 100 * time.Millisecond
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -433,93 +444,189 @@ func (s *Service) sealTokens(userID int64, server string, tr tokenResponse) (acc
 }
 
 // Token returns userID's live access token for server, refreshing it
-// first when it expires within the margin. The row stays locked (FOR
-// UPDATE, in one transaction on one connection) during the refresh, so a
-// racing replica waits and then reads the fresh token.
+// first when it expires within the margin. Every model step asks, so the
+// common case is one plain SELECT: no transaction, no row lock.
+//
+// A refresh is one per user and server across replicas, and holds no
+// transaction (nor a pool connection) over the HTTP call: the replica
+// whose short UPDATE claims the lease (refreshing_until, migration 0051)
+// refreshes, then saves the rotated tokens and clears the lease in one
+// statement. A racer that finds the lease taken waits for it to clear and
+// reads the fresh token; a lease whose refresher died runs out
+// (Config.RefreshLease) and is claimed again.
 func (s *Service) Token(ctx context.Context, userID int64, server string) (string, error) {
-	conf := s.configured(ctx, server)
-	tx, err := s.cfg.Pool.Begin(ctx)
-	if err != nil {
-		return "", err
-	}
-	defer tx.Rollback(ctx)
-	var c struct {
-		issuer, tokenURL, resource, status, reason string
-		access, refresh                            []byte
-		expires                                    *time.Time
-	}
-	err = tx.QueryRow(ctx, `
-		SELECT issuer, token_url, resource, status, reason, access_sealed, refresh_sealed, expires_at
-		FROM connections WHERE user_id = $1 AND server = $2 FOR UPDATE`, userID, server).
-		Scan(&c.issuer, &c.tokenURL, &c.resource, &c.status, &c.reason, &c.access, &c.refresh, &c.expires)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", &agent.NeedsConnection{Server: server, Reason: "not connected"}
-	}
-	if err != nil {
-		return "", fmt.Errorf("read connection: %w", err)
-	}
-	if c.status != "connected" {
-		return "", &agent.NeedsConnection{Server: server, Reason: c.reason}
-	}
-	now := s.cfg.Now()
-	if c.expires == nil || c.expires.After(now.Add(s.cfg.Margin)) {
-		tok, err := s.cfg.Box.Open(c.access, purpose(userID, server, "access"))
+	for {
+		c, err := s.read(ctx, userID, server)
 		if err != nil {
 			return "", err
 		}
-		return string(tok), tx.Commit(ctx)
+		if c.status != "connected" {
+			return "", &agent.NeedsConnection{Server: server, Reason: c.reason}
+		}
+		now := s.cfg.Now()
+		if c.expires == nil || c.expires.After(now.Add(s.cfg.Margin)) {
+			return s.open(c.access, userID, server, "access")
+		}
+		if c.refresh == nil {
+			return "", s.markReconnect(ctx, userID, server, nil, "the token expired and the server gave no refresh token")
+		}
+		if !c.leased {
+			lease, ok, err := s.claim(ctx, userID, server, c.access)
+			if err != nil {
+				return "", err
+			}
+			if ok {
+				return s.refresh(ctx, userID, server, c, lease)
+			}
+			// Another replica claimed it, or refreshed, since the read.
+		}
+		// Another replica refreshes: wait, then read again.
+		t := time.NewTimer(s.cfg.LeasePoll)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return "", fmt.Errorf("wait for the token refresh of %s: %w", server, ctx.Err())
+		case <-t.C:
+		}
 	}
-	if c.refresh == nil {
-		return "", s.needsReconnect(ctx, tx, userID, server, "the token expired and the server gave no refresh token")
+}
+
+// row is a connection as Token reads it.
+type row struct {
+	issuer, tokenURL, resource, status, reason string
+	access, refresh                            []byte
+	expires                                    *time.Time
+	// leased: a refresh is under way (its lease has not run out).
+	leased bool
+}
+
+func (s *Service) read(ctx context.Context, userID int64, server string) (row, error) {
+	var c row
+	err := s.cfg.Pool.QueryRow(ctx, `
+		SELECT issuer, token_url, resource, status, reason, access_sealed, refresh_sealed, expires_at,
+			coalesce(refreshing_until > now(), false)
+		FROM connections WHERE user_id = $1 AND server = $2`, userID, server).
+		Scan(&c.issuer, &c.tokenURL, &c.resource, &c.status, &c.reason, &c.access, &c.refresh, &c.expires, &c.leased)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return c, &agent.NeedsConnection{Server: server, Reason: "not connected"}
 	}
-	refresh, err := s.cfg.Box.Open(c.refresh, purpose(userID, server, "refresh"))
 	if err != nil {
+		return c, fmt.Errorf("read connection: %w", err)
+	}
+	return c, nil
+}
+
+func (s *Service) open(sealed []byte, userID int64, server, what string) (string, error) {
+	tok, err := s.cfg.Box.Open(sealed, purpose(userID, server, what))
+	return string(tok), err
+}
+
+// claim takes the refresh lease of userID's connection to server, unless
+// another replica holds it or the access token is no longer access (it was
+// refreshed since it was read). The lease is the value to save under.
+func (s *Service) claim(ctx context.Context, userID int64, server string, access []byte) (time.Time, bool, error) {
+	var lease time.Time
+	err := s.cfg.Pool.QueryRow(ctx, `
+		UPDATE connections SET refreshing_until = now() + $4::interval
+		WHERE user_id = $1 AND server = $2 AND status = 'connected' AND access_sealed = $3
+			AND (refreshing_until IS NULL OR refreshing_until <= now())
+		RETURNING refreshing_until`, userID, server, access, s.cfg.RefreshLease.String()).Scan(&lease)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return lease, false, nil
+	}
+	if err != nil {
+		return lease, false, fmt.Errorf("claim the token refresh: %w", err)
+	}
+	return lease, true, nil
+}
+
+// refresh refreshes c under lease, with no transaction open during the
+// HTTP call.
+func (s *Service) refresh(ctx context.Context, userID int64, server string, c row, lease time.Time) (string, error) {
+	// The lease is released on every way out, also when ctx is done.
+	release := func() {
+		bg, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if _, err := s.cfg.Pool.Exec(bg, `UPDATE connections SET refreshing_until = NULL WHERE user_id = $1 AND server = $2 AND refreshing_until = $3`, userID, server, lease); err != nil {
+			s.cfg.Logger.Warn("release the token refresh lease", "server", server, "user", userID, "err", err)
+		}
+	}
+	refresh, err := s.open(c.refresh, userID, server, "refresh")
+	if err != nil {
+		release()
 		return "", err
 	}
-	cl, err := s.clientOf(ctx, tx, conf, c.issuer)
+	cl, err := s.clientOf(ctx, s.cfg.Pool, s.configured(ctx, server), c.issuer)
 	if err != nil {
+		release()
 		return "", err
 	}
-	form := url.Values{"grant_type": {"refresh_token"}, "refresh_token": {string(refresh)}}
+	form := url.Values{"grant_type": {"refresh_token"}, "refresh_token": {refresh}}
 	if c.resource != "" {
 		form.Set("resource", c.resource)
 	}
-	tr, err := s.client.token(ctx, c.tokenURL, cl, form)
+	// Within the lease: no second replica refreshes with the same refresh
+	// token while this call may still succeed.
+	hctx, cancel := context.WithTimeout(ctx, s.cfg.RefreshLease*2/3)
+	tr, err := s.client.token(hctx, c.tokenURL, cl, form)
+	cancel()
 	var te *TokenError
 	if errors.As(err, &te) {
-		return "", s.needsReconnect(ctx, tx, userID, server, "the refresh failed: "+te.Error())
+		return "", s.markReconnect(ctx, userID, server, &lease, "the refresh failed: "+te.Error())
 	}
 	if err != nil {
+		release()
 		// Unreachable: the token may still be good for the margin.
-		if c.expires.After(now) {
-			tok, oerr := s.cfg.Box.Open(c.access, purpose(userID, server, "access"))
-			if oerr == nil {
+		if c.expires.After(s.cfg.Now()) {
+			if tok, oerr := s.open(c.access, userID, server, "access"); oerr == nil {
 				s.cfg.Logger.Warn("token refresh failed; using the current token", "server", server, "user", userID, "err", err)
-				return string(tok), nil
+				return tok, nil
 			}
 		}
 		return "", fmt.Errorf("refresh the token of %s: %w", server, err)
 	}
 	if tr.RefreshToken == "" {
-		tr.RefreshToken = string(refresh) // not rotated: keep the one we have
+		tr.RefreshToken = refresh // not rotated: keep the one we have
 	}
 	access, newRefresh, err := s.sealTokens(userID, server, tr)
 	if err != nil {
+		release()
 		return "", err
 	}
-	q := `UPDATE connections SET access_sealed = $3, refresh_sealed = $4, expires_at = $5, refreshed_at = now()`
-	args := []any{userID, server, access, newRefresh, s.expiry(tr)}
+	// One statement: the rotated refresh token is saved with the lease's
+	// end, or neither is.
+	q := `UPDATE connections SET access_sealed = $4, refresh_sealed = $5, expires_at = $6, refreshed_at = now(), refreshing_until = NULL`
+	args := []any{userID, server, lease, access, newRefresh, s.expiry(tr)}
 	if tr.Scope != "" {
-		q += `, scopes = $6`
+		q += `, scopes = $7`
 		args = append(args, tr.Scope)
 	}
-	if _, err := tx.Exec(ctx, q+` WHERE user_id = $1 AND server = $2`, args...); err != nil {
+	tag, err := s.cfg.Pool.Exec(context.WithoutCancel(ctx), q+` WHERE user_id = $1 AND server = $2 AND refreshing_until = $3`, args...)
+	if err != nil {
 		return "", fmt.Errorf("store refreshed token: %w", err)
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return "", err
+	if tag.RowsAffected() == 0 {
+		// The lease ran out and another replica took it (or the person
+		// disconnected): this token is still good to use once.
+		s.cfg.Logger.Warn("token refreshed after its lease ran out; not saved", "server", server, "user", userID)
 	}
 	return tr.AccessToken, nil
+}
+
+// markReconnect makes userID's connection to server wait for Reconnect
+// (when lease is set, only while the lease is still this refresher's) and
+// returns the NeedsConnection.
+func (s *Service) markReconnect(ctx context.Context, userID int64, server string, lease *time.Time, reason string) error {
+	q := `UPDATE connections SET status = 'needs_reconnect', reason = $3, refreshing_until = NULL WHERE user_id = $1 AND server = $2`
+	args := []any{userID, server, reason}
+	if lease != nil {
+		q += ` AND refreshing_until = $4`
+		args = append(args, *lease)
+	}
+	if _, err := s.cfg.Pool.Exec(context.WithoutCancel(ctx), q, args...); err != nil {
+		return fmt.Errorf("mark connection: %w", err)
+	}
+	return &agent.NeedsConnection{Server: server, Reason: reason}
 }
 
 func (s *Service) needsReconnect(ctx context.Context, tx pgx.Tx, userID int64, server, reason string) error {

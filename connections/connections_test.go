@@ -329,6 +329,96 @@ func TestRefreshOnceAcrossReplicas(t *testing.T) {
 	}
 }
 
+// A fresh token is read without a transaction or a row lock: a token
+// asked for while another transaction holds the connection's row (as the
+// old FOR UPDATE refresh did) comes at once.
+func TestFreshTokenTakesNoLock(t *testing.T) {
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	as := authtest.New()
+	defer as.Close()
+	svc := newService(t, pool, as, &readyLog{}, time.Now, false)
+	u := users(t, pool, "ann")[0]
+	connect(t, svc, as, u, "")
+
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM connections WHERE user_id = $1 FOR UPDATE`, u.ID); err != nil {
+		t.Fatal(err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	tok, err := svc.Token(tctx, u.ID, "notes")
+	if err != nil {
+		t.Fatalf("Token while the row is locked: %v", err)
+	}
+	if as.AccessTokens()[tok] != "ann" {
+		t.Fatalf("token belongs to %q", as.AccessTokens()[tok])
+	}
+	if n, _ := as.Refreshes(); n != 0 {
+		t.Fatalf("refreshed %d times", n)
+	}
+}
+
+// A replica that claimed the refresh and died leaves its lease in the
+// row: a caller waits for the lease to run out, claims it, and refreshes
+// once; the lease is cleared after.
+func TestRefreshLeaseOfADeadReplicaRunsOut(t *testing.T) {
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	as := authtest.New()
+	defer as.Close()
+	c := &clock{}
+	box, err := db.NewSecretBox(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := connections.New(connections.Config{
+		Pool: pool, Box: box, Guard: &netguard.Guard{Loopback: true},
+		PublicURL: "http://127.0.0.1:9", Servers: servers(as, false), Now: c.now,
+		RefreshLease: 2 * time.Second, LeasePoll: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := users(t, pool, "ann")[0]
+	connect(t, svc, as, u, "")
+	old, err := svc.Token(ctx, u.ID, "notes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.advance(2 * time.Hour) // past expiry
+	// The dead replica's claim, as its claim would have left it.
+	if _, err := pool.Exec(ctx, `UPDATE connections SET refreshing_until = now() + interval '1 second' WHERE user_id = $1`, u.ID); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	tok, err := svc.Token(ctx, u.ID, "notes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if waited := time.Since(start); waited < 800*time.Millisecond {
+		t.Fatalf("refreshed after %v, while the dead replica's lease still held", waited)
+	}
+	if tok == old || as.AccessTokens()[tok] != "ann" {
+		t.Fatalf("token after the lease ran out = %q (old %q)", tok, old)
+	}
+	if n, reuse := as.Refreshes(); n != 1 || reuse != 0 {
+		t.Fatalf("refreshes = %d, reuses = %d; want 1 and 0", n, reuse)
+	}
+	var leased bool
+	if err := pool.QueryRow(ctx, `SELECT refreshing_until IS NOT NULL FROM connections WHERE user_id = $1`, u.ID).Scan(&leased); err != nil || leased {
+		t.Fatalf("lease after the refresh: %v, %v", leased, err)
+	}
+	// And the next call takes the fast path with the saved token.
+	if again, err := svc.Token(ctx, u.ID, "notes"); err != nil || again != tok {
+		t.Fatalf("Token again = %q, %v; want %q", again, err, tok)
+	}
+}
+
 // A refresh the server refuses (the person revoked the app there) makes
 // the connection wait for Reconnect; a 401 does too, unless the token was
 // replaced since; reconnecting brings it back.
