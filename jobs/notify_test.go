@@ -223,6 +223,20 @@ func (b *notifyBundle) event(t *testing.T, u db.User, path, typ string) notify.G
 	return *found
 }
 
+// sent waits until u has one delivery of kind and it is recorded sent (the
+// receiver has it a moment before the worker records it), and returns it.
+func (b *notifyBundle) sent(t *testing.T, u db.User, kind notify.Kind) notify.Delivery {
+	t.Helper()
+	var ds []notify.Delivery
+	eventually.Ok(t, 20*time.Second, func() error {
+		if ds = b.deliveries(t, u, kind); len(ds) != 1 || ds[0].State != notify.StateSent {
+			return fmt.Errorf("%s's %s deliveries = %+v, want one sent", u.Name, kind, ds)
+		}
+		return nil
+	})
+	return ds[0]
+}
+
 // deliveries returns u's recorded deliveries of kind.
 func (b *notifyBundle) deliveries(t *testing.T, u db.User, kind notify.Kind) []notify.Delivery {
 	t.Helper()
@@ -303,8 +317,8 @@ func TestNotifyDecisionToEveryDecider(t *testing.T) {
 	if ev.Data.CallID != call.ID || ev.Data.ThreadID != th.ID || ev.Data.URL != "https://pizza.example.com/threads/"+strconv.FormatInt(th.ID, 10)+"#decide" {
 		t.Errorf("event = %+v", ev.Data)
 	}
-	if ds := b.deliveries(t, ana, notify.Decision); len(ds) != 1 || ds[0].State != notify.StateSent || ds[0].Channel != "webhook" {
-		t.Errorf("ana's deliveries = %+v", ds)
+	if d := b.sent(t, ana, notify.Decision); d.Channel != "webhook" {
+		t.Errorf("ana's delivery = %+v", d)
 	}
 	// Bea's waits for her quiet hours' end.
 	beas := b.deliveries(t, bea, notify.Decision)
@@ -507,9 +521,7 @@ func TestNotifyFailedRunToOwner(t *testing.T) {
 	if ev.Data.ThreadID != th.ID || !strings.Contains(ev.Data.Summary, "the model is on fire") {
 		t.Errorf("failed event = %+v", ev.Data)
 	}
-	if ds := b.deliveries(t, b.user, notify.Failed); len(ds) != 1 || ds[0].State != notify.StateSent {
-		t.Errorf("failed deliveries = %+v", ds)
-	}
+	b.sent(t, b.user, notify.Failed)
 	if ds := b.deliveries(t, b.user, notify.Finished); len(ds) != 0 {
 		t.Errorf("a finished run was told with finished off: %+v", ds)
 	}
