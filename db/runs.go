@@ -116,17 +116,59 @@ func AdvanceRun(ctx context.Context, q Querier, threadID int64) (int64, error) {
 // job's, which RescueDeadSteps hands over as it does any step's.
 func AdvanceRunHeld(ctx context.Context, q Querier, threadID, jobID int64) (int64, error) {
 	var gen int64
-	err := q.QueryRow(ctx, `UPDATE threads
-		SET status = 'running', error = '', run_gen = run_gen + 1,
-		    run_lease_job = $2, run_heartbeat_at = now(), updated_at = now()
-		WHERE id = $1 RETURNING run_gen`, threadID, jobID).Scan(&gen)
-	if err != nil {
-		if isNoRows(err) {
-			return 0, fmt.Errorf("advance thread %d: %w", threadID, ErrNotFound)
-		}
-		return 0, fmt.Errorf("advance thread %d: %w", threadID, err)
+	return gen, advancedHeld(threadID, q.QueryRow(ctx, advanceRunHeld, threadID, jobID).Scan(&gen))
+}
+
+// QueueAdvanceRunHeld queues AdvanceRunHeld on b, the generation into gen.
+func QueueAdvanceRunHeld(b *pgx.Batch, threadID, jobID int64, gen *int64) {
+	b.Queue(advanceRunHeld, threadID, jobID).QueryRow(func(row pgx.Row) error {
+		return advancedHeld(threadID, row.Scan(gen))
+	})
+}
+
+const advanceRunHeld = `UPDATE threads
+	SET status = 'running', error = '', run_gen = run_gen + 1,
+	    run_lease_job = $2, run_heartbeat_at = now(), updated_at = now()
+	WHERE id = $1 RETURNING run_gen`
+
+func advancedHeld(threadID int64, err error) error {
+	if err == nil {
+		return nil
 	}
-	return gen, nil
+	if isNoRows(err) {
+		return fmt.Errorf("advance thread %d: %w", threadID, ErrNotFound)
+	}
+	return fmt.Errorf("advance thread %d: %w", threadID, err)
+}
+
+// QueueAdvanceRunAfterTools queues, on a tool step's last batch, what
+// AdvanceRun (heldBy 0) or AdvanceRunHeld (heldBy the chaining job) do, unless
+// a call of the run is delegated: then the run waits for its sub-agents
+// instead (jobs/task.go settle), and *advanced stays false. It spares the
+// step's end a round trip of its own.
+func QueueAdvanceRunAfterTools(b *pgx.Batch, threadID, heldBy int64, gen *int64, advanced *bool) {
+	var job *int64
+	if heldBy != 0 {
+		job = &heldBy
+	}
+	b.Queue(`UPDATE threads
+		SET status = 'running', error = '', run_gen = run_gen + 1,
+		    run_lease_job = $2, run_heartbeat_at = CASE WHEN $2::bigint IS NULL THEN NULL ELSE now() END,
+		    updated_at = now()
+		WHERE id = $1 AND NOT EXISTS (SELECT 1 FROM tool_calls
+			WHERE thread_id = $1 AND state = 'delegated')
+		RETURNING run_gen`, threadID, job).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(gen)
+		switch {
+		case err == nil:
+			*advanced = true
+			return nil
+		case isNoRows(err):
+			*advanced = false
+			return nil
+		}
+		return fmt.Errorf("advance thread %d: %w", threadID, err)
+	})
 }
 
 // EndRun stops the thread's run in status (waiting, done, failed or

@@ -395,6 +395,11 @@ func (rt *Runtime) advance(ctx context.Context, tx pgx.Tx, threadID int64) error
 	if err != nil {
 		return err
 	}
+	return rt.queueStep(ctx, tx, threadID, gen)
+}
+
+// queueStep queues the step job of the run advanced to gen, in tx.
+func (rt *Runtime) queueStep(ctx context.Context, tx pgx.Tx, threadID, gen int64) error {
 	if _, err := rt.client.InsertTx(ctx, tx, StepArgs{ThreadID: threadID, Gen: gen}, nil); err != nil {
 		return fmt.Errorf("queue step of thread %d: %w", threadID, err)
 	}
@@ -442,6 +447,18 @@ type chain struct {
 	// more: the step under way may be followed by the next on this
 	// job (mayChain), so its commit advancing the run keeps the lease.
 	more bool
+	// carry: what the next step needs of the run, read by the commit
+	// that advanced it to carry.gen (modelStep); nil: step reads it.
+	carry *carried
+}
+
+// carried is what a model step's commit read for the tool step after it:
+// the run's thread, its open calls and the tool policy, at generation gen.
+type carried struct {
+	gen    int64
+	thread db.Thread
+	open   []db.ToolCallRow
+	policy string
 }
 
 type chainKey struct{}

@@ -307,6 +307,16 @@ func (rt *Runtime) commitBatch(ctx context.Context, jobID int64, a StepArgs, fir
 // What it needs to know of the run is read at once (db.ReadRun). A model
 // step may wait for its provider until waitUntil (providerWaitLimit).
 func (rt *Runtime) step(ctx context.Context, jobID int64, a StepArgs, waitUntil time.Time) error {
+	if ch := chainOf(ctx, a.ThreadID); ch != nil && ch.carry != nil {
+		c := ch.carry
+		ch.carry = nil
+		if c.gen == a.Gen && len(c.open) > 0 {
+			// The model step before this one read the run for it
+			// (modelStep). Its commit checks the lease, as ReadRun
+			// would have, before any call runs.
+			return rt.toolStep(ctx, jobID, a, c.thread, c.open, c.policy)
+		}
+	}
 	v, err := db.ReadRun(ctx, rt.cfg.Pool, a.ThreadID, tools.ImageTypes, tools.MaxImageSize, rt.budgetClock())
 	if err != nil {
 		return err
@@ -518,6 +528,20 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 		if waiting {
 			return rt.endRun(ctx, tx, t.ID, db.StatusWaiting, "")
 		}
+		if ch := chainOf(ctx, t.ID); ch != nil && ch.more {
+			// The tool step this job takes next begins with what it
+			// would read of the run (step), read here, in the round
+			// trip that advances the run.
+			c := &carried{thread: t, policy: settings[db.SettingToolPolicy]}
+			b := &pgx.Batch{}
+			db.QueueAdvanceRunHeld(b, t.ID, ch.jobID, &c.gen)
+			db.QueueOpenToolCalls(b, t.ID, &c.open)
+			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+				return err
+			}
+			ch.next, ch.gen, ch.carry = true, c.gen, c
+			return nil
+		}
 		return rt.advance(ctx, tx, t.ID)
 	})
 }
@@ -549,6 +573,9 @@ func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, t db.T
 	// commit takes it along where that call's outcome commits in one
 	// transaction anyway (runCall), sparing the step a commit of its own.
 	end := &stepEnd{threadID: a.ThreadID, started: started}
+	if ch := chainOf(ctx, a.ThreadID); ch != nil && ch.more {
+		end.chain = ch
+	}
 	last := -1
 	for i, c := range open {
 		if !skipInStep(c) {
@@ -607,23 +634,41 @@ func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, t db.T
 }
 
 // stepEnd is the end of a tool step: its record, and the run's next step
-// (afterTools), queued behind what the step's last commit writes, so that
+// (stepEnd.run), queued behind what the step's last commit writes, so that
 // they go to the server in the same round trip.
 type stepEnd struct {
 	threadID int64
 	started  time.Time
-	open     []db.ToolCallRow // the calls still open, read by queue's batch
+	// chain: the step's job takes the run's next step itself (advance);
+	// nil: a new job does.
+	chain *chain
+	// What queue's batch did: advanced the run to gen, unless one of its
+	// calls is delegated: then settle decides.
+	gen      int64
+	advanced bool
 }
 
 func (e *stepEnd) queue(b *pgx.Batch) error {
 	db.QueueInsertStep(b, db.Step{ThreadID: e.threadID, Kind: "tools", StartedAt: e.started})
-	db.QueueOpenToolCalls(b, e.threadID, &e.open)
+	var heldBy int64
+	if e.chain != nil {
+		heldBy = e.chain.jobID
+	}
+	db.QueueAdvanceRunAfterTools(b, e.threadID, heldBy, &e.gen, &e.advanced)
 	return nil
 }
 
-// run moves the run on, once queue's batch has run.
+// run moves the run on, once queue's batch has run: its next step, or,
+// while sub-agents work, a wait for them without a job (settle).
 func (e *stepEnd) run(ctx context.Context, rt *Runtime, tx pgx.Tx) error {
-	return rt.afterTools(ctx, tx, e.threadID, e.open)
+	switch {
+	case !e.advanced:
+		return rt.settle(ctx, tx, e.threadID, db.StatusRunning, true)
+	case e.chain != nil:
+		e.chain.next, e.chain.gen = true, e.gen
+		return nil
+	}
+	return rt.queueStep(ctx, tx, e.threadID, e.gen)
 }
 
 // completeWith queues the call's result on b, with end (when not nil)

@@ -163,16 +163,6 @@ func skipInStep(c db.ToolCallRow) bool {
 	return c.State == db.CallDelegated || c.Name == tools.TaskTool && c.State == db.CallReady
 }
 
-// afterTools decides, at the end of a tool step, what the run does next:
-// its next step, or, while sub-agents work, wait for them without a job.
-// open is the run's open calls, read in tx.
-func (rt *Runtime) afterTools(ctx context.Context, tx pgx.Tx, threadID int64, open []db.ToolCallRow) error {
-	if !slices.ContainsFunc(open, func(c db.ToolCallRow) bool { return c.State == db.CallDelegated }) {
-		return rt.advance(ctx, tx, threadID)
-	}
-	return rt.settle(ctx, tx, threadID, db.StatusRunning, true)
-}
-
 // settle moves on a run from its open calls, when no step works on it
 // (fromStep false: a sub-agent changed) or when the step working on it ends
 // (fromStep true): its next step when no call is open; Action while a call
