@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -57,6 +58,10 @@ func TestConverseReasoningSurvivesRestart(t *testing.T) {
 				DefaultModel: "bedrock:amazon.nova-pro-v1:0",
 				Getenv:       func(k string) string { return env[k] },
 				Skills:       func() agent.SkillSet { return skills },
+				// Nothing here is stale: on a machine short of CPU, a
+				// heartbeat late by a second must not hand a step to
+				// another job and count its model request twice.
+				StaleAfter: 10 * time.Second,
 			},
 			ModelURL: srv.URL + "/v1",
 			Tools:    []tools.Tool{jobstest.PublishTool(publish)},
