@@ -9,7 +9,9 @@ import (
 
 // The built-in browser: Playwright's MCP server, pinned, run with npx and
 // the system's Chromium, headless. The shipped skill `browser` is offered
-// its tools only (skills/browser).
+// its tools only (skills/browser). It is marked perUser: each user's runs
+// get a browser process of their own (mcpclient, peruser.go), so one
+// person's cookies, sign-ins and tabs are never another's.
 const (
 	// BrowserServerName is the built-in browser's server name: its tools
 	// are mcp__browser__browser_navigate and so on.
@@ -29,9 +31,10 @@ type Browser struct {
 	// (public addresses and PIZZA_FETCH_ALLOW's exceptions) and never the
 	// server's own network. Required: without it the server is not offered.
 	ProxyURL string
-	// Dir is the server's working folder, created when missing: the only
-	// folder its file tools read (browser_file_upload) and write
-	// (screenshots, PDFs). Never a folder with anything else in it.
+	// Dir is the server's folder, created when missing: each user's
+	// process works in Dir/user-<id>, the only folder its file tools
+	// read (browser_file_upload) and write (screenshots, PDFs, under
+	// .playwright-mcp). Never a folder with anything else in it.
 	Dir string
 	// Chromium is the browser to run; empty: the first of ChromiumPaths
 	// found.
@@ -92,14 +95,17 @@ func (b Browser) config() (agent.MCPServerConfig, error) {
 		// A page's own tools (WebMCP) are not the admin's to vet: never
 		// offered to the model.
 		"--no-webmcp",
-		"--output-dir", b.Dir,
-		// Closed after 10 idle minutes: what one run left open (tabs,
-		// cookies) does not linger for the next.
+		// No --output-dir: its files go under the working folder, which
+		// is the user's own (perUser), not one shared by everyone.
+		//
+		// The browser closes after 10 idle minutes, its process (the
+		// user's session) too: what one run left open (tabs, cookies)
+		// does not linger for long.
 		"--idle-timeout", "600000",
 	}
 	if os.Geteuid() == 0 {
 		// Chromium refuses to run as root with its sandbox.
 		args = append(args, "--no-sandbox")
 	}
-	return agent.MCPServerConfig{Type: agent.MCPStdio, Command: npx, Args: args, Cwd: b.Dir}, nil
+	return agent.MCPServerConfig{Type: agent.MCPStdio, Command: npx, Args: args, Cwd: b.Dir, PerUser: true}, nil
 }

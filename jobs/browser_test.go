@@ -3,6 +3,7 @@ package jobs_test
 import (
 	"context"
 	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -247,6 +249,100 @@ func TestShippedBrowserReadsAPage(t *testing.T) {
 	done := b.settle(t, th.ID, db.StatusDone)
 	if ms := b.messages(t, done.ID); last(ms).Content != "The oven page says BROWSER-MARK 42." {
 		t.Errorf("last message = %+v", last(ms))
+	}
+}
+
+// Two people's runs of the browser skill get two browsers: a cookie a
+// site set in Alice's run is not sent in Bob's (it was, while one process
+// served every run), and each has a process and folder of their own.
+func TestBrowserIsEachPersonsOwn(t *testing.T) {
+	t.Parallel()
+	needBrowser(t)
+	var mu sync.Mutex
+	var seen []string // the Cookie header of every /show
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		switch r.URL.Path {
+		case "/set":
+			http.SetCookie(w, &http.Cookie{Name: "pizza", Value: "alice-secret", Path: "/", MaxAge: 3600})
+			io.WriteString(w, `<!doctype html><title>COOKIE-SET</title><p>set</p>`)
+		case "/show":
+			c := r.Header.Get("Cookie")
+			mu.Lock()
+			seen = append(seen, c)
+			mu.Unlock()
+			fmt.Fprintf(w, `<!doctype html><title>COOKIES [%s]</title><p>shown</p>`, html.EscapeString(c))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer page.Close()
+	nav := func(id, path string) []scriptmodel.Reply {
+		return []scriptmodel.Reply{{ToolCalls: []scriptmodel.ScriptToolCall{{ID: id, Name: "mcp__browser__browser_navigate", Arguments: `{"url":"` + page.URL + path + `"}`}}}}
+	}
+	script := scriptmodel.Script{Rules: []scriptmodel.Rule{
+		{Match: scriptmodel.Match{LastToolResultContains: "COOKIES ["}, Replies: say("Shown.")},
+		{Match: scriptmodel.Match{LastToolResultContains: "COOKIE-SET"}, Replies: nav("show", "/show")},
+		{Match: scriptmodel.Match{LastRole: "user", LastUserContains: "Set the cookie"}, Replies: nav("set", "/set")},
+		{Match: scriptmodel.Match{LastRole: "user", LastUserContains: "Show the cookies"}, Replies: nav("show", "/show")},
+		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: say("Unexpected tool result.")},
+	}}
+	b := setupBrowser(t, script, extensions.Browser{}, page.Listener.Addr().String(), "")
+	b.connected(t, extensions.BrowserServerName)
+
+	ctx := context.Background()
+	result := func(user db.User, id int64, call string) string {
+		t.Helper()
+		var th db.Thread
+		eventually.Ok(t, 3*time.Minute, func() error {
+			var err error
+			if th, err = db.GetThread(ctx, b.pool, user.ID, id); err != nil {
+				return err
+			}
+			if th.Status != db.StatusDone {
+				return fmt.Errorf("thread %d is %s (%s)", id, th.Status, th.Error)
+			}
+			return nil
+		})
+		ms, err := db.ListMessages(ctx, b.pool, user.ID, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range toolResults(ms) {
+			if m.ToolCallID == call {
+				return m.Content
+			}
+		}
+		t.Fatalf("thread %d has no result of %s", id, call)
+		return ""
+	}
+	alice, err := b.rt.Start(ctx, b.user, jobs.StartRequest{Prompt: "Set the cookie, then show the cookies.", Skill: "browser"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := result(b.user, alice.ID, "show"); !strings.Contains(got, "COOKIES [pizza=alice-secret]") {
+		t.Fatalf("alice's page shows %.600q, want her cookie", got)
+	}
+	bob, err := b.rt.Start(ctx, b.other, jobs.StartRequest{Prompt: "Show the cookies.", Skill: "browser"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := result(b.other, bob.ID, "show"); !strings.Contains(got, "COOKIES []") || strings.Contains(got, "alice-secret") {
+		t.Fatalf("bob's page shows %.600q, want no cookie", got)
+	}
+	mu.Lock()
+	if len(seen) != 2 || seen[0] != "pizza=alice-secret" || seen[1] != "" {
+		t.Errorf("the site got the Cookie headers %q, want Alice's then none", seen)
+	}
+	mu.Unlock()
+	if st := b.ext.Status()[extensions.BrowserServerName]; st.Sessions != 2 || st.PID != 0 {
+		t.Errorf("browser status = %d sessions, pid %d; want 2 and none shared", st.Sessions, st.PID)
+	}
+	dir := filepath.Join(b.root, "cache", "browser")
+	for _, u := range []db.User{b.user, b.other} {
+		if info, err := os.Stat(filepath.Join(dir, fmt.Sprintf("user-%d", u.ID))); err != nil || !info.IsDir() {
+			t.Errorf("no folder of %s's in %s: %v", u.Name, dir, err)
+		}
 	}
 }
 
