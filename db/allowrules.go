@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -44,8 +46,8 @@ type AllowRule struct {
 func (r AllowRule) Active(now time.Time) bool { return r.RevokedAt == nil && now.Before(r.ExpiresAt) }
 
 // Matches reports whether a call's arguments (a JSON object) are what the
-// rule allows: every argument it names is a string starting with its
-// prefix.
+// rule allows: every argument it names is a string within its prefix
+// (ArgumentWithin).
 func (r AllowRule) Matches(arguments string) bool {
 	if len(r.Match) == 0 {
 		return true
@@ -56,11 +58,74 @@ func (r AllowRule) Matches(arguments string) bool {
 	}
 	for k, prefix := range r.Match {
 		v, ok := args[k].(string)
-		if !ok || !strings.HasPrefix(v, prefix) {
+		if !ok || !ArgumentWithin(prefix, v) {
 			return false
 		}
 	}
 	return true
+}
+
+// ArgumentWithin reports whether an argument's value lies within what an
+// allow rule's prefix names, at a boundary, never by the letters alone:
+//
+//   - a prefix that is a URL with a scheme and a host (https://api.example.com/v1)
+//     takes URLs of the same scheme, host and port (default ports aside),
+//     whose path is the prefix's path or below it at a "/"; the prefix
+//     has no user, query or fragment, the value no user;
+//   - any other prefix is a path (/srv/app, notes/, or a plain name such as
+//     a server's): both are cleaned (filepath.Clean) and the value is the
+//     prefix or below it at a separator.
+//
+// A value with a ".." element (in a URL's decoded path too) never matches,
+// even one that would clean back inside: what the tool resolves it to is
+// not ours to guess. So https://api.example.com does not take
+// https://api.example.com.evil.io, and /srv/app takes neither
+// /srv/application nor /srv/app/../../etc.
+func ArgumentWithin(prefix, value string) bool {
+	if prefix == "" || hasDotDot(prefix) || hasDotDot(value) {
+		return false
+	}
+	if p, err := url.Parse(prefix); err == nil && p.Scheme != "" && p.Host != "" {
+		v, err := url.Parse(value)
+		if err != nil || p.User != nil || p.RawQuery != "" || p.ForceQuery || p.Fragment != "" || v.User != nil ||
+			!strings.EqualFold(p.Scheme, v.Scheme) || urlHost(p) != urlHost(v) || hasDotDot(v.Path) {
+			return false
+		}
+		pp := strings.TrimSuffix(p.Path, "/")
+		return pp == "" || v.Path == pp || strings.HasPrefix(v.Path, pp+"/")
+	}
+	cp, cv := filepath.Clean(prefix), filepath.Clean(value)
+	switch {
+	case cp == ".":
+		return false
+	case cp == string(filepath.Separator):
+		return strings.HasPrefix(cv, cp)
+	}
+	return cv == cp || strings.HasPrefix(cv, cp+string(filepath.Separator))
+}
+
+// urlHost is a URL's host and port as compared: lower case, without the
+// scheme's default port.
+func urlHost(u *url.URL) string {
+	host, port := strings.ToLower(u.Hostname()), u.Port()
+	switch {
+	case port == "",
+		port == "443" && strings.EqualFold(u.Scheme, "https"),
+		port == "80" && strings.EqualFold(u.Scheme, "http"):
+		return host
+	}
+	return host + ":" + port
+}
+
+// hasDotDot reports whether a path or URL has a ".." element (split at
+// either slash).
+func hasDotDot(s string) bool {
+	for _, e := range strings.FieldsFunc(s, func(r rune) bool { return r == '/' || r == '\\' }) {
+		if e == ".." {
+			return true
+		}
+	}
+	return false
 }
 
 const allowRuleColumns = `r.id, r.user_id, coalesce(nullif(u.name, ''), u.email, '') AS user_name, r.scope, r.thread_id,
@@ -85,20 +150,45 @@ func AddAllowRule(ctx context.Context, q Querier, r AllowRule) (int64, error) {
 	return id, nil
 }
 
-// ActiveAllowRules returns the active rules for a call of tool in thread
-// threadID, owned by ownerID and run with skill: the thread's rules, and
-// the owner's own rules for the skill. The runtime reads them (not
-// user-scoped: the gate acts for the run).
-func ActiveAllowRules(ctx context.Context, q Querier, threadID, ownerID int64, skill, tool string, now time.Time) ([]AllowRule, error) {
-	rs, err := all[AllowRule](q.Query(ctx, `SELECT `+allowRuleColumns+allowRuleFrom+`
-		WHERE r.tool = $4 AND r.revoked_at IS NULL AND r.expires_at > $5
-		  AND ((r.scope = 'thread' AND r.thread_id = $1) OR (r.scope = 'skill' AND $3 <> '' AND r.skill = $3 AND r.user_id = $2))
-		ORDER BY r.id`, threadID, ownerID, skill, tool, now))
+// ActiveAllowRules returns the active rules that may let a call of tool
+// through, made in thread threadID (a sub-agent's too) run with skill: the
+// rules of whoever started the run (the top-level thread's started_by, or
+// its owner), for this thread or for the skill. A rule stands in for its
+// person's own approval of their own run, never for someone else's: a
+// member's rule in a shared thread does not approve the owner's calls, nor
+// the owner's a member's. (The caller checks that the person may decide
+// the call now, db.DecideCheck.)
+//
+// It runs for every gated call: only what matching needs (id, user_id,
+// scope, match), an index-only look-up (allow_rules_active_idx, migration
+// 0050), no listing columns or counts.
+func ActiveAllowRules(ctx context.Context, q Querier, threadID int64, skill, tool string, now time.Time) ([]AllowRule, error) {
+	rows, err := q.Query(ctx, activeAllowRulesSQL, threadID, skill, tool, now)
 	if err != nil {
+		return nil, fmt.Errorf("allow rules for %s: %w", tool, err)
+	}
+	var rs []AllowRule
+	for rows.Next() {
+		var r AllowRule
+		if err := rows.Scan(&r.ID, &r.UserID, &r.Scope, &r.Match); err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("allow rules for %s: %w", tool, err)
+		}
+		rs = append(rs, r)
+	}
+	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("allow rules for %s: %w", tool, err)
 	}
 	return rs, nil
 }
+
+const activeAllowRulesSQL = `SELECT a.id, a.user_id, a.scope, a.match
+	FROM threads k JOIN threads r ON r.id = coalesce(k.parent_thread_id, k.id)
+	JOIN allow_rules a ON a.user_id = coalesce(r.started_by, r.user_id) AND a.tool = $3
+	  AND a.revoked_at IS NULL AND a.expires_at > $4
+	  AND ((a.scope = 'thread' AND a.thread_id = $1) OR (a.scope = 'skill' AND $2 <> '' AND a.skill = $2))
+	WHERE k.id = $1
+	ORDER BY a.id`
 
 // ListAllowRules returns the user's rules, newest first.
 func ListAllowRules(ctx context.Context, q Querier, userID int64) ([]AllowRule, error) {
@@ -155,10 +245,11 @@ func AllowRuleCalls(ctx context.Context, q Querier, userID, ruleID int64, limit 
 }
 
 // AllowCallByRule records that rule let a call through: the call is
-// approved, by the rule's person, and names the rule.
+// approved, by the rule's person, and names the rule. Nothing waits for it,
+// so it keeps no deadline (decide_by, on_timeout).
 func AllowCallByRule(ctx context.Context, q Querier, callID int64, r AllowRule) error {
 	if _, err := q.Exec(ctx, `UPDATE tool_calls SET decision = 'approve', decided_by = $2, decided_at = now(),
-		allowed_by_rule = $3, state = 'ready', updated_at = now() WHERE id = $1`, callID, r.UserID, r.ID); err != nil {
+		allowed_by_rule = $3, state = 'ready', decide_by = NULL, on_timeout = '', updated_at = now() WHERE id = $1`, callID, r.UserID, r.ID); err != nil {
 		return fmt.Errorf("tool call %d allowed by rule %d: %w", callID, r.ID, err)
 	}
 	return nil

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,6 +28,14 @@ import (
 //     own approval, and no more;
 //   - a deny never reaches a rule (the call is refused before).
 //
+// A rule is its person's and lets through only calls of runs they started
+// (db.ActiveAllowRules: the top-level thread's started_by, else its owner),
+// which they could decide themselves right then. The Action queue's rule
+// (db.CallDeciders) lets every member of a shared folder decide the
+// owner's calls and the owner a member's; a rule does not go that far: a
+// standing approval is a person's word for their own runs, and another's
+// run in the same thread stops for a person as before.
+//
 // A rule applies when a call is made (modelStep): the gate is read then,
 // in the step's transaction, and the rule's person must be able to decide
 // the call right then (db.DecideCheck). The call is recorded as approved
@@ -44,8 +51,9 @@ type Remember struct {
 	// For is how long: at most MaxRememberFor.
 	For time.Duration
 	// Match, when set, narrows the rule to calls whose named string
-	// arguments start with these prefixes, each a prefix of what the
-	// approved call had.
+	// arguments lie within these prefixes (db.ArgumentWithin: the same
+	// URL's host and a path below, or a path below, never by the letters
+	// alone), each holding what the approved call had.
 	Match map[string]string
 }
 
@@ -109,8 +117,8 @@ func (rt *Runtime) remember(ctx context.Context, tx pgx.Tx, user db.User, t db.T
 			switch {
 			case !ok:
 				return refusal.New(refusal.Invalid, "remember", "%s has no text argument %q to match", c.Name, k)
-			case prefix == "" || !strings.HasPrefix(v, prefix):
-				return refusal.New(refusal.Invalid, "remember", "%q must be the start of %s as the call has it (%q)", prefix, k, v)
+			case !db.ArgumentWithin(prefix, v):
+				return refusal.New(refusal.Invalid, "remember", "%q must hold %s as the call has it (%q): the same URL's scheme, host and a leading part of its path, or a folder above the path, without ..", prefix, k, v)
 			}
 			rule.Match[k] = prefix
 		}
@@ -135,7 +143,7 @@ func ruleScopeWords(r db.AllowRule, t db.Thread) string {
 // covers it (the gate said it may be remembered), in the step's
 // transaction, and reports whether one did.
 func (rt *Runtime) allowByRule(ctx context.Context, tx pgx.Tx, t db.Thread, callID int64, name, arguments string) (bool, error) {
-	rules, err := db.ActiveAllowRules(ctx, tx, t.ID, t.UserID, t.Skill, name, rt.now())
+	rules, err := db.ActiveAllowRules(ctx, tx, t.ID, t.Skill, name, rt.now())
 	if err != nil {
 		return false, err
 	}

@@ -24,6 +24,16 @@ interruptOn:
 ---
 Write.
 `)},
+	"timed/SKILL.md": {Data: []byte(`---
+name: timed
+description: Writes notes, each with approval within four hours.
+allowed-tools: write_file
+interruptOn:
+  write_file:
+    timeout: 4h
+---
+Write.
+`)},
 	"paired/SKILL.md": {Data: []byte(`---
 name: paired
 description: Writes notes, with four eyes.
@@ -153,5 +163,118 @@ func TestAllowFromNowOnKeepsStricterGates(t *testing.T) {
 	setPolicy(t, b.pool, `{"permissions": {"ask": ["publish_brief"]}, "routes": [{"tools": ["publish_brief"], "allowRemember": true}]}`)
 	if g := gateOf("publish_brief"); !g.Rememberable {
 		t.Errorf("gate = %+v, want rememberable with the admin's permission", g)
+	}
+}
+
+// A rule is its person's: in a thread shared in a folder, a member's rule
+// lets through the calls of the runs the member starts, not the owner's,
+// and the owner's rule not the member's (issue 33 review: the rule was
+// read for the thread whoever ran it).
+func TestAllowRuleIsItsPersonsOwn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupWith(t, scriptmodel.Script{Rules: []scriptmodel.Rule{
+		{Match: scriptmodel.Match{LastRole: "user"}, Replies: noteCall("w1")},
+		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: say("Done.")},
+	}}, allowSkills)
+	b.other = signIn(t, b.pool, "bob") // a verified email, which the share names
+	th := b.start(t, "Take notes.", "noter")
+	b.wait(t, th.ID, db.StatusWaiting)
+	f, err := db.CreateFolder(ctx, b.pool, b.user.ID, "Notes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.MoveThreads(ctx, b.pool, b.user.ID, []int64{th.ID}, &f.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ShareFolder(ctx, b.pool, b.user.ID, f.ID, "user:bob@example.com", db.RoleMember); err != nil {
+		t.Fatal(err)
+	}
+	// Bob, a member, approves Alice's call and allows write_file in the
+	// thread from now on.
+	first := b.pending(t, th.ID)[0]
+	if _, err := b.rt.Decide(ctx, b.other, th.ID, []jobs.DecisionInput{{CallID: first.ID, Type: db.DecisionApprove,
+		Remember: &jobs.Remember{Scope: db.AllowThread, For: time.Hour}}}); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, th.ID, db.StatusDone)
+
+	// Alice's next run stops: Bob's rule is not her approval.
+	if err := b.rt.Reply(ctx, b.user, th.ID, "One more note."); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, th.ID, db.StatusWaiting)
+	cs := b.pending(t, th.ID)
+	if len(cs) != 1 || cs[0].AllowedByRule != nil {
+		t.Fatalf("Alice's call = %+v, want it waiting: a member's rule approved the owner's call", cs)
+	}
+	// She decides it herself, and allows it in the thread too.
+	if _, err := b.rt.Decide(ctx, b.user, th.ID, []jobs.DecisionInput{{CallID: cs[0].ID, Type: db.DecisionApprove,
+		Remember: &jobs.Remember{Scope: db.AllowThread, For: time.Hour}}}); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, th.ID, db.StatusDone)
+	bobs, err := db.ListAllowRules(ctx, b.pool, b.other.ID)
+	if err != nil || len(bobs) != 1 {
+		t.Fatalf("Bob's rules = %+v, %v", bobs, err)
+	}
+
+	// Bob's run goes through by his rule, not by Alice's.
+	if err := b.rt.Reply(ctx, b.other, th.ID, "A note from Bob."); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, th.ID, db.StatusDone)
+	all, err := db.ListToolCalls(ctx, b.pool, b.user.ID, th.ID)
+	if err != nil || len(all) != 3 {
+		t.Fatalf("calls = %+v, %v", all, err)
+	}
+	if c := all[2]; c.AllowedByRule == nil || *c.AllowedByRule != bobs[0].ID || c.DecidedBy == nil || *c.DecidedBy != b.other.ID {
+		t.Errorf("Bob's call = %+v, want approved by his rule %d", c, bobs[0].ID)
+	}
+
+	// And Alice's next one by hers.
+	if err := b.rt.Reply(ctx, b.user, th.ID, "And one from Alice."); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, th.ID, db.StatusDone)
+	alices, err := db.ListAllowRules(ctx, b.pool, b.user.ID)
+	if err != nil || len(alices) != 1 {
+		t.Fatalf("Alice's rules = %+v, %v", alices, err)
+	}
+	all, err = db.ListToolCalls(ctx, b.pool, b.user.ID, th.ID)
+	if err != nil || len(all) != 4 {
+		t.Fatalf("calls = %+v, %v", all, err)
+	}
+	if c := all[3]; c.AllowedByRule == nil || *c.AllowedByRule != alices[0].ID || c.DecidedBy == nil || *c.DecidedBy != b.user.ID {
+		t.Errorf("Alice's call = %+v, want approved by her rule %d", c, alices[0].ID)
+	}
+}
+
+// A call a rule lets through keeps no deadline: nothing waits for it
+// (issue 33 review: decide_by and on_timeout stayed on it).
+func TestAllowRuleClearsTheDeadline(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupWith(t, scriptmodel.Script{Rules: []scriptmodel.Rule{
+		{Match: scriptmodel.Match{LastRole: "user"}, Replies: noteCall("w1")},
+		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: append(noteCall("w2"), say("Done.")...)},
+	}}, allowSkills)
+	th := b.start(t, "Take notes.", "timed")
+	b.wait(t, th.ID, db.StatusWaiting)
+	first := b.pending(t, th.ID)[0]
+	if first.DecideBy == nil || first.OnTimeout != "reject" {
+		t.Fatalf("first call = %+v, want a deadline", first)
+	}
+	if _, err := b.rt.Decide(ctx, b.user, th.ID, []jobs.DecisionInput{{CallID: first.ID, Type: db.DecisionApprove,
+		Remember: &jobs.Remember{Scope: db.AllowSkill, For: time.Hour, Match: map[string]string{"path": "notes"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	b.wait(t, th.ID, db.StatusDone)
+	cs, err := db.ListToolCalls(ctx, b.pool, b.user.ID, th.ID)
+	if err != nil || len(cs) != 2 {
+		t.Fatalf("calls = %+v, %v", cs, err)
+	}
+	if c := cs[1]; c.AllowedByRule == nil || c.DecideBy != nil || c.OnTimeout != "" {
+		t.Errorf("the call the rule let through = allowed by %v, decide_by %v, on_timeout %q: want no deadline", c.AllowedByRule, c.DecideBy, c.OnTimeout)
 	}
 }

@@ -27,7 +27,7 @@ func ruleMatch(r db.AllowRule) string {
 			}
 		}
 	}) {
-		parts = append(parts, k+" starting “"+r.Match[k]+"”")
+		parts = append(parts, k+" under “"+r.Match[k]+"”")
 	}
 	return "only with " + strings.Join(parts, " and ")
 }
