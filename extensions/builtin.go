@@ -21,6 +21,8 @@ type BuiltinServer struct {
 	// Config returns the server's configuration, with no ${VAR} left, or a
 	// *Unavailable saying what this machine lacks to run it. It is called on
 	// every reload, so a program installed later is picked up.
+	// A server whose state is its user's (the browser's cookies and
+	// tabs) sets PerUser: each user then gets a process of their own.
 	Config func() (agent.MCPServerConfig, error)
 	// Reads are the tools (their names on the server) that only read:
 	// offered as Idempotent, so that they run without asking by default
