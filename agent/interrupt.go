@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"net/mail"
 	"slices"
@@ -57,6 +58,15 @@ type Interrupt struct {
 	// one of the OnTimeout* names; OnTimeoutReject when Timeout is set
 	// and it is not.
 	OnTimeout string `json:"on_timeout,omitempty"`
+	// RemindAfter, when set, reminds whoever may decide the call through
+	// their notification channels, once per RemindAfter while it waits
+	// (interruptOn's "remindAfter: 1h", ParseGateTimeout's durations).
+	RemindAfter time.Duration `json:"remind_after,omitempty"`
+	// EscalateTo are principals (ParsePrincipal) added to who may decide
+	// the call after EscalateAfter, or at its deadline with OnTimeout
+	// OnTimeoutEscalate (jobs/deadline.go).
+	EscalateTo    []string      `json:"escalate_to,omitempty"`
+	EscalateAfter time.Duration `json:"escalate_after,omitempty"`
 }
 
 // What happens to a call nobody decided by its deadline (interruptOn's and
@@ -70,10 +80,13 @@ const (
 	// OnTimeoutApprove runs the call as if approved: refused at load for a
 	// tool with effects outside the database (jobs.Runtime.Skills).
 	OnTimeoutApprove = "approve"
+	// OnTimeoutEscalate adds the rule's escalateTo to who may decide the
+	// call, which then waits on without a deadline.
+	OnTimeoutEscalate = "escalate"
 )
 
 // OnTimeouts lists what onTimeout may say.
-var OnTimeouts = []string{OnTimeoutReject, OnTimeoutCancel, OnTimeoutApprove}
+var OnTimeouts = []string{OnTimeoutReject, OnTimeoutCancel, OnTimeoutApprove, OnTimeoutEscalate}
 
 // Bounds of a gate's timeout.
 const (
@@ -117,8 +130,6 @@ func ParseGateTimeout(s string) (time.Duration, error) {
 // a timeout is set.
 func checkOnTimeout(v string, timeout bool) error {
 	switch {
-	case v == "escalate":
-		return fmt.Errorf("onTimeout: escalate is not supported yet: use reject, cancel or approve")
 	case !slices.Contains(OnTimeouts, v):
 		return fmt.Errorf("onTimeout %q: want %s", v, strings.Join(OnTimeouts, ", "))
 	case !timeout:
@@ -126,6 +137,56 @@ func checkOnTimeout(v string, timeout bool) error {
 	}
 	return nil
 }
+
+// checkEscalation says what is wrong with a rule's reminder and
+// escalation keys, given its timeout and onTimeout: escalateTo needs
+// escalateAfter or onTimeout escalate, each of which needs escalateTo; an
+// escalateAfter or a reminder at or past the deadline would never come.
+func checkEscalation(in Interrupt) error {
+	var errs []error
+	escalates := in.EscalateAfter > 0 || in.OnTimeout == OnTimeoutEscalate
+	switch {
+	case len(in.EscalateTo) > 0 && !escalates:
+		errs = append(errs, fmt.Errorf("escalateTo needs escalateAfter (e.g. escalateAfter: 4h) or onTimeout: escalate with a timeout"))
+	case len(in.EscalateTo) == 0 && in.EscalateAfter > 0:
+		errs = append(errs, fmt.Errorf("escalateAfter needs escalateTo, e.g. escalateTo: group:deploy-leads"))
+	case len(in.EscalateTo) == 0 && in.OnTimeout == OnTimeoutEscalate:
+		errs = append(errs, fmt.Errorf("onTimeout: escalate needs escalateTo, e.g. escalateTo: group:deploy-leads"))
+	}
+	if in.Timeout > 0 && in.EscalateAfter >= in.Timeout {
+		errs = append(errs, fmt.Errorf("escalateAfter %s is not before the timeout %s, so it would never come: shorten it, or use onTimeout: escalate",
+			FormatGateTimeout(in.EscalateAfter), FormatGateTimeout(in.Timeout)))
+	}
+	if in.Timeout > 0 && in.RemindAfter >= in.Timeout {
+		errs = append(errs, fmt.Errorf("remindAfter %s is not before the timeout %s, so no reminder would come",
+			FormatGateTimeout(in.RemindAfter), FormatGateTimeout(in.Timeout)))
+	}
+	return errors.Join(errs...)
+}
+
+// ParseEscalateTo reads escalateTo's principals (ParsePrincipal), at most
+// MaxEscalateTo of them, without repeats.
+func ParseEscalateTo(entries []string) ([]string, error) {
+	if len(entries) == 0 || len(entries) > MaxEscalateTo {
+		return nil, fmt.Errorf("escalateTo names 1 to %d principals, such as group:deploy-leads or user:ana@example.com", MaxEscalateTo)
+	}
+	var out []string
+	var errs []error
+	for _, e := range entries {
+		p, err := ParsePrincipal(e)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// MaxEscalateTo bounds the principals one escalateTo names.
+const MaxEscalateTo = 20
 
 // checkApproveOnTimeout refuses onTimeout approve on a rule that names
 // approvers or asks for four eyes: a person is what such a rule asks for,

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 )
 
 // ToolPolicy is the server-wide tool policy an admin sets on the settings
@@ -55,6 +56,15 @@ type ApprovalRoute struct {
 	// keys of the same names do (ParseGateTimeout, OnTimeouts).
 	Timeout   string `json:"timeout,omitempty"`
 	OnTimeout string `json:"onTimeout,omitempty"`
+	// RemindAfter, EscalateTo and EscalateAfter remind and escalate the
+	// calls, as interruptOn's keys of the same names do. EscalateTo is also
+	// the policy's say over the skills' escalations: a skill escalates a
+	// call a route names approvers for only to principals that route's
+	// escalateTo names too (jobs/gate.go); without escalateAfter or
+	// onTimeout escalate, that is all it does.
+	RemindAfter   string   `json:"remindAfter,omitempty"`
+	EscalateTo    []string `json:"escalateTo,omitempty"`
+	EscalateAfter string   `json:"escalateAfter,omitempty"`
 	// AllowRemember says whether a person may "allow from now on" the
 	// calls of the tools it matches: false forbids it; true permits it for
 	// tools acting outside the database, which need it (RememberPermitted).
@@ -85,15 +95,23 @@ func (p ToolPolicy) RememberPermitted(tool string, outside bool) (bool, string) 
 // Interrupt returns the route's deadline as an interrupt's (Timeout and
 // OnTimeout; zero without one). The route was checked when parsed.
 func (r ApprovalRoute) Interrupt() Interrupt {
+	var in Interrupt
+	if r.RemindAfter != "" {
+		in.RemindAfter, _ = ParseGateTimeout(r.RemindAfter)
+	}
+	if r.EscalateAfter != "" {
+		in.EscalateAfter, _ = ParseGateTimeout(r.EscalateAfter)
+	}
+	in.EscalateTo = r.EscalateTo
 	if r.Timeout == "" {
-		return Interrupt{}
+		return in
 	}
-	d, _ := ParseGateTimeout(r.Timeout)
-	on := r.OnTimeout
-	if on == "" {
-		on = OnTimeoutReject
+	in.Timeout, _ = ParseGateTimeout(r.Timeout)
+	in.OnTimeout = r.OnTimeout
+	if in.OnTimeout == "" {
+		in.OnTimeout = OnTimeoutReject
 	}
-	return Interrupt{Timeout: d, OnTimeout: on}
+	return in
 }
 
 // RoutesFor returns the routes that match a tool, in the policy's order.
@@ -191,8 +209,46 @@ func ParseToolPolicy(data []byte) (ToolPolicy, error) {
 				errs = append(errs, fmt.Errorf("routes[%d].tools: %w", i, err))
 			}
 		}
-		if len(r.Approvers) == 0 && !r.DistinctApprover && r.Timeout == "" && r.AllowRemember == nil {
-			errs = append(errs, fmt.Errorf(`routes[%d] routes to nobody: give "approvers" (e.g. ["group:deploy-oncall"]), "distinctApprover": true, a "timeout" or "allowRemember"`, i))
+		if len(r.Approvers) == 0 && !r.DistinctApprover && r.Timeout == "" && r.AllowRemember == nil && r.RemindAfter == "" && len(r.EscalateTo) == 0 {
+			errs = append(errs, fmt.Errorf(`routes[%d] routes to nobody: give "approvers" (e.g. ["group:deploy-oncall"]), "distinctApprover": true, a "timeout", "remindAfter", "escalateTo" or "allowRemember"`, i))
+		}
+		var nudge Interrupt
+		nudgeOK := true
+		for _, k := range []struct {
+			name, v string
+			d       *time.Duration
+		}{{"remindAfter", r.RemindAfter, &nudge.RemindAfter}, {"escalateAfter", r.EscalateAfter, &nudge.EscalateAfter}, {"timeout", r.Timeout, &nudge.Timeout}} {
+			if k.v == "" {
+				continue
+			}
+			d, err := ParseGateTimeout(k.v)
+			if err != nil {
+				nudgeOK = false
+				if k.name != "timeout" { // said below
+					errs = append(errs, fmt.Errorf("routes[%d].%s: %s", i, k.name, strings.Replace(err.Error(), "timeout", k.name, 1)))
+				}
+			}
+			*k.d = d
+		}
+		if r.EscalateTo != nil {
+			to, err := ParseEscalateTo(r.EscalateTo)
+			if err != nil {
+				nudgeOK = false
+				errs = append(errs, fmt.Errorf("routes[%d].escalateTo: %w", i, err))
+			}
+			doc.Routes[i].EscalateTo, nudge.EscalateTo = to, to
+		}
+		if nudgeOK {
+			nudge.OnTimeout = r.OnTimeout
+			if nudge.EscalateAfter == 0 && nudge.OnTimeout != OnTimeoutEscalate {
+				// A route's escalateTo alone escalates nothing: it lets
+				// the skills' escalations of its calls reach those
+				// principals (jobs/gate.go).
+				nudge.EscalateTo = nil
+			}
+			if err := checkEscalation(nudge); err != nil {
+				errs = append(errs, fmt.Errorf("routes[%d]: %w", i, err))
+			}
 		}
 		if r.Timeout != "" {
 			if _, err := ParseGateTimeout(r.Timeout); err != nil {
@@ -251,7 +307,7 @@ func policyJSONError(data []byte, err error) error {
 		return fmt.Errorf("the policy has a %s where %s wants %s", typ.Value, typ.Field, typeWord(typ.Type.Kind().String()))
 	}
 	if msg, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return fmt.Errorf("unknown key %s: the policy knows permissions (allow, ask, deny) and routes (tools, approvers, distinctApprover, timeout, onTimeout, allowRemember)", msg)
+		return fmt.Errorf("unknown key %s: the policy knows permissions (allow, ask, deny) and routes (tools, approvers, distinctApprover, timeout, onTimeout, remindAfter, escalateTo, escalateAfter, allowRemember)", msg)
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return errors.New("the policy is not valid JSON: it ends too early")

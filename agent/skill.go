@@ -64,7 +64,10 @@ const SkillFile = "SKILL.md"
 //	    allowedDecisions: [approve, reject]
 //	    description: Publishing is visible to the whole company
 //	    timeout: 4h           # nobody decided in 4 hours: onTimeout applies
-//	    onTimeout: reject     # reject (the default), cancel or approve
+//	    onTimeout: reject     # reject (the default), cancel, approve or escalate
+//	    remindAfter: 1h       # remind the deciders every hour while it waits
+//	    escalateTo: group:leads  # also ask them, after escalateAfter or at the deadline
+//	    escalateAfter: 2h
 //	schedule: "0 9 * * 1-5"   # or {cron: ..., prompt: ..., timezone: Europe/Paris}
 //	model: anthropic:claude-sonnet-4-5   # this skill's runs use this model
 //	effort: high              # how hard its model thinks (Efforts)
@@ -714,7 +717,7 @@ func (p *skillParser) interruptOn(v *yaml.Node) {
 				out[tool] = in
 			}
 		default:
-			p.errorf(val, "%s must be true, false or {allowedDecisions, description, approvers, distinctApprover, timeout, onTimeout}, not %s", field, kindName(val))
+			p.errorf(val, "%s must be true, false or {allowedDecisions, description, approvers, distinctApprover, timeout, onTimeout, remindAfter, escalateTo, escalateAfter}, not %s", field, kindName(val))
 		}
 	}
 	if len(out) > 0 {
@@ -794,6 +797,42 @@ func (p *skillParser) interruptConfig(field string, v *yaml.Node) (Interrupt, bo
 				continue
 			}
 			in.Timeout = d
+		case "remindAfter", "escalateAfter":
+			d, err := ParseGateTimeout(val.Value)
+			if val.Kind != yaml.ScalarNode {
+				err = fmt.Errorf("must be a duration such as 30m, 4h or 3d, not %s", kindName(val))
+			}
+			if err != nil {
+				p.errorf(val, "%s.%s: %v", field, k.Value, strings.Replace(err.Error(), "timeout", k.Value, 1))
+				ok = false
+				continue
+			}
+			if k.Value == "remindAfter" {
+				in.RemindAfter = d
+			} else {
+				in.EscalateAfter = d
+			}
+		case "escalateTo":
+			var entries []string
+			switch {
+			case val.Kind == yaml.ScalarNode:
+				entries = []string{val.Value}
+			case val.Kind == yaml.SequenceNode:
+				for _, item := range val.Content {
+					if item = resolve(item); item.Kind == yaml.ScalarNode {
+						entries = append(entries, item.Value)
+					} else {
+						entries = append(entries, "")
+					}
+				}
+			}
+			to, err := ParseEscalateTo(entries)
+			if err != nil {
+				p.errorf(val, "%s.escalateTo: %v", field, err)
+				ok = false
+				continue
+			}
+			in.EscalateTo = to
 		case "onTimeout":
 			if val.Kind != yaml.ScalarNode {
 				p.errorf(val, "%s.onTimeout must be one of %s, not %s", field, strings.Join(OnTimeouts, ", "), kindName(val))
@@ -803,7 +842,7 @@ func (p *skillParser) interruptConfig(field string, v *yaml.Node) (Interrupt, bo
 			in.OnTimeout = strings.TrimSpace(val.Value)
 			onTimeout = val
 		default:
-			p.errorf(k, "%s: unknown key %q (want allowedDecisions, description, approvers, distinctApprover, timeout or onTimeout)", field, k.Value)
+			p.errorf(k, "%s: unknown key %q (want allowedDecisions, description, approvers, distinctApprover, timeout, onTimeout, remindAfter, escalateTo or escalateAfter)", field, k.Value)
 			ok = false
 		}
 	}
@@ -820,6 +859,12 @@ func (p *skillParser) interruptConfig(field string, v *yaml.Node) (Interrupt, bo
 		}
 	} else if in.Timeout > 0 {
 		in.OnTimeout = OnTimeoutReject
+	}
+	if ok {
+		if err := checkEscalation(in); err != nil {
+			p.errorf(v, "%s: %v", field, err)
+			ok = false
+		}
 	}
 	return in, ok
 }

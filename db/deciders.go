@@ -19,8 +19,9 @@ import (
 // The deciders of a call are pizza_decide_check's rule turned around:
 // for a call naming approvers, the enabled users who satisfy every set of
 // them (pizza_routed_ok); for one naming none, the thread's owner and the
-// members of its shared folder; under four eyes, never whoever started the
-// run. Users are those who have signed in at least once: a person a share
+// members of its shared folder; and for an escalated call, also the users
+// it was escalated to (migration 0049); under four eyes, never whoever
+// started the run. Users are those who have signed in at least once: a person a share
 // or a route names by email, or a group, is nobody until then.
 
 // Kinds of undecidable call (Undecidable.Kind).
@@ -58,6 +59,10 @@ type Undecidable struct {
 // principals, their key, a folder's shares), so that a listing may ask it
 // of the few waiting calls on its page (markUndecidable).
 const decidersSQL = `SELECT u.id FROM users u
+		WHERE c.escalated_to <> '{}' AND u.principals && c.escalated_to AND NOT u.disabled
+		  AND NOT (c.distinct_approver AND u.id = coalesce(r.started_by, r.user_id))
+		UNION ALL
+		SELECT u.id FROM users u
 		WHERE c.approvers <> '[]' AND u.principals && pizza_approver_keys(c.approvers) AND NOT u.disabled
 		  AND pizza_routed_ok(c.approvers, c.distinct_approver, coalesce(r.started_by, r.user_id), u.id, u.principals)
 		UNION ALL

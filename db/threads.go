@@ -65,7 +65,8 @@ type Thread struct {
 	// call, which is not the person's to decide) and, on a running one, the
 	// first call not done yet: its wait
 	// kind, tool (a parked run_js call's inner tool), the start of its
-	// arguments, its description, its approvers and its deadline. Nil
+	// arguments, its description, its approvers, its deadline, and whom
+	// and when it was escalated from (Escalated). Nil
 	// otherwise. Read it through Summary.
 	SummaryCall []string `db:"summary_call"`
 	// SummaryText is, on a finished thread, the start of its last answer.
@@ -191,6 +192,20 @@ func (t Thread) DecideBy() *time.Time {
 	return &at
 }
 
+// Escalated says, for a waiting thread whose first waiting call was
+// escalated (escalation.go), who was asked first and when it was
+// escalated; ok false otherwise.
+func (t Thread) Escalated() (from string, at time.Time, ok bool) {
+	if t.Status != StatusWaiting || len(t.SummaryCall) < 8 || t.SummaryCall[7] == "" {
+		return "", time.Time{}, false
+	}
+	at, err := time.Parse(time.RFC3339, t.SummaryCall[7])
+	if err != nil {
+		return "", time.Time{}, false
+	}
+	return t.SummaryCall[6], at, true
+}
+
 // WaitingFor names whom a waiting thread's first waiting call is routed
 // to, as people read it ("deploy-oncall"); "" when it names no approvers.
 func (t Thread) WaitingFor() string {
@@ -272,7 +287,10 @@ const summaryColumns = `
 			left(coalesce(c.inner_call->>'arguments', c.arguments), 2000), left(c.description, 400),
 			CASE WHEN c.approvers <> '[]' THEN c.approvers::text ELSE '' END,
 			CASE WHEN c.state = 'pending' AND c.decide_by IS NOT NULL
-			     THEN to_char(c.decide_by AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') ELSE '' END)
+			     THEN to_char(c.decide_by AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') ELSE '' END,
+			c.escalated_from,
+			CASE WHEN c.escalated_at IS NOT NULL
+			     THEN to_char(c.escalated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') ELSE '' END)
 		FROM tool_calls c
 		WHERE c.thread_id = ANY (ARRAY(SELECT t.id UNION ALL
 		           SELECT k.id FROM threads k WHERE t.status = 'waiting' AND k.parent_thread_id = t.id AND k.status = 'waiting'))
@@ -380,16 +398,19 @@ type readThread struct {
 }
 
 // routedSQL selects the top-level threads (r) with a waiting call routed
-// to user me (principals p: SQL expressions) that is theirs to decide: a
-// GIN lookup of the few waiting routed calls naming one of their
-// principals, each checked with pizza_routed_ok. LoadAccess runs it once
-// per request (Access.Routed).
+// or escalated to user me (principals p: SQL expressions) that is theirs
+// to decide: GIN lookups of the few waiting routed calls naming one of
+// their principals, each checked with pizza_routed_ok, and of the few
+// escalated to one of them (tool_calls_escalated_idx; four eyes still keep
+// out the starter). LoadAccess runs it once per request (Access.Routed).
 func routedSQL(me, p string) string {
 	return `SELECT r.id FROM tool_calls c JOIN threads k ON k.id = c.thread_id
 		JOIN threads r ON r.id = coalesce(k.parent_thread_id, k.id)
-		WHERE c.state IN ('pending', 'unknown') AND c.approvers <> '[]'
+		WHERE c.state IN ('pending', 'unknown') AND (c.approvers <> '[]'
 		  AND pizza_approver_keys(c.approvers) && ` + p + `
-		  AND pizza_routed_ok(c.approvers, c.distinct_approver, coalesce(r.started_by, r.user_id), ` + me + `, ` + p + `)`
+		  AND pizza_routed_ok(c.approvers, c.distinct_approver, coalesce(r.started_by, r.user_id), ` + me + `, ` + p + `)
+		  OR c.escalated_to <> '{}' AND c.escalated_to && ` + p + `
+		  AND NOT (c.distinct_approver AND coalesce(r.started_by, r.user_id) = ` + me + `))`
 }
 
 // ListThreads returns one page of the threads a person sees, newest

@@ -99,6 +99,21 @@ type ToolCallRow struct {
 	Rememberable  bool   `db:"rememberable"`
 	AllowedByRule *int64 `db:"allowed_by_rule"`
 
+	// NextRemindAt is when the call's next reminder is due (a gate's
+	// remindAfter, migration 0048; nil: none), Reminders how many were
+	// sent. EscalateTo and EscalateAt are the gate's escalation (at
+	// EscalateAt, or at the deadline with OnTimeout escalate); once it
+	// fired, EscalatedTo are the principals who may decide it too,
+	// EscalatedAt when, and EscalatedFrom who was asked first
+	// (escalation.go).
+	NextRemindAt  *time.Time `db:"next_remind_at"`
+	Reminders     int        `db:"reminders"`
+	EscalateTo    []string   `db:"escalate_to"`
+	EscalateAt    *time.Time `db:"escalate_at"`
+	EscalatedTo   []string   `db:"escalated_to"`
+	EscalatedAt   *time.Time `db:"escalated_at"`
+	EscalatedFrom string     `db:"escalated_from"`
+
 	// InnerCall is, on a parked run_js call, the script's call it stopped
 	// at: what its approver is shown and what an approval lets run
 	// (sandboxcalls.go). Nil on every other call.
@@ -129,7 +144,8 @@ const toolCallColumns = `c.id, c.thread_id, c.message_id, c.call_id, c.name, c.a
 	coalesce(nullif(u.name, ''), u.email, '') AS decided_by_name, c.decided_at,
 	c.edited_arguments, c.decision_message, c.result, c.is_error, c.created_at, c.updated_at,
 	c.inner_call, c.approvers, c.distinct_approver, c.decide_by, c.on_timeout, c.timed_out,
-	c.rememberable, c.allowed_by_rule`
+	c.rememberable, c.allowed_by_rule, c.next_remind_at, c.reminders, c.escalate_to, c.escalate_at,
+	c.escalated_to, c.escalated_at, c.escalated_from`
 
 const toolCallFrom = ` FROM tool_calls c LEFT JOIN users u ON u.id = c.decided_by `
 
@@ -150,6 +166,7 @@ type NewToolCall struct {
 	// DecideBy and OnTimeout are the call's deadline (ToolCallRow.DecideBy).
 	DecideBy     *time.Time
 	OnTimeout    string
+	Nudges       CallNudges
 	Rememberable bool
 	Result       string
 	IsError      bool
@@ -166,11 +183,14 @@ func InsertToolCall(ctx context.Context, q Querier, c NewToolCall) (int64, error
 	var id int64
 	err := q.QueryRow(ctx, `INSERT INTO tool_calls
 		(thread_id, message_id, call_id, name, arguments, state, wait_kind, allowed_decisions, description, gate_reason, result, is_error,
-		 approvers, distinct_approver, decide_by, on_timeout, rememberable)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17) RETURNING id`,
+		 approvers, distinct_approver, decide_by, on_timeout, rememberable,
+		 remind_every_s, next_remind_at, escalate_to, escalate_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
+		        $18, $19, $20, $21) RETURNING id`,
 		c.ThreadID, c.MessageID, c.CallID, c.Name, c.Arguments, c.State, c.WaitKind,
 		c.AllowedDecisions, c.Description, c.GateReason, c.Result, c.IsError, c.Approvers, c.DistinctApprover,
-		c.DecideBy, c.OnTimeout, c.Rememberable).Scan(&id)
+		c.DecideBy, c.OnTimeout, c.Rememberable, c.Nudges.remindSeconds(), c.Nudges.NextRemindAt,
+		c.Nudges.escalateTo(), c.Nudges.EscalateAt).Scan(&id)
 	if err != nil {
 		return 0, fmt.Errorf("record tool call %s: %w", c.Name, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -50,10 +51,13 @@ type DeadlineWorker struct {
 	rt *Runtime
 }
 
-// Work applies the deadlines due by now.
+// Work applies the deadlines, escalations and reminders due by now.
 func (w *DeadlineWorker) Work(ctx context.Context, _ *river.Job[DeadlineArgs]) error {
-	_, err := w.rt.FireDueDeadlines(ctx, w.rt.now())
-	return err
+	now := w.rt.now()
+	_, err := w.rt.FireDueDeadlines(ctx, now)
+	_, err2 := w.rt.FireDueEscalations(ctx, now)
+	_, err3 := w.rt.FireDueReminders(ctx, now)
+	return errors.Join(err, err2, err3)
 }
 
 // deadlineBatch bounds the calls one look-up returns.
@@ -70,6 +74,16 @@ func (rt *Runtime) decideBy(timeout time.Duration) *time.Time {
 	}
 	t := rt.now().Add(timeout)
 	return &t
+}
+
+// nudges are the reminders and escalation of a call that starts waiting
+// now under a gate with remindAfter, escalateTo and escalateAfter.
+func (rt *Runtime) nudges(remind time.Duration, to []string, after time.Duration) db.CallNudges {
+	n := db.CallNudges{RemindEvery: remind, NextRemindAt: rt.decideBy(remind)}
+	if len(to) > 0 {
+		n.EscalateTo, n.EscalateAt = to, rt.decideBy(after)
+	}
+	return n
 }
 
 // FireDueDeadlines applies the onTimeout of every waiting call whose
@@ -149,6 +163,15 @@ func (rt *Runtime) fireDeadline(ctx context.Context, due db.DueCall, now time.Ti
 			return nil // a person, or another process, decided it first
 		}
 		fired = true
+		if c.OnTimeout == agent.OnTimeoutEscalate {
+			// Not a decision: the call waits on, for its escalated
+			// approvers too (once: an escalateAfter may have come first),
+			// with no deadline left.
+			if _, err := rt.escalate(ctx, tx, t, c, now); err != nil {
+				return err
+			}
+			return db.SetToolCallDeadline(ctx, tx, c.ID, nil, "")
+		}
 		on, changed := c.OnTimeout, ""
 		if on == agent.OnTimeoutApprove {
 			// The rules may have changed since the call asked: approve
@@ -211,6 +234,176 @@ func (rt *Runtime) fireDeadline(ctx context.Context, due db.DueCall, now time.Ti
 	}
 	rt.interruptSteps(ctx, due.ThreadID, leaseJobs)
 	return fired, nil
+}
+
+// escalationActor is who the audit log says escalated a call.
+var escalationActor = db.User{Name: "escalation"}
+
+// FireDueEscalations escalates every waiting call whose escalateAfter has
+// come by now, each in a transaction of its own, and returns how many it
+// escalated. As FireDueDeadlines: a call decided meanwhile is left alone,
+// one that fails is logged and left for the next sweep.
+func (rt *Runtime) FireDueEscalations(ctx context.Context, now time.Time) (int, error) {
+	return rt.sweep(ctx, now, "escalate a call", db.DueEscalations, rt.fireEscalation)
+}
+
+// FireDueReminders sends every reminder due by now, each in a transaction
+// of its own, and returns how many calls it reminded of.
+func (rt *Runtime) FireDueReminders(ctx context.Context, now time.Time) (int, error) {
+	return rt.sweep(ctx, now, "remind of a call", db.DueReminders, rt.remind)
+}
+
+// sweep applies fire to every call due returns, in batches, skipping
+// those it could not apply (logged as what).
+func (rt *Runtime) sweep(ctx context.Context, now time.Time, what string,
+	due func(context.Context, db.Querier, time.Time, []int64, int) ([]db.DueNudge, error),
+	fire func(context.Context, db.DueNudge, time.Time) (bool, error)) (int, error) {
+	var skip []int64
+	n := 0
+	for {
+		cs, err := due(ctx, rt.cfg.Pool, now, skip, deadlineBatch)
+		if err != nil {
+			return n, err
+		}
+		for _, c := range cs {
+			fired, err := fire(ctx, c, now)
+			switch {
+			case err != nil && ctx.Err() != nil:
+				return n, ctx.Err()
+			case err != nil:
+				rt.cfg.Logger.Error(what, "call_id", c.ID, "thread_id", c.ThreadID, "err", err)
+				skip = append(skip, c.ID)
+			case fired:
+				n++
+			default:
+				skip = append(skip, c.ID)
+			}
+		}
+		if len(cs) < deadlineBatch {
+			return n, nil
+		}
+	}
+}
+
+// fireEscalation escalates one call if it still waits, its escalateAfter
+// come, in a run that waits; it reports whether it did.
+func (rt *Runtime) fireEscalation(ctx context.Context, due db.DueNudge, now time.Time) (bool, error) {
+	fired := false
+	err := db.InTx(ctx, rt.cfg.Pool, func(ctx context.Context, tx pgx.Tx) error {
+		// Locked as Decide locks it: the call's thread, then its parent.
+		if _, err := db.LockRun(ctx, tx, due.ThreadID); err != nil {
+			return err
+		}
+		t, err := db.GetRunThread(ctx, tx, due.ThreadID)
+		if err != nil || t.Status != db.StatusWaiting {
+			return err
+		}
+		c, err := db.GetToolCall(ctx, tx, due.ID)
+		if err != nil || c.State != db.CallPending || c.EscalateAt == nil || c.EscalateAt.After(now) {
+			return err // decided, or escalated, first
+		}
+		fired, err = rt.escalate(ctx, tx, t, c, now)
+		return err
+	})
+	if errors.Is(err, db.ErrNotFound) {
+		return false, nil
+	}
+	return fired, err
+}
+
+// escalate escalates waiting call c of thread t at now, in tx (holding
+// t's lock): its escalateTo may decide it from now on (db.EscalateCall),
+// the audit log says so, and the people it brings in are told it waits for
+// them, through the notification code, in the same transaction. False: it
+// was escalated already.
+func (rt *Runtime) escalate(ctx context.Context, tx pgx.Tx, t db.Thread, c db.ToolCallRow, now time.Time) (bool, error) {
+	before, err := db.CallDeciders(ctx, tx, c.ID)
+	if err != nil {
+		return false, err
+	}
+	to, ok, err := db.EscalateCall(ctx, tx, c.ID, db.WaitingFor(c.Approvers), now)
+	if err != nil || !ok {
+		return false, err
+	}
+	if c, err = db.GetToolCall(ctx, tx, c.ID); err != nil {
+		return false, err
+	}
+	detail := fmt.Sprintf("thread %d (%s), call %d: %s; nobody decided in time, so %s may decide it too (asked first: %s, since %s)",
+		t.ID, t.Title, c.ID, c.Name, db.WaitingFor([][]string{to}), c.EscalatedFrom, deadlineTime(c.CreatedAt))
+	if err := db.AddAudit(ctx, tx, escalationActor, "call escalated", detail); err != nil {
+		return false, err
+	}
+	rt.cfg.Logger.Info("call escalated", "thread_id", t.ID, "call_id", c.ID, "tool", c.Name, "to", to)
+	if rt.cfg.Notify == nil {
+		return true, nil
+	}
+	after, err := db.CallDeciders(ctx, tx, c.ID)
+	if err != nil {
+		return false, err
+	}
+	top, err := rt.topThread(ctx, tx, t)
+	if err != nil {
+		return false, err
+	}
+	var evs []notify.Event
+	for _, id := range after {
+		if !slices.Contains(before, id) {
+			evs = append(evs, notify.EscalationEvent(id, top, c))
+		}
+	}
+	return true, rt.cfg.Notify.PublishAll(ctx, tx, evs)
+}
+
+// remind sends one call's reminder if it is due and the call still waits:
+// the claim that moves its next reminder on and the reminder's events
+// (one per person who may decide it now) are one transaction, so two
+// processes racing send one reminder per interval.
+func (rt *Runtime) remind(ctx context.Context, due db.DueNudge, now time.Time) (bool, error) {
+	fired := false
+	err := db.InTx(ctx, rt.cfg.Pool, func(ctx context.Context, tx pgx.Tx) error {
+		n, ok, err := db.ClaimReminder(ctx, tx, due.ID, now)
+		if err != nil || !ok {
+			return err
+		}
+		fired = true
+		if rt.cfg.Notify == nil {
+			return nil
+		}
+		c, err := db.GetToolCall(ctx, tx, due.ID)
+		if err != nil {
+			return err
+		}
+		t, err := db.GetRunThread(ctx, tx, c.ThreadID)
+		if err != nil {
+			return err
+		}
+		top, err := rt.topThread(ctx, tx, t)
+		if err != nil {
+			return err
+		}
+		deciders, err := db.CallDeciders(ctx, tx, c.ID)
+		if err != nil {
+			return err
+		}
+		evs := make([]notify.Event, 0, len(deciders))
+		for _, id := range deciders {
+			evs = append(evs, notify.ReminderEvent(id, top, c, n))
+		}
+		return rt.cfg.Notify.PublishAll(ctx, tx, evs)
+	})
+	if errors.Is(err, db.ErrNotFound) {
+		return false, nil
+	}
+	return fired, err
+}
+
+// topThread is the thread a person opens to decide a call of t: t, or
+// its parent for a sub-agent.
+func (rt *Runtime) topThread(ctx context.Context, q db.Querier, t db.Thread) (db.Thread, error) {
+	if t.ParentThreadID == nil {
+		return t, nil
+	}
+	return db.GetRunThread(ctx, q, *t.ParentThreadID)
 }
 
 // approvesOnTimeout reads call c's gate again, in thread t, through tx:

@@ -51,6 +51,13 @@ import (
 // for a tool acting outside the database, a four-eyes gate, a call routed
 // to approvers or a parent skill's gate (a person is what those ask for):
 // the deadline rejects instead. A rule without a timeout lets the call wait.
+//
+// Reminders and escalation (deadline.go): the shortest remindAfter of the
+// rules reminds the call's deciders. escalateTo adds principals to who may
+// decide the call (after the shortest escalateAfter, or at the deadline
+// with onTimeout escalate), but only those every rule naming approvers
+// names in its own escalateTo: an escalation never widens a route it is not
+// part of. With nobody left, an onTimeout escalate rejects instead.
 
 // gateRules are the rules a run's calls are decided by.
 type gateRules struct {
@@ -142,9 +149,11 @@ func (r gateRules) decide(name string, tool tools.Tool, known bool) tools.Gate {
 	restricted := false // AllowedDecisions is some rule's list, narrowed by the others'
 	var reasons, descs []string
 	var dl gateDeadline
+	var nudge gateNudges
 	ask := func(reason string, in agent.Interrupt) {
 		g.Ask = true
 		dl.add(in, true)
+		nudge.add(in, len(in.Approvers) > 0)
 		reasons = append(reasons, reason)
 		g.Route(in.Approvers, in.DistinctApprover)
 		switch {
@@ -198,6 +207,7 @@ func (r gateRules) decide(name string, tool tools.Tool, known bool) tools.Gate {
 	for _, route := range r.policy.RoutesFor(name) {
 		g.Route(route.Approvers, route.DistinctApprover)
 		dl.add(route.Interrupt(), false)
+		nudge.add(route.Interrupt(), len(route.Approvers) > 0)
 		if len(route.Approvers) > 0 {
 			reasons = append(reasons, "server policy: routed to "+db.WaitingFor([][]string{route.Approvers}))
 		}
@@ -213,7 +223,14 @@ func (r gateRules) decide(name string, tool tools.Tool, known bool) tools.Gate {
 		g.AllowedDecisions = []string{db.DecisionReject}
 	}
 	g.Timeout, g.OnTimeout = dl.resolve()
+	g.RemindAfter, g.EscalateTo = nudge.remind, nudge.to()
 	why := ""
+	if len(g.EscalateTo) > 0 {
+		g.EscalateAfter = nudge.after
+	} else if g.OnTimeout == agent.OnTimeoutEscalate {
+		g.OnTimeout = agent.OnTimeoutReject
+		why = " (escalateTo names nobody every rule routing the call agrees to, so there is nobody to escalate to)"
+	}
 	if g.OnTimeout == agent.OnTimeoutApprove {
 		switch {
 		case outsideEffects(name, tool, known):
@@ -231,8 +248,18 @@ func (r gateRules) decide(name string, tool tools.Tool, known bool) tools.Gate {
 			g.OnTimeout = agent.OnTimeoutReject
 		}
 	}
+	if g.EscalateAfter > 0 {
+		reasons = append(reasons, "nobody decides within "+agent.FormatGateTimeout(g.EscalateAfter)+": also asked, "+db.WaitingFor([][]string{g.EscalateTo}))
+	}
 	if g.Timeout > 0 {
-		reasons = append(reasons, "nobody decides within "+agent.FormatGateTimeout(g.Timeout)+": "+onTimeoutWords(g.OnTimeout)+why)
+		words := onTimeoutWords(g.OnTimeout)
+		if g.OnTimeout == agent.OnTimeoutEscalate {
+			words += ", " + db.WaitingFor([][]string{g.EscalateTo})
+		}
+		reasons = append(reasons, "nobody decides within "+agent.FormatGateTimeout(g.Timeout)+": "+words+why)
+	}
+	if g.RemindAfter > 0 {
+		reasons = append(reasons, "a reminder every "+agent.FormatGateTimeout(g.RemindAfter)+" while it waits")
 	}
 	switch {
 	case r.policyErr != nil:
@@ -297,9 +324,54 @@ func (d gateDeadline) resolve() (time.Duration, string) {
 	return first.Timeout, first.OnTimeout
 }
 
+// gateNudges gathers the reminders and escalations of the rules that
+// decide one call.
+type gateNudges struct {
+	remind time.Duration // the shortest remindAfter
+	after  time.Duration // the shortest escalateAfter
+	any    []string      // every rule's escalateTo
+	// routing are the escalateTo of each rule that names approvers.
+	routing [][]string
+}
+
+// add counts a rule's keys; routes says it names approvers.
+func (n *gateNudges) add(in agent.Interrupt, routes bool) {
+	if in.RemindAfter > 0 && (n.remind == 0 || in.RemindAfter < n.remind) {
+		n.remind = in.RemindAfter
+	}
+	if len(in.EscalateTo) > 0 && in.EscalateAfter > 0 && (n.after == 0 || in.EscalateAfter < n.after) {
+		n.after = in.EscalateAfter
+	}
+	for _, p := range in.EscalateTo {
+		if !slices.Contains(n.any, p) {
+			n.any = append(n.any, p)
+		}
+	}
+	if routes {
+		n.routing = append(n.routing, in.EscalateTo)
+	}
+}
+
+// to returns whom the call may be escalated to: any rule's escalateTo,
+// but when rules name approvers only the principals each of those rules
+// escalates to too, so that an escalation never widens a route it did not
+// write (a skill's escalateTo does not pass the admin's route).
+func (n gateNudges) to() []string {
+	return slices.DeleteFunc(slices.Clone(n.any), func(p string) bool {
+		for _, r := range n.routing {
+			if !slices.Contains(r, p) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
 // onTimeoutWords says what a call's deadline does, for the person deciding.
 func onTimeoutWords(on string) string {
 	switch on {
+	case agent.OnTimeoutEscalate:
+		return "it is escalated"
 	case agent.OnTimeoutCancel:
 		return "the run is cancelled"
 	case agent.OnTimeoutApprove:

@@ -501,6 +501,7 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 				nc.AllowedDecisions, nc.Description, nc.GateReason = g.AllowedDecisions, g.Description, g.Reason
 				nc.Approvers, nc.DistinctApprover = g.Approvers, g.DistinctApprover
 				nc.DecideBy, nc.OnTimeout = rt.decideBy(g.Timeout), g.OnTimeout
+				nc.Nudges = rt.nudges(g.RemindAfter, g.EscalateTo, g.EscalateAfter)
 				nc.Rememberable = g.Rememberable
 			}
 			id, err := db.InsertToolCall(ctx, tx, nc)
@@ -852,7 +853,10 @@ func (rt *Runtime) failCall(ctx context.Context, tx pgx.Tx, c db.ToolCallRow, te
 		if err := db.SetToolCallGate(ctx, tx, c.ID, na.Reason, na.Approvers, na.DistinctApprover); err != nil {
 			return err
 		}
-		return db.SetToolCallDeadline(ctx, tx, c.ID, rt.decideBy(na.Timeout), na.OnTimeout)
+		if err := db.SetToolCallDeadline(ctx, tx, c.ID, rt.decideBy(na.Timeout), na.OnTimeout); err != nil {
+			return err
+		}
+		return db.SetToolCallNudges(ctx, tx, c.ID, rt.nudges(na.RemindAfter, na.EscalateTo, na.EscalateAfter))
 	}
 	return db.CompleteToolCall(ctx, tx, c, terr.Error(), true)
 }

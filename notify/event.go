@@ -148,3 +148,26 @@ func pretty(raw string) string {
 	}
 	return buf.String()
 }
+
+// ReminderEvent reminds userID that call c still waits for their
+// decision, on thread top: its n-th reminder (docs/skills.md remindAfter),
+// each with a key of its own.
+func ReminderEvent(userID int64, top db.Thread, c db.ToolCallRow, n int) Event {
+	ev := DecisionEvent(userID, top, c)
+	ev.Key = fmt.Sprintf("reminder:call:%d:%d", c.ID, n)
+	ev.Kind = Reminder
+	ev.Summary = "Reminder: " + ev.Summary
+	return ev
+}
+
+// EscalationEvent tells userID that call c was escalated to them and
+// waits for their decision, on thread top (docs/skills.md escalateTo): a
+// decision event with a key of its own, saying who was asked first.
+func EscalationEvent(userID int64, top db.Thread, c db.ToolCallRow) Event {
+	ev := DecisionEvent(userID, top, c)
+	ev.Key = fmt.Sprintf("escalation:call:%d", c.ID)
+	if c.EscalatedFrom != "" {
+		ev.Summary += " (escalated: " + c.EscalatedFrom + " did not decide in time)"
+	}
+	return ev
+}

@@ -37,6 +37,16 @@ type Gate struct {
 	// (tool_calls.decide_by, on_timeout).
 	Timeout   time.Duration
 	OnTimeout string
+	// RemindAfter, when set, reminds the call's deciders once per interval
+	// while it waits: the shortest of the rules'. EscalateTo are the
+	// principals added to who may decide it after EscalateAfter, or at
+	// the deadline when OnTimeout is agent.OnTimeoutEscalate: only those
+	// every rule that routes the call agrees to (jobs/gate.go). Kept on
+	// the waiting call (tool_calls.next_remind_at, escalate_to, migration
+	// 0048).
+	RemindAfter   time.Duration
+	EscalateTo    []string
+	EscalateAfter time.Duration
 	// Rememberable: a person approving the call may allow the tool's
 	// calls from now on (jobs/allowrules.go): the policy permits it, and
 	// no rule asks for four eyes, names approvers, or is an ancestor's.
@@ -62,7 +72,7 @@ func (g *Gate) Route(approvers []string, distinct bool) {
 // is carried apart: Approvers, DistinctApprover).
 func (g Gate) Interrupt() agent.Interrupt {
 	return agent.Interrupt{AllowedDecisions: slices.Clone(g.AllowedDecisions), Description: g.Description,
-		Timeout: g.Timeout, OnTimeout: g.OnTimeout}
+		Timeout: g.Timeout, OnTimeout: g.OnTimeout, RemindAfter: g.RemindAfter, EscalateTo: slices.Clone(g.EscalateTo), EscalateAfter: g.EscalateAfter}
 }
 
 // Refusal is the result a denied call gets.

@@ -299,7 +299,7 @@ func (b *scriptBridge) park(seq int, name, canon string, in agent.Interrupt, rea
 		desc = in.Description + "\n\n" + desc
 	}
 	return &NeedsApproval{AllowedDecisions: allowed, Description: desc, Reason: reason, Inner: &db.InnerCall{Seq: seq, Tool: name, Arguments: canon},
-		Timeout: in.Timeout, OnTimeout: in.OnTimeout}
+		Timeout: in.Timeout, OnTimeout: in.OnTimeout, RemindAfter: in.RemindAfter, EscalateTo: in.EscalateTo, EscalateAfter: in.EscalateAfter}
 }
 
 // execute runs an inner call and journals its result, with the approval

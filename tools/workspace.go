@@ -48,6 +48,11 @@ type NeedsApproval struct {
 	// Timeout and OnTimeout give the waiting call a deadline (Gate).
 	Timeout   time.Duration
 	OnTimeout string
+	// RemindAfter, EscalateTo and EscalateAfter remind and escalate it
+	// (Gate).
+	RemindAfter   time.Duration
+	EscalateTo    []string
+	EscalateAfter time.Duration
 }
 
 func (e *NeedsApproval) Error() string { return "waiting for approval: " + e.Description }

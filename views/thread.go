@@ -394,8 +394,18 @@ func onTimeoutNote(on string) string {
 		return "Then the run is cancelled."
 	case "approve":
 		return "Then it runs as if approved."
+	case "escalate":
+		return "Then it is escalated: more people may decide it."
 	}
 	return "Then it is rejected as timed out."
+}
+
+// remindersNote says how many reminders of a waiting call were sent.
+func remindersNote(n int) string {
+	if n == 1 {
+		return "Its deciders were reminded once."
+	}
+	return "Its deciders were reminded " + strconv.Itoa(n) + " times."
 }
 
 func deciderName(c db.ToolCallRow) string {
