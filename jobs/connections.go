@@ -13,6 +13,7 @@ import (
 	"pizzabot/agent"
 	"pizzabot/agent/mcpclient"
 	"pizzabot/db"
+	"pizzabot/tools"
 )
 
 // Each person's own accounts (docs/mcp.md, issue 30). Some MCP servers are
@@ -68,7 +69,8 @@ func (rt *Runtime) signIns(ctx context.Context, userID int64, skill *agent.Skill
 	servers := rt.cfg.SignIns.SignInServers()
 	declared := skill != nil && len(skill.AllowedTools) > 0
 	if declared {
-		servers = slices.DeleteFunc(slices.Clone(servers), func(s string) bool { return !declares(skill, s) })
+		serverOf := rt.cfg.Tools.ServerOf()
+		servers = slices.DeleteFunc(slices.Clone(servers), func(s string) bool { return !declares(skill, s, serverOf) })
 	}
 	for _, s := range servers {
 		err := rt.cfg.SignIns.OpenAs(ctx, rt.cfg.Credentials, userID, s)
@@ -93,26 +95,35 @@ func (rt *Runtime) signIns(ctx context.Context, userID int64, skill *agent.Skill
 	return waits, leftOut, nil
 }
 
-// declares reports whether skill's allowed-tools name a tool of server.
-func declares(skill *agent.Skill, server string) bool {
-	for _, n := range skill.AllowedTools {
-		if s, ok := agent.MCPServerWildcard(n); ok && s == server {
-			return true
-		}
-		if s, ok := agent.MCPServerOfTool(n); ok && s == server {
-			return true
-		}
-	}
-	return false
+// declares reports whether skill's allowed-tools name a tool of server
+// (its wildcard, or one of its tools by the toolbox's serverOf).
+func declares(skill *agent.Skill, server string, serverOf func(string) (string, bool)) bool {
+	return slices.ContainsFunc(skill.AllowedTools, func(n string) bool {
+		return entryServer(n, serverOf) == server
+	})
 }
 
-// withoutServers drops the tools of servers from specs.
-func withoutServers(specs []agent.ToolSpec, servers []string) []agent.ToolSpec {
+// entryServer is the MCP server an allowed-tools entry or a tool name
+// belongs to ("" for none): a wildcard's, or the toolbox's record of the
+// tool (serverOf), not a prefix of the name, which a server name of more
+// than 48 characters loses (agent.MCPToolName).
+func entryServer(n string, serverOf func(string) (string, bool)) string {
+	if s, ok := agent.MCPServerWildcard(n); ok {
+		return s
+	}
+	s, _ := serverOf(n)
+	return s
+}
+
+// withoutServers drops the tools of servers from specs, by the servers the
+// toolbox records.
+func withoutServers(specs []agent.ToolSpec, servers []string, tb *tools.Toolbox) []agent.ToolSpec {
 	if len(servers) == 0 {
 		return specs
 	}
+	serverOf := tb.ServerOf()
 	return slices.DeleteFunc(specs, func(s agent.ToolSpec) bool {
-		server, ok := agent.MCPServerOfTool(s.Name)
+		server, ok := serverOf(s.Name)
 		return ok && slices.Contains(servers, server)
 	})
 }
@@ -232,11 +243,9 @@ func (rt *Runtime) Missing(s *agent.Skill) []string {
 		return missing
 	}
 	signIn := rt.cfg.SignIns.SignInServers()
+	serverOf := rt.cfg.Tools.ServerOf()
 	return slices.DeleteFunc(missing, func(n string) bool {
-		server, ok := agent.MCPServerWildcard(n)
-		if !ok {
-			server, ok = agent.MCPServerOfTool(n)
-		}
-		return ok && slices.Contains(signIn, server)
+		server := entryServer(n, serverOf)
+		return server != "" && slices.Contains(signIn, server)
 	})
 }

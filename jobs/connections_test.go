@@ -44,6 +44,18 @@ type connBundle struct {
 	svc   *connections.Service
 	alice db.User
 	bob   db.User
+	// name is the server's name ("notes").
+	name string
+}
+
+// connOptions vary setupConnections' bundle.
+type connOptions struct {
+	// name is the server's name; "" is "notes".
+	name string
+	// script is the model's; nil: whoamiScript.
+	script *scriptmodel.Script
+	// skills are more SKILL.md files, by folder.
+	skills map[string]string
 }
 
 // notesSkill declares the tool of notes.
@@ -70,9 +82,21 @@ func setupConnections(t *testing.T, as *authtest.Server) *connBundle {
 // setupConnectionsWith is setupConnections with notes configured as cfg.
 func setupConnectionsWith(t *testing.T, as *authtest.Server, cfg agent.MCPServerConfig) *connBundle {
 	t.Helper()
+	return setupConnectionsOpts(t, as, cfg, connOptions{})
+}
+
+func setupConnectionsOpts(t *testing.T, as *authtest.Server, cfg agent.MCPServerConfig, o connOptions) *connBundle {
+	t.Helper()
 	ctx := context.Background()
 	pool := dbtest.New(t)
-	b := &connBundle{pool: pool, as: as}
+	if o.name == "" {
+		o.name = "notes"
+	}
+	script := whoamiScript
+	if o.script != nil {
+		script = *o.script
+	}
+	b := &connBundle{pool: pool, as: as, name: o.name}
 	key := make([]byte, db.SecretKeySize)
 	_, _ = rand.Read(key)
 	box, err := db.NewSecretBox(key)
@@ -83,7 +107,10 @@ func setupConnectionsWith(t *testing.T, as *authtest.Server, cfg agent.MCPServer
 	b.svc, err = connections.New(connections.Config{
 		Pool: pool, Box: box, Guard: &netguard.Guard{Loopback: true}, PublicURL: "http://127.0.0.1:9",
 		Servers: func(_ context.Context, name string) (connections.Server, error) {
-			return connections.Server{Name: "notes", URL: as.MCPURL()}, nil
+			if name != o.name {
+				return connections.Server{}, errors.New("no server " + name)
+			}
+			return connections.Server{Name: o.name, URL: as.MCPURL()}, nil
 		},
 		Ready: func(ctx context.Context, userID int64, server string) error {
 			return rt.ConnectionReady(ctx, userID, server)
@@ -94,17 +121,21 @@ func setupConnectionsWith(t *testing.T, as *authtest.Server, cfg agent.MCPServer
 	}
 	m := mcpclient.New(mcpclient.Options{MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, CallTimeout: 15 * time.Second})
 	t.Cleanup(m.Close)
-	m.Apply([]mcpclient.Spec{{Name: "notes", Config: cfg}})
+	m.Apply([]mcpclient.Spec{{Name: o.name, Config: cfg}})
 	tb, err := tools.NewToolbox()
 	if err != nil {
 		t.Fatal(err)
 	}
 	tb.AddSource(extensions.MCPTools(m, b.svc))
-	skills := agent.LoadSkills(fstest.MapFS{"notes-reader/SKILL.md": {Data: []byte(notesSkill)}}, "")
+	fsys := fstest.MapFS{"notes-reader/SKILL.md": {Data: []byte(notesSkill)}}
+	for dir, text := range o.skills {
+		fsys[dir+"/SKILL.md"] = &fstest.MapFile{Data: []byte(text)}
+	}
+	skills := agent.LoadSkills(fsys, "")
 	h := jobstest.Start(t, jobstest.Options{
 		Config: jobs.Config{Pool: pool, Tools: tb, Credentials: b.svc, SignIns: m,
 			Skills: func() agent.SkillSet { return skills }},
-		Script: whoamiScript,
+		Script: script,
 	})
 	rt, b.rt = h.Runtime, h.Runtime
 	allowTools(t, pool, "mcp__*") // MCP tools ask by default
@@ -123,7 +154,7 @@ func setupConnectionsWith(t *testing.T, as *authtest.Server, cfg agent.MCPServer
 func (b *connBundle) connect(t *testing.T, user db.User) {
 	t.Helper()
 	ctx := context.Background()
-	authURL, err := b.svc.Begin(ctx, user.ID, "notes", "/threads/1", "")
+	authURL, err := b.svc.Begin(ctx, user.ID, b.name, "/threads/1", "")
 	if err != nil {
 		t.Fatalf("begin: %v", err)
 	}
@@ -258,6 +289,45 @@ func TestRunWithoutSkillLeavesOutUnconnectedServers(t *testing.T) {
 	got := b.toolResultsOf(t, b.bob, th.ID)
 	if len(got) != 1 || !strings.HasPrefix(got[0], `unknown tool "mcp__notes__whoami"`) {
 		t.Fatalf("results = %q", got)
+	}
+}
+
+// A server whose name is longer than 48 characters has tools whose names
+// agent.MCPToolName shortens with a hash, without the mcp__<server>__
+// prefix: its tools are still told by the toolbox's record, so a run of a
+// person who has not connected it goes without them.
+func TestLongServerNameIsLeftOutByItsRecord(t *testing.T) {
+	t.Parallel()
+	as := authtest.New()
+	t.Cleanup(as.Close)
+	long := "team-notes-of-the-whole-company-with-a-long-name-2026"
+	tool := agent.MCPToolName(long, "whoami")
+	if s, ok := agent.MCPServerOfTool(tool); ok && s == long {
+		t.Fatalf("%q still carries its server's name: the test tests nothing", tool)
+	}
+	script := scriptmodel.Script{Rules: []scriptmodel.Rule{
+		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Asked the server."}}},
+		{Match: scriptmodel.Match{LastUserContains: "who am I"}, Replies: []scriptmodel.Reply{{ToolCalls: []scriptmodel.ScriptToolCall{
+			{Name: tool, Arguments: `{}`},
+		}}}},
+	}}
+	b := setupConnectionsOpts(t, as, agent.MCPServerConfig{Type: agent.MCPHTTP, URL: as.MCPURL(), OAuth: &agent.MCPOAuth{}},
+		connOptions{name: long, script: &script})
+	// Alice connected: the server's tools are listed.
+	b.connect(t, b.alice)
+	ta := b.start(t, b.alice, "")
+	jobstest.Wait(t, b.pool, b.alice, ta.ID, db.StatusDone)
+	if got := b.toolResultsOf(t, b.alice, ta.ID); !slices.Equal(got, []string{"alice"}) {
+		t.Fatalf("alice's results = %q", got)
+	}
+	// Bob did not: his run is not offered them.
+	th := b.start(t, b.bob, "")
+	th = jobstest.Wait(t, b.pool, b.bob, th.ID, db.StatusDone)
+	if !slices.Equal(th.LeftOut, []string{long}) {
+		t.Fatalf("left out = %v", th.LeftOut)
+	}
+	if got := b.toolResultsOf(t, b.bob, th.ID); len(got) != 1 || !strings.HasPrefix(got[0], "unknown tool") {
+		t.Fatalf("bob's results = %q", got)
 	}
 }
 

@@ -174,6 +174,22 @@ func (tb *Toolbox) Get(name string) (Tool, bool) {
 	return t, ok
 }
 
+// ServerOf returns a function that tells the MCP server of a tool by name,
+// from one look at the toolbox: the server recorded for a tool it holds
+// (Tool.Server, "" for a built-in), else the server part of an
+// mcp__<server>__<tool> name (a tool of a server not listed yet). A name
+// agent.MCPToolName shortened (a server name of more than 48 characters)
+// has no server part: only the record tells.
+func (tb *Toolbox) ServerOf() func(name string) (string, bool) {
+	all := tb.snapshot()
+	return func(name string) (string, bool) {
+		if t, ok := all[name]; ok {
+			return t.Server, t.Server != ""
+		}
+		return agent.MCPServerOfTool(name)
+	}
+}
+
 // Names lists the tools available now, sorted.
 func (tb *Toolbox) Names() []string {
 	all := tb.snapshot()
