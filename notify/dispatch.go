@@ -398,23 +398,30 @@ func open(state string) bool { return state == StatePending || state == StateRet
 
 // stillDue reads whether a's delivery is still to be sent; for an event
 // about a waiting call, whether the call still waits; for a run that needs
-// attention, whether its thread (or a sub-agent of it) still waits on a
-// budget hold nobody approved past. why says what to record when the
-// delivery is open but no longer due (empty: it was settled already).
+// attention, whether the hold it tells of (its thread, the time it was
+// held: its key) still stops a waiting run and nobody approved past it. A
+// hold replaced since (the run let go on and held anew: a new event of its
+// own), or a hold of another sub-agent of the same thread, does not keep
+// it due. why says what to record when the delivery is open but no longer
+// due (empty: it was settled already).
 func (w *deliverWorker) stillDue(ctx context.Context, a DeliverArgs, ev Event) (bool, string, error) {
-	var held int64
+	var held int64 = -1 // no hold to check
+	var heldAt time.Time
 	if ev.Kind == Attention {
-		held = ev.ThreadID
+		held = 0 // a key that names no hold is never due
+		if thread, at, ok := heldBy(ev.Key); ok {
+			held, heldAt = thread, at
+		}
 	}
 	var state string
 	var waits, holds bool
 	err := w.d.cfg.Pool.QueryRow(ctx, `SELECT dl.state,
 		    $5 = 0 OR EXISTS (SELECT 1 FROM tool_calls c WHERE c.id = $5 AND c.state IN ('pending', 'unknown')),
-		    $6 = 0 OR EXISTS (SELECT 1 FROM budget_holds h JOIN threads k ON k.id = h.thread_id
-		        WHERE coalesce(k.parent_thread_id, k.id) = $6 AND k.status = 'waiting' AND h.approved_at IS NULL)
+		    $6 = -1 OR EXISTS (SELECT 1 FROM budget_holds h JOIN threads k ON k.id = h.thread_id
+		        WHERE h.thread_id = $6 AND h.held_at = $7 AND k.status = 'waiting' AND h.approved_at IS NULL)
 		FROM notification_deliveries dl
 		WHERE dl.user_id = $1 AND dl.event_key = $2 AND dl.channel = $3 AND dl.target_id = $4`,
-		a.UserID, a.EventKey, a.Channel, a.TargetID, ev.CallID, held).Scan(&state, &waits, &holds)
+		a.UserID, a.EventKey, a.Channel, a.TargetID, ev.CallID, held, heldAt).Scan(&state, &waits, &holds)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return false, "", nil

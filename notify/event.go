@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"pizzabot/db"
 )
@@ -72,7 +73,7 @@ func EndEvent(t db.Thread, status, msg string, gen int64) (Event, bool) {
 // the run is held anew.
 func BudgetHoldEvent(top, t db.Thread, hold db.BudgetHold) Event {
 	return Event{
-		Key:      fmt.Sprintf("attention:budget:thread:%d:%d", t.ID, hold.HeldAt.UnixMicro()),
+		Key:      fmt.Sprintf(budgetHoldKey, t.ID, hold.HeldAt.UnixMicro()),
 		Kind:     Attention,
 		UserID:   t.UserID,
 		ThreadID: top.ID,
@@ -81,6 +82,20 @@ func BudgetHoldEvent(top, t db.Thread, hold db.BudgetHold) Event {
 			". An admin can raise the budget or let one more call through; you can cancel the run.",
 		Path: fmt.Sprintf("/threads/%d", top.ID),
 	}
+}
+
+// budgetHoldKey is BudgetHoldEvent's key: the held thread and when it was
+// held (budget_holds.held_at, to the microsecond PostgreSQL keeps).
+const budgetHoldKey = "attention:budget:thread:%d:%d"
+
+// heldBy reads which hold an Attention event's key names: the held thread
+// and its held_at; false when key is not a budget hold's.
+func heldBy(key string) (int64, time.Time, bool) {
+	var thread, micros int64
+	if n, err := fmt.Sscanf(key, budgetHoldKey, &thread, &micros); err != nil || n != 2 || fmt.Sprintf(budgetHoldKey, thread, micros) != key {
+		return 0, time.Time{}, false
+	}
+	return thread, time.UnixMicro(micros), true
 }
 
 // CallOf is a waiting call as a notification shows it: a script's call for

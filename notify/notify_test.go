@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -622,6 +623,97 @@ func TestBudgetHoldReleasedIsNotSent(t *testing.T) {
 	}
 	if sent := box.got(); len(sent) != 1 || sent[0].Key != held.Key || !strings.Contains(sent[0].Summary, "Budget reached") {
 		t.Errorf("sent %+v, want the one still held", sent)
+	}
+}
+
+// A hold told and then gone is not sent when the run is held anew, or a
+// sub-agent of the same thread is held, before its delivery runs: each
+// delivery checks its own hold (thread and time held), not any hold of
+// the thread's run.
+func TestBudgetHoldReplacedIsNotSent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	box := &inbox{}
+	queue, err := notify.New(notify.Config{Pool: b.pool, Channels: []notify.Channel{box}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// thread is a new thread waiting, a sub-agent of parent if not nil.
+	thread := func(title string, parent *db.Thread) db.Thread {
+		var th db.Thread
+		var err error
+		if parent == nil {
+			th, err = db.CreateThread(ctx, b.pool, db.NewThread{UserID: b.user.ID, Title: title})
+		} else {
+			var msg db.Message
+			if msg, err = db.AddMessage(ctx, b.pool, db.Message{ThreadID: parent.ID, Role: db.RoleAssistant}); err != nil {
+				t.Fatal(err)
+			}
+			var callID int64
+			if callID, err = db.InsertToolCall(ctx, b.pool, db.NewToolCall{ThreadID: parent.ID, MessageID: msg.ID, CallID: title,
+				Name: "task", Arguments: `{}`, State: db.CallDelegated}); err != nil {
+				t.Fatal(err)
+			}
+			th, err = db.CreateSubagent(ctx, b.pool, db.NewSubagent{ParentID: parent.ID, CallID: callID, Title: title})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.pool.Exec(ctx, `UPDATE threads SET status = 'waiting' WHERE id = $1`, th.ID); err != nil {
+			t.Fatal(err)
+		}
+		return th
+	}
+	// hold holds th (anew, as db.HoldForBudget does: a later held_at, no
+	// approval) and returns its event, th's top being top.
+	hold := func(top, th db.Thread) notify.Event {
+		var h db.BudgetHold
+		if err := b.pool.QueryRow(ctx, `INSERT INTO budget_holds (thread_id, summary, spent_nanos, limit_nanos, estimate_nanos)
+			VALUES ($1, 'Budget reached: $5 of $5 per day for alice@example.com', 5, 5, 1)
+			ON CONFLICT (thread_id) DO UPDATE SET held_at = budget_holds.held_at + interval '1 second', approved_at = NULL, approved_by = NULL
+			RETURNING summary, held_at`, th.ID).Scan(&h.Summary, &h.HeldAt); err != nil {
+			t.Fatal(err)
+		}
+		return notify.BudgetHoldEvent(top, th, h)
+	}
+	// The run held, let go on by an admin, and held again.
+	run := thread("Held twice", nil)
+	first := hold(run, run)
+	b.publishAll(queue, first)
+	second := hold(run, run)
+	b.publishAll(queue, second)
+	// A sub-agent held and released, and a sibling of it held.
+	parent := thread("Parent", nil)
+	sub1, sub2 := thread("Sub 1", &parent), thread("Sub 2", &parent)
+	released := hold(parent, sub1)
+	b.publishAll(queue, released)
+	if _, err := b.pool.Exec(ctx, `DELETE FROM budget_holds WHERE thread_id = $1`, sub1.ID); err != nil {
+		t.Fatal(err)
+	}
+	sibling := hold(parent, sub2)
+	b.publishAll(queue, sibling)
+
+	b.replica(notify.Config{Channels: []notify.Channel{box}})
+	for _, ev := range []notify.Event{first, released} {
+		if got := b.delivery(ev.Key, "email"); got.State != notify.StateSkipped {
+			t.Errorf("attention for a hold gone since (%s) = %+v, want skipped", ev.Key, got)
+		}
+	}
+	for _, ev := range []notify.Event{second, sibling} {
+		if got := b.delivery(ev.Key, "email"); got.State != notify.StateSent {
+			t.Errorf("attention for the hold on now (%s) = %+v, want sent", ev.Key, got)
+		}
+	}
+	var keys []string
+	for _, ev := range box.got() {
+		keys = append(keys, ev.Key)
+	}
+	slices.Sort(keys)
+	want := []string{second.Key, sibling.Key}
+	slices.Sort(want)
+	if !slices.Equal(keys, want) {
+		t.Errorf("sent %v, want only the holds on now %v", keys, want)
 	}
 }
 
