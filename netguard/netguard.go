@@ -10,11 +10,11 @@
 // Refused are loopback, private (RFC 1918, fc00::/7), link-local (the cloud
 // metadata address 169.254.169.254 among them), CGNAT, multicast,
 // unspecified, broadcast, reserved and documentation addresses, in their
-// IPv4 form and every IPv6 form that carries one (mapped, NAT64, 6to4,
-// Teredo), hosts written as numbers other than a.b.c.d (2130706433,
-// 0x7f.1, 127.1: the C library reads them as 127.0.0.1), and ports other
-// than 80 and 443. An admin's exceptions (a host
-// name, an address or a CIDR, each with an optional port) let a named
+// IPv4 form and every IPv6 form that carries one (mapped, compatible,
+// translated, NAT64, 6to4, Teredo), hosts written as numbers other than
+// a.b.c.d (2130706433, 0x7f.1, 127.1: the C library reads them as
+// 127.0.0.1), and ports other than 80 and 443. An admin's exceptions (a
+// host name, an address or a CIDR, each with an optional port) let a named
 // intranet service through.
 package netguard
 
@@ -213,6 +213,9 @@ var (
 	sixto4  = netip.MustParsePrefix("2002::/16")
 	teredo  = netip.MustParsePrefix("2001::/32")
 	compat4 = netip.MustParsePrefix("::/96")
+	// IPv4-translated (SIIT, RFC 2765): ::ffff:0:a.b.c.d, which a
+	// translator on the path turns into a.b.c.d.
+	siit = netip.MustParsePrefix("::ffff:0:0:0/96")
 )
 
 // Forbidden names why addr is outside what the server may reach ("" when it
@@ -245,7 +248,7 @@ func Forbidden(addr netip.Addr) string {
 		b := addr.As16()
 		var v4 netip.Addr
 		switch {
-		case nat64.Contains(addr), compat4.Contains(addr):
+		case nat64.Contains(addr), compat4.Contains(addr), siit.Contains(addr):
 			v4 = netip.AddrFrom4([4]byte(b[12:16]))
 		case nat64l.Contains(addr):
 			return "a NAT64 address"

@@ -25,13 +25,14 @@ func TestForbidden(t *testing.T) {
 		"::ffff:169.254.169.254", "64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe", "2002:7f00:1::1",
 		"2002:a9fe:a9fe::", "192.0.2.1", "2001:db8::1", "240.0.0.1", "198.18.0.1", "::127.0.0.1",
 		"2001:0:4136:e378:8000:63bf:80ff:fffe", // Teredo carrying 127.0.0.1
+		"::ffff:0:7f00:1", "::ffff:0:a9fe:a9fe", "::ffff:0:a00:1", // IPv4-translated (SIIT)
 	}
 	for _, s := range forbidden {
 		if netguard.Forbidden(netip.MustParseAddr(s)) == "" {
 			t.Errorf("%s is allowed; it must be refused", s)
 		}
 	}
-	allowed := []string{"93.184.216.34", "1.1.1.1", "2606:4700:4700::1111", "::ffff:8.8.8.8", "64:ff9b::808:808"}
+	allowed := []string{"93.184.216.34", "1.1.1.1", "2606:4700:4700::1111", "::ffff:8.8.8.8", "64:ff9b::808:808", "::ffff:0:808:808"}
 	for _, s := range allowed {
 		if r := netguard.Forbidden(netip.MustParseAddr(s)); r != "" {
 			t.Errorf("%s is refused (%s); it is a public address", s, r)
