@@ -24,7 +24,7 @@ func TestForbidden(t *testing.T) {
 		"255.255.255.255", "fd00::1", "fc00::2", "::ffff:127.0.0.1", "::ffff:10.0.0.1",
 		"::ffff:169.254.169.254", "64:ff9b::7f00:1", "64:ff9b::a9fe:a9fe", "2002:7f00:1::1",
 		"2002:a9fe:a9fe::", "192.0.2.1", "2001:db8::1", "240.0.0.1", "198.18.0.1", "::127.0.0.1",
-		"2001:0:4136:e378:8000:63bf:80ff:fffe", // Teredo carrying 127.0.0.1
+		"2001:0:4136:e378:8000:63bf:80ff:fffe",                    // Teredo carrying 127.0.0.1
 		"::ffff:0:7f00:1", "::ffff:0:a9fe:a9fe", "::ffff:0:a00:1", // IPv4-translated (SIIT)
 	}
 	for _, s := range forbidden {
