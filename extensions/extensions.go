@@ -579,7 +579,11 @@ func (x *Extensions) Test(ctx context.Context, name, plugin string, cfg agent.MC
 	}
 	if names := expanded.UserSecrets(); len(names) > 0 {
 		// Never sent unfilled: each person's values are theirs.
-		return mcpclient.Status{}, refusal.New(refusal.Invalid, "config", "Its headers take each person's own %s: it is tried once someone has entered theirs on the Connections page, not from here.", strings.Join(names, ", "))
+		where := "headers take"
+		if expanded.Type == agent.MCPStdio {
+			where = "environment takes"
+		}
+		return mcpclient.Status{}, refusal.New(refusal.Invalid, "config", "Its %s each person's own %s: it is tried once someone has entered theirs on the Connections page, not from here.", where, strings.Join(names, ", "))
 	}
 	return mcpclient.Probe(ctx, mcpclient.Spec{Name: name, Config: expanded}, x.ProbeOptions), nil
 }

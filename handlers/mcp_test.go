@@ -181,6 +181,10 @@ func TestMCPSettingsPage(t *testing.T) {
 	if !strings.Contains(resp.text("mcp-test-error"), "each person's own API_KEY") {
 		t.Errorf("testing a per-user server: %q", resp.text("mcp-test-error"))
 	}
+	resp = b.post("admin", "/settings/mcp-probe", form("name", "envkey", "config", `{"command": "x", "env": {"K": "${user:API_KEY}"}}`)).wantStatus(http.StatusOK)
+	if got := resp.text("mcp-test-error"); !strings.Contains(got, "Its environment takes each person's own API_KEY") {
+		t.Errorf("testing a per-user stdio server: %q", got)
+	}
 	b.post("admin", "/settings/mcp", form("name", "envkey", "config", `{"command": "x", "env": {"K": "${user:API_KEY}"}}`)).wantStatus(http.StatusSeeOther)
 	serverRow(t, b, "envkey", "sign_in")
 	b.post("admin", "/settings/mcp", form("name", "envbad", "config", `{"command": "x", "env": {"K": "${user:}"}}`)).wantStatus(http.StatusUnprocessableEntity)
