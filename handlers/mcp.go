@@ -149,12 +149,32 @@ func mcpRow(e extensions.ServerEntry, live map[string]mcpclient.Status, now time
 				notes = append(notes, "its tools stay offered for a minute and fail meanwhile")
 			}
 		}
+		if e.Config.EachUser() || st.State == mcpclient.StateSignIn {
+			// Each person's own sessions have no one process id to show:
+			// how many are open, never whose.
+			notes = append(notes, perUserSessions(st))
+		}
 		if st.Restarts > 0 {
 			notes = append(notes, fmt.Sprintf("restarted %d times", st.Restarts))
 		}
 		row.Detail = strings.Join(notes, "; ")
 	}
 	return row
+}
+
+// perUserSessions says how many of a server's per-person sessions are
+// open: for stdio, their processes.
+func perUserSessions(st mcpclient.Status) string {
+	if st.Type == agent.MCPStdio {
+		if st.Sessions == 1 {
+			return "1 per-person process running"
+		}
+		return fmt.Sprintf("%d per-person processes running", st.Sessions)
+	}
+	if st.Sessions == 1 {
+		return "1 per-person session open"
+	}
+	return fmt.Sprintf("%d per-person sessions open", st.Sessions)
 }
 
 // mcpForm reads the add/edit form: a name and a JSON entry, or a whole

@@ -302,3 +302,31 @@ func TestPluginsPage(t *testing.T) {
 	}
 	b.post("admin", "/settings/plugins/acme/delete", nil).wantStatus(http.StatusNotFound)
 }
+
+// A server each person has a process of their own of shows how many run
+// (it has no one process id to show), never whose.
+func TestMCPPageCountsPerUserProcesses(t *testing.T) {
+	t.Parallel()
+	bin := mcptest.Build(t)
+	b, ext := mcpSetup(t, map[string]string{
+		"mcp.json": `{"mcpServers": {"own": {"command": "${TEST_BIN}", "perUser": true}}}`,
+		"TEST_BIN": bin,
+	})
+	if _, row := serverRow(t, b, "own", "connected"); !strings.Contains(row, "0 per-person processes running") {
+		t.Fatalf("row before any call: %s", row)
+	}
+	for _, u := range []db.User{b.alice, b.bob} {
+		if _, err := ext.Manager.CallAs(b.ctx, nil, u.ID, "mcp__own__pid", nil); err != nil {
+			t.Fatalf("%s's call: %v", u.Name, err)
+		}
+	}
+	_, row := serverRow(t, b, "own", "connected")
+	if !strings.Contains(row, "2 per-person processes running") {
+		t.Fatalf("row after two people's calls: %s", row)
+	}
+	for _, whose := range []string{b.alice.Name, b.bob.Name, b.alice.Email, "user-"} {
+		if strings.Contains(row, whose) {
+			t.Fatalf("the row says whose (%q): %s", whose, row)
+		}
+	}
+}
