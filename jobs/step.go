@@ -482,6 +482,7 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 			return err
 		}
 		waiting := false
+		var ready []db.ToolCallRow // the calls that may run at once
 		for _, p := range out.Calls {
 			nc := db.NewToolCall{ThreadID: t.ID, MessageID: m.ID, CallID: p.Call.ID, Name: p.Call.Name, Arguments: p.Call.Arguments, State: db.CallReady}
 			tool, known := rt.cfg.Tools.Get(p.Call.Name)
@@ -525,9 +526,16 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 				}
 			}
 			waiting = waiting || db.AwaitsDecision(nc.State)
+			if nc.State == db.CallReady && refusal == "" {
+				ready = append(ready, db.ToolCallRow{ID: id, ThreadID: t.ID, MessageID: m.ID,
+					CallID: p.Call.ID, Name: p.Call.Name, Arguments: p.Call.Arguments, State: db.CallReady})
+			}
 		}
 		if waiting {
 			return rt.endRun(ctx, tx, t.ID, db.StatusWaiting, "")
+		}
+		if ran, err := rt.callsInTx(ctx, tx, jobID, a, t, ready); ran || err != nil {
+			return err
 		}
 		if ch := chainOf(ctx, t.ID); ch != nil && ch.more {
 			// The tool step this job takes next begins with what it
@@ -720,30 +728,7 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run too
 			b.Queue(`SAVEPOINT tool_call`)
 			return nil
 		}, func(ctx context.Context, tx pgx.Tx) error {
-			result, terr := tool.Tx(ctx, tx, run, args)
-			rt.cfg.Metrics.ToolCall(c.Name, toolOutcome(terr))
-			b := &pgx.Batch{}
-			if terr != nil {
-				if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT tool_call`); err != nil {
-					return err
-				}
-				if err := rt.failCall(ctx, tx, c, terr); err != nil { // an error result, or parked for approval
-					return err
-				}
-				if then != nil {
-					if err := then.queue(b); err != nil {
-						return err
-					}
-				}
-			} else if err := completeWith(b, c, result, false, then); err != nil {
-				return err
-			}
-			if b.Len() > 0 {
-				if err := tx.SendBatch(ctx, b).Close(); err != nil {
-					return err
-				}
-			}
-			return afterwards(ctx, tx)
+			return rt.txCall(ctx, tx, run, c, tool, args, then)
 		})
 	}
 	// Record the intent first: if the process dies during Call, the next
@@ -775,6 +760,86 @@ func (rt *Runtime) runCall(ctx context.Context, jobID int64, a StepArgs, run too
 		}
 		return db.CompleteToolCall(ctx, tx, c, result, false)
 	})
+}
+
+// txCall runs a database tool's call in tx, behind the savepoint tool_call
+// taken already, and queues its outcome with then (when not nil) behind it.
+func (rt *Runtime) txCall(ctx context.Context, tx pgx.Tx, run tools.Run, c db.ToolCallRow, tool tools.Tool, args map[string]any, then *stepEnd) error {
+	result, terr := tool.Tx(ctx, tx, run, args)
+	rt.cfg.Metrics.ToolCall(c.Name, toolOutcome(terr))
+	b := &pgx.Batch{}
+	if terr != nil {
+		if _, err := tx.Exec(ctx, `ROLLBACK TO SAVEPOINT tool_call`); err != nil {
+			return err
+		}
+		if err := rt.failCall(ctx, tx, c, terr); err != nil { // an error result, or parked for approval
+			return err
+		}
+		if then != nil {
+			if err := then.queue(b); err != nil {
+				return err
+			}
+		}
+	} else if err := completeWith(b, c, result, false, then); err != nil {
+		return err
+	}
+	if b.Len() > 0 {
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+	}
+	if then == nil {
+		return nil
+	}
+	return then.run(ctx, rt, tx)
+}
+
+// callsInTx runs a model turn's calls in the transaction that records them
+// (modelStep), when every one is ready and a database tool's: the turn and
+// the calls' outcomes then commit as one, as the model step and the tool
+// step after it would have, with one commit less between the model's
+// requests and the same guarantees (the tools write nothing outside the
+// database; the lease was checked in tx). It reports whether it ran them;
+// if not, the tool step does.
+func (rt *Runtime) callsInTx(ctx context.Context, tx pgx.Tx, jobID int64, a StepArgs, t db.Thread, calls []db.ToolCallRow) (bool, error) {
+	type call struct {
+		row  db.ToolCallRow
+		tool tools.Tool
+		args map[string]any
+	}
+	var run []call
+	for _, c := range calls {
+		tool, known := rt.cfg.Tools.Get(c.Name)
+		if !known || tool.Tx == nil || c.Name == tools.TaskTool {
+			return false, nil
+		}
+		args, err := tool.Spec.ValidateArguments(c.EffectiveArguments())
+		if err != nil {
+			return false, nil // the tool step says so
+		}
+		run = append(run, call{c, tool, args})
+	}
+	if len(run) == 0 {
+		return false, nil
+	}
+	end := &stepEnd{threadID: t.ID, started: time.Now()}
+	if ch := chainOf(ctx, t.ID); ch != nil && ch.more {
+		end.chain = ch
+	}
+	for i, c := range run {
+		if _, err := tx.Exec(ctx, `SAVEPOINT tool_call`); err != nil {
+			return false, err
+		}
+		var then *stepEnd
+		if i == len(run)-1 {
+			then = end
+		}
+		r := tools.Run{ThreadID: t.ID, UserID: t.UserID, Call: c.row, Host: &callHost{rt: rt, jobID: jobID, step: a}}
+		if err := rt.txCall(ctx, tx, r, c.row, c.tool, c.args, then); err != nil {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // stateJSON is the stored form of an assistant message's provider state.
