@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -22,7 +23,7 @@ func DecisionEvent(userID int64, top db.Thread, c db.ToolCallRow) Event {
 		summary = call.Tool + " may or may not have run: decide what happens"
 	}
 	return Event{
-		Key:      fmt.Sprintf("decision:call:%d", c.ID),
+		Key:      "decision:call:" + waitOf(c),
 		Kind:     Decision,
 		UserID:   userID,
 		ThreadID: top.ID,
@@ -32,6 +33,19 @@ func DecisionEvent(userID int64, top db.Thread, c db.ToolCallRow) Event {
 		Path:     fmt.Sprintf("/threads/%d#decide", top.ID),
 		Calls:    []Call{call},
 	}
+}
+
+// waitOf names the wait of call c in a key: a call waits again after a
+// decision (a run_js script stopped at its next gated call, an approved
+// call whose outcome is unknown after a crash), and each wait is told.
+// Its first wait is the call's id; a later one adds when the decision
+// before it was taken (decided_at, which only a decision sets), so that
+// publishing the same wait again (another run end) tells nothing more.
+func waitOf(c db.ToolCallRow) string {
+	if c.DecidedAt == nil {
+		return strconv.FormatInt(c.ID, 10)
+	}
+	return fmt.Sprintf("%d:%d", c.ID, c.DecidedAt.UnixMicro())
 }
 
 // ForFolder is ev as a folder's webhook is told it: to a channel of many

@@ -466,6 +466,66 @@ func TestDecidedCallIsNotSent(t *testing.T) {
 	}
 }
 
+// A call that waits again after a decision (a run_js script stopped at its
+// next gated call, an approved call whose outcome is unknown after a
+// crash) is told again, with what it waits for now: each wait is an event
+// of its own, not one per call for ever.
+func TestCallWaitingAgainIsToldAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	box := &inbox{}
+	d := b.replica(notify.Config{Channels: []notify.Channel{box}})
+	th, c := b.waitingCall(nil, "Script")
+	first := notify.DecisionEvent(b.user.ID, th, c)
+	b.publishAll(d, first)
+	if got := b.delivery(first.Key, "email"); got.State != notify.StateSent {
+		t.Fatalf("first wait's delivery = %+v, want sent", got)
+	}
+	// Approved; the script goes on and stops at its next gated call, which
+	// parks the same run_js call again (as Decide and failCall do).
+	if err := db.InTx(ctx, b.pool, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE tool_calls SET state = 'ready', decision = 'approve', decided_by = $2, decided_at = now() WHERE id = $1`,
+			c.ID, b.user.ID); err != nil {
+			return err
+		}
+		return notify.CallDecided(ctx, tx, c.ID)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.InTx(ctx, b.pool, func(ctx context.Context, tx pgx.Tx) error {
+		if err := db.ParkSandboxCall(ctx, tx, c.ID, 2, "send_quote", `{"to":"second@example.com"}`); err != nil {
+			return err
+		}
+		return db.SetToolCallWait(ctx, tx, c.ID, db.CallPending, db.WaitApproval, []string{db.DecisionApprove, db.DecisionReject}, "")
+	}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := db.GetToolCall(ctx, b.pool, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := notify.DecisionEvent(b.user.ID, th, again)
+	b.publishAll(d, second)
+	eventually.True(t, 20*time.Second, "the second wait is told", func() bool { return len(box.got()) >= 2 })
+	sent := box.got()
+	if len(sent) != 2 || sent[0].Key == sent[1].Key {
+		t.Fatalf("sent %d events (%+v), want one per wait", len(sent), sent)
+	}
+	if args := sent[1].Calls[0].Args; len(args) != 1 || args[0].Value != "second@example.com" {
+		t.Fatalf("the second wait told %+v, want the script's second call", sent[1].Calls)
+	}
+	if got := b.delivery(first.Key, "email"); got.State != notify.StateSent {
+		t.Fatalf("first wait's delivery now = %+v, want left sent", got)
+	}
+	// Published again (another run end of the same wait), nothing more.
+	b.publishAll(d, notify.DecisionEvent(b.user.ID, th, again))
+	time.Sleep(300 * time.Millisecond)
+	if n := len(box.got()); n != 2 {
+		t.Fatalf("sent %d after the same wait was published twice, want 2", n)
+	}
+}
+
 // waitingCall is a call of a new thread of the bundle's person (in folder
 // folderID, if not nil) that waits for an approval.
 func (b *bundle) waitingCall(folderID *int64, title string) (db.Thread, db.ToolCallRow) {
