@@ -113,24 +113,34 @@ func ClaimReminder(ctx context.Context, q Querier, id int64, now time.Time) (int
 	return n, true, nil
 }
 
-// EscalateCall escalates waiting call id at now: its escalate_to become
-// who may decide it too (escalated_to, pizza_decide_check), from says who
-// was asked first ("" for a call routed to nobody: its thread's owner), and
-// its top-level thread is marked routed so that they read it. False: it was
-// escalated already, decided, or has nobody to escalate to. The caller
-// holds the call's thread lock.
-func EscalateCall(ctx context.Context, q Querier, id int64, from string, now time.Time) ([]string, bool, error) {
+// EscalateCall escalates waiting call id at now: those of its escalate_to
+// that are in still (the principals its gate, read again, escalates to)
+// become who may decide it too (escalated_to, pizza_decide_check), from
+// says who was asked first ("" for a call routed to nobody: its thread's
+// owner), and its top-level thread is marked routed so that they read it.
+// It returns the principals. False: it was escalated already, decided, or
+// has nobody left to escalate to (then it will not escalate later either).
+// The caller holds the call's thread lock.
+func EscalateCall(ctx context.Context, q Querier, id int64, still []string, from string, now time.Time) ([]string, bool, error) {
+	if still == nil {
+		still = []string{}
+	}
 	var to []string
 	var root int64
 	err := q.QueryRow(ctx, `UPDATE tool_calls c
-		SET escalated_to = c.escalate_to, escalated_at = $3, escalate_at = NULL, updated_at = now(),
+		SET escalated_to = ARRAY(SELECT p FROM unnest(c.escalate_to) p WHERE p = ANY ($4::text[])),
+		    escalated_at = $3, escalate_at = NULL, updated_at = now(),
 		    escalated_from = CASE WHEN $2 <> '' THEN $2 ELSE (
 		        SELECT coalesce(nullif(u.name, ''), u.email, 'the owner') FROM users u WHERE u.id = r.user_id) END
 		FROM threads k JOIN threads r ON r.id = coalesce(k.parent_thread_id, k.id)
 		WHERE c.id = $1 AND k.id = c.thread_id AND c.state = 'pending'
-		  AND c.escalated_at IS NULL AND c.escalate_to <> '{}'
-		RETURNING c.escalated_to, r.id`, id, from, now).Scan(&to, &root)
+		  AND c.escalated_at IS NULL AND c.escalate_to && $4::text[]
+		RETURNING c.escalated_to, r.id`, id, from, now, still).Scan(&to, &root)
 	if isNoRows(err) {
+		// Nobody left: it does not come due again.
+		if _, err := q.Exec(ctx, `UPDATE tool_calls SET escalate_at = NULL WHERE id = $1 AND escalate_at IS NOT NULL`, id); err != nil {
+			return nil, false, fmt.Errorf("escalate call %d: %w", id, err)
+		}
 		return nil, false, nil
 	}
 	if err != nil {

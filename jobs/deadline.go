@@ -13,6 +13,7 @@ import (
 	"pizzabot/agent"
 	"pizzabot/db"
 	"pizzabot/notify"
+	"pizzabot/tools"
 )
 
 // Deadlines of waiting calls (issue 33). A gate with a timeout (gate.go)
@@ -321,9 +322,25 @@ func (rt *Runtime) escalate(ctx context.Context, tx pgx.Tx, t db.Thread, c db.To
 	if err != nil {
 		return false, err
 	}
-	to, ok, err := db.EscalateCall(ctx, tx, c.ID, db.WaitingFor(c.Approvers), now)
-	if err != nil || !ok {
+	// The rules may have changed since the call asked: escalate only to
+	// whom its gate, read again, still escalates.
+	g, err := rt.gateOfCall(ctx, tx, t, c)
+	if err != nil {
 		return false, err
+	}
+	var still []string
+	if g.Ask {
+		still = g.EscalateTo
+	}
+	to, ok, err := db.EscalateCall(ctx, tx, c.ID, still, db.WaitingFor(c.Approvers), now)
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		if c.EscalatedAt == nil {
+			rt.cfg.Logger.Info("call not escalated: its gate escalates to none of them now", "thread_id", t.ID, "call_id", c.ID, "tool", c.Name)
+		}
+		return false, nil
 	}
 	if c, err = db.GetToolCall(ctx, tx, c.ID); err != nil {
 		return false, err
@@ -411,16 +428,10 @@ func (rt *Runtime) topThread(ctx context.Context, q db.Querier, t db.Thread) (db
 // policy now denies the tool, or its gate no longer approves on timeout,
 // say a rule was added or became four eyes).
 func (rt *Runtime) approvesOnTimeout(ctx context.Context, tx pgx.Tx, t db.Thread, c db.ToolCallRow) (string, error) {
-	name := c.Name
-	if c.InnerCall != nil {
-		name = c.InnerCall.Tool // a parked run_js script: its call is what would run
-	}
-	rules, err := rt.gateRules(ctx, tx, t)
+	g, err := rt.gateOfCall(ctx, tx, t, c)
 	if err != nil {
 		return "", err
 	}
-	tool, known := rt.cfg.Tools.Get(name)
-	g := rules.decide(name, tool, known)
 	switch {
 	case g.Deny:
 		return "its gate changed since it asked: " + g.Reason, nil
@@ -428,6 +439,20 @@ func (rt *Runtime) approvesOnTimeout(ctx context.Context, tx pgx.Tx, t db.Thread
 		return "its gate changed since it asked and no longer approves it at a deadline: " + g.Reason, nil
 	}
 	return "", nil
+}
+
+// gateOfCall reads waiting call c's gate again, in thread t, through tx.
+func (rt *Runtime) gateOfCall(ctx context.Context, tx pgx.Tx, t db.Thread, c db.ToolCallRow) (tools.Gate, error) {
+	name := c.Name
+	if c.InnerCall != nil {
+		name = c.InnerCall.Tool // a parked run_js script: its call is what would run
+	}
+	rules, err := rt.gateRules(ctx, tx, t)
+	if err != nil {
+		return tools.Gate{}, err
+	}
+	tool, known := rt.cfg.Tools.Get(name)
+	return rules.decide(name, tool, known), nil
 }
 
 // deadlineTime writes a deadline for the model, the run's note and the

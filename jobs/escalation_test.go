@@ -483,8 +483,22 @@ func TestEscalateToDoesNotWidenThePolicysRoute(t *testing.T) {
 	}
 
 	setPolicy(t, b.pool, `{"permissions": {"allow": ["publish_brief"]}, "routes": [{"tools": ["publish_brief"], "approvers": ["group:writers"], "escalateTo": ["group:editors", "group:lawyers"]}]}`)
-	_, c = b.waitingCall(t, p, "escalating")
+	th, c := b.waitingCall(t, p, "escalating")
 	if strings.Join(c.EscalateTo, ",") != "group:editors" || c.EscalateAt == nil {
-		t.Errorf("escalation = %v at %v, want the editors (both agree)", c.EscalateTo, c.EscalateAt)
+		t.Fatalf("escalation = %v at %v, want the editors (both agree)", c.EscalateTo, c.EscalateAt)
+	}
+
+	// The admin takes the editors out of the route before the escalation
+	// comes: it is read again, and escalates to nobody.
+	setPolicy(t, b.pool, `{"permissions": {"allow": ["publish_brief"]}, "routes": [{"tools": ["publish_brief"], "approvers": ["group:writers"], "escalateTo": ["group:lawyers"]}]}`)
+	b.clk.Set(start.Add(time.Hour))
+	if n, err := p.rt.FireDueEscalations(context.Background(), b.clk.Now()); err != nil || n != 0 {
+		t.Fatalf("escalated %d (%v) past the changed policy", n, err)
+	}
+	if ts := b.action(t, b.eddie); len(ts) != 0 {
+		t.Errorf("the editor's Action = %+v", ts)
+	}
+	if got := b.callOf(t, th.ID); got.EscalatedAt != nil || got.EscalateAt != nil || got.State != db.CallPending {
+		t.Errorf("call = escalated %v, due %v, %s; want waiting, not escalated, not due again", got.EscalatedAt, got.EscalateAt, got.State)
 	}
 }
