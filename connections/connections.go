@@ -392,7 +392,8 @@ func (s *Service) Finish(ctx context.Context, userID int64, state, code string) 
 		return "", "", err
 	}
 	account := firstNonEmpty(tr.Email, tr.Login, tr.Username)
-	if _, err := s.cfg.Pool.Exec(ctx, `
+	// The code is spent: the token is stored even if the person left.
+	if _, err := s.cfg.Pool.Exec(context.WithoutCancel(ctx), `
 		INSERT INTO connections (user_id, server, issuer, token_url, revocation_url, resource, access_sealed, refresh_sealed, expires_at, scopes, account)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
 		ON CONFLICT (user_id, server) DO UPDATE SET issuer = $3, token_url = $4, revocation_url = $5, resource = $6,
@@ -406,10 +407,19 @@ func (s *Service) Finish(ctx context.Context, userID int64, state, code string) 
 	return a.server, a.returnPath, nil
 }
 
+// readyTimeout bounds the resume of the runs a connection unblocks.
+const readyTimeout = 30 * time.Second
+
+// ready tells Config.Ready, with ctx's values but not its cancellation: a
+// person who closes the tab during the callback does not roll the resume
+// back (and the periodic sweep, jobs.Runtime.SweepConnectionWaits, catches
+// a resume lost anyway).
 func (s *Service) ready(ctx context.Context, userID int64, server string) {
 	if s.cfg.Ready == nil {
 		return
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readyTimeout)
+	defer cancel()
 	if err := s.cfg.Ready(ctx, userID, server); err != nil {
 		s.cfg.Logger.Error("resume runs waiting for a connection", "user", userID, "server", server, "err", err)
 	}

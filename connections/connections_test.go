@@ -587,3 +587,55 @@ func TestLocalPath(t *testing.T) {
 		}
 	}
 }
+
+// The person closes the tab during the callback: the request's context is
+// cancelled while the runs resume. The resume (Config.Ready) runs on
+// without the cancellation, and the token is stored.
+func TestFinishResumesAfterTheRequestIsGone(t *testing.T) {
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	as := authtest.New()
+	defer as.Close()
+	box, err := db.NewSecretBox(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var resumeErr error
+	svc, err := connections.New(connections.Config{
+		Pool: pool, Box: box, Guard: &netguard.Guard{Loopback: true},
+		PublicURL: "http://127.0.0.1:9", Servers: servers(as, false),
+		Ready: func(ctx context.Context, userID int64, server string) error {
+			cancel() // the browser went away
+			// The resume's own work, in its context.
+			_, resumeErr = pool.Exec(ctx, `SELECT pg_sleep(0.05)`)
+			return resumeErr
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := users(t, pool, "ann")[0]
+	authURL, err := svc.Begin(ctx, u.ID, "notes", "/threads/7", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	as.SetUser("ann")
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noFollow.Get(authURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	back, _ := url.Parse(resp.Header.Get("Location"))
+	if _, _, err := svc.Finish(reqCtx, u.ID, back.Query().Get("state"), back.Query().Get("code")); err != nil {
+		t.Fatalf("finish: %v", err)
+	}
+	if resumeErr != nil {
+		t.Fatalf("the resume failed once the request was gone: %v", resumeErr)
+	}
+	if _, err := svc.Token(ctx, u.ID, "notes"); err != nil {
+		t.Fatalf("Token: %v", err)
+	}
+}

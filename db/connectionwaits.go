@@ -96,3 +96,39 @@ func QueueSetLeftOut(b *pgx.Batch, threadID int64, servers []string) {
 	}
 	b.Queue(`UPDATE threads SET left_out = $2 WHERE id = $1 AND left_out IS DISTINCT FROM $2`, threadID, servers)
 }
+
+// ReadyWait is a user's wait for a server that a credential was connected
+// or entered for since the wait began (SweepableWaits).
+type ReadyWait struct {
+	UserID int64
+	Server string
+}
+
+// sweepSlack is how long before a wait began a credential still counts as
+// new to it: one connected between a step's look and its commit (whose
+// ConnectionReady found no wait yet) is older than the wait's row.
+const sweepSlack = "1 minute"
+
+// SweepableWaits lists (user, server) pairs with a run waiting for them
+// that something may resume: the user's connection to the server is
+// connected and was made or refreshed since (about) the wait began, or
+// they entered a ${user:NAME} value of the server since. Only new
+// credentials count: a server that refuses them again (a 401) makes a new
+// wait, which this does not resume until they change again.
+func SweepableWaits(ctx context.Context, q Querier, limit int) ([]ReadyWait, error) {
+	rows, err := q.Query(ctx, `
+		SELECT DISTINCT w.user_id, w.server FROM connection_waits w
+		WHERE EXISTS (SELECT 1 FROM connections c WHERE c.user_id = w.user_id AND c.server = w.server
+				AND c.status = 'connected' AND c.refreshed_at > w.created_at - $2::interval)
+			OR EXISTS (SELECT 1 FROM user_secrets s WHERE s.user_id = w.user_id AND s.server = w.server
+				AND s.updated_at > w.created_at - $2::interval)
+		ORDER BY w.user_id, w.server LIMIT $1`, limit, sweepSlack)
+	if err != nil {
+		return nil, fmt.Errorf("find waits to resume: %w", err)
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (ReadyWait, error) {
+		var w ReadyWait
+		err := r.Scan(&w.UserID, &w.Server)
+		return w, err
+	})
+}

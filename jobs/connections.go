@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 
 	"pizzabot/agent"
 	"pizzabot/agent/mcpclient"
@@ -232,6 +233,59 @@ func (rt *Runtime) ConnectionReady(ctx context.Context, userID int64, server str
 		}
 		return nil
 	})
+}
+
+// ConnectionSweepArgs queue a sweep that resumes the runs waiting for a
+// connection or a ${user:NAME} value their user has since made or entered
+// (SweepConnectionWaits).
+type ConnectionSweepArgs struct{}
+
+// Kind is River's name for the job.
+func (ConnectionSweepArgs) Kind() string { return "sweep_connection_waits" }
+
+// ConnectionSweepWorker runs SweepConnectionWaits on the elected leader,
+// every Config.ScheduleEvery.
+type ConnectionSweepWorker struct {
+	river.WorkerDefaults[ConnectionSweepArgs]
+	rt *Runtime
+}
+
+// Work resumes the runs whose connection is there by now.
+func (w *ConnectionSweepWorker) Work(ctx context.Context, _ *river.Job[ConnectionSweepArgs]) error {
+	_, err := w.rt.SweepConnectionWaits(ctx)
+	return err
+}
+
+// sweepBatch bounds the waits one sweep looks at.
+const sweepBatch = 100
+
+// SweepConnectionWaits resumes the runs waiting for a connection (or a
+// ${user:NAME} value) that their user made since the wait began, whose
+// ConnectionReady was lost: the callback's process died, or a crash came
+// between a step's wait and its recheck. Each pair is confirmed with
+// Credentialed (no request to the server) before ConnectionReady, which
+// resumes each run once. It returns how many pairs it resumed.
+func (rt *Runtime) SweepConnectionWaits(ctx context.Context) (int, error) {
+	if rt.cfg.SignIns == nil || rt.cfg.Credentials == nil {
+		return 0, nil
+	}
+	ws, err := db.SweepableWaits(ctx, rt.cfg.Pool, sweepBatch)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var errs []error
+	for _, w := range ws {
+		if err := rt.cfg.SignIns.Credentialed(ctx, rt.cfg.Credentials, w.UserID, w.Server); err != nil {
+			continue
+		}
+		if err := rt.ConnectionReady(ctx, w.UserID, w.Server); err != nil {
+			errs = append(errs, fmt.Errorf("resume %s for user %d: %w", w.Server, w.UserID, err))
+			continue
+		}
+		n++
+	}
+	return n, errors.Join(errs...)
 }
 
 // Missing is what a skill lacks to start (Toolbox.Missing) but the tools of

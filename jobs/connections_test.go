@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/fstest"
 	"time"
@@ -46,6 +47,9 @@ type connBundle struct {
 	bob   db.User
 	// name is the server's name ("notes").
 	name string
+	// dropReady loses the service's ConnectionReady calls, as a callback
+	// whose process dies after storing the token does.
+	dropReady atomic.Bool
 }
 
 // connOptions vary setupConnections' bundle.
@@ -56,6 +60,9 @@ type connOptions struct {
 	script *scriptmodel.Script
 	// skills are more SKILL.md files, by folder.
 	skills map[string]string
+	// sweepEvery is Config.ScheduleEvery (the sweep of connection waits);
+	// 0: the default.
+	sweepEvery time.Duration
 }
 
 // notesSkill declares the tool of notes.
@@ -113,6 +120,9 @@ func setupConnectionsOpts(t *testing.T, as *authtest.Server, cfg agent.MCPServer
 			return connections.Server{Name: o.name, URL: as.MCPURL()}, nil
 		},
 		Ready: func(ctx context.Context, userID int64, server string) error {
+			if b.dropReady.Load() {
+				return nil
+			}
 			return rt.ConnectionReady(ctx, userID, server)
 		},
 	})
@@ -133,7 +143,7 @@ func setupConnectionsOpts(t *testing.T, as *authtest.Server, cfg agent.MCPServer
 	}
 	skills := agent.LoadSkills(fsys, "")
 	h := jobstest.Start(t, jobstest.Options{
-		Config: jobs.Config{Pool: pool, Tools: tb, Credentials: b.svc, SignIns: m,
+		Config: jobs.Config{Pool: pool, Tools: tb, Credentials: b.svc, SignIns: m, ScheduleEvery: o.sweepEvery,
 			Skills: func() agent.SkillSet { return skills }},
 		Script: script,
 	})
@@ -494,5 +504,90 @@ func TestRunWaitsForUserSecretAndResumes(t *testing.T) {
 	}
 	if strings.Contains(dump, "alice-key-7f3a") || strings.Contains(dump, "bob-key-91c2") {
 		t.Fatal("a key is readable in user_secrets")
+	}
+}
+
+// A resume lost after the token was stored (the callback's process died
+// before ConnectionReady, or a crash between a step's wait and its
+// recheck) is caught by the leader's periodic sweep: the run resumes and
+// calls the tool with the person's token, once.
+func TestSweepResumesALostResume(t *testing.T) {
+	t.Parallel()
+	as := authtest.New()
+	t.Cleanup(as.Close)
+	b := setupConnectionsOpts(t, as, agent.MCPServerConfig{Type: agent.MCPHTTP, URL: as.MCPURL(), OAuth: &agent.MCPOAuth{}},
+		connOptions{sweepEvery: 300 * time.Millisecond})
+	th := b.start(t, b.alice, "notes-reader")
+	jobstest.Wait(t, b.pool, b.alice, th.ID, db.StatusWaiting)
+	b.dropReady.Store(true)
+	b.connect(t, b.alice)
+	jobstest.Wait(t, b.pool, b.alice, th.ID, db.StatusDone)
+	if got := b.toolResultsOf(t, b.alice, th.ID); !slices.Equal(got, []string{"alice"}) {
+		t.Fatalf("results = %q", got)
+	}
+	// Later sweeps resume nothing again.
+	time.Sleep(time.Second)
+	if got := b.toolResultsOf(t, b.alice, th.ID); len(got) != 1 {
+		t.Fatalf("the run ran again: %q", got)
+	}
+}
+
+// The same for a ${user:NAME} value entered while its resume was lost.
+func TestSweepResumesALostSecretResume(t *testing.T) {
+	t.Parallel()
+	as := authtest.New()
+	t.Cleanup(as.Close)
+	srv := keyedNotes(t, map[string]string{"alice-key-7f3a": "alice"})
+	b := setupConnectionsOpts(t, as, agent.MCPServerConfig{Type: agent.MCPHTTP, URL: srv.URL,
+		Headers: map[string]string{"X-Api-Key": "${user:API_KEY}"}}, connOptions{sweepEvery: 300 * time.Millisecond})
+	th := b.start(t, b.alice, "notes-reader")
+	jobstest.Wait(t, b.pool, b.alice, th.ID, db.StatusWaiting)
+	b.dropReady.Store(true)
+	if err := b.svc.SetSecret(context.Background(), b.alice.ID, "notes", "API_KEY", "alice-key-7f3a"); err != nil {
+		t.Fatal(err)
+	}
+	jobstest.Wait(t, b.pool, b.alice, th.ID, db.StatusDone)
+	if got := b.toolResultsOf(t, b.alice, th.ID); !slices.Equal(got, []string{"alice"}) {
+		t.Fatalf("results = %q", got)
+	}
+}
+
+// A server that answers 401 to every token, fresh ones too, makes the run
+// wait for Reconnect after one refused call: neither the step's recheck
+// nor the sweep resumes it into another 401. Reconnecting (once the
+// server takes tokens again) resumes it, and the call runs once.
+func TestServerRefusingFreshTokensEndsInAWaitNotALoop(t *testing.T) {
+	t.Parallel()
+	as := authtest.New()
+	t.Cleanup(as.Close)
+	b := setupConnectionsOpts(t, as, agent.MCPServerConfig{Type: agent.MCPHTTP, URL: as.MCPURL(), OAuth: &agent.MCPOAuth{}},
+		connOptions{sweepEvery: 200 * time.Millisecond})
+	b.connect(t, b.alice)
+	as.RefuseAll(true)
+	th := b.start(t, b.alice, "notes-reader")
+	got := jobstest.Wait(t, b.pool, b.alice, th.ID, db.StatusWaiting)
+	if len(got.ConnectionWaits) != 1 || got.ConnectionWaits[0].Server != "notes" {
+		t.Fatalf("waits = %+v", got.ConnectionWaits)
+	}
+	// Let the step's recheck and several sweeps pass.
+	time.Sleep(500 * time.Millisecond)
+	before := as.Refused()
+	time.Sleep(1500 * time.Millisecond)
+	if after := as.Refused(); after != before {
+		t.Fatalf("the server was asked %d more times while the run waited: a resume loop", after-before)
+	}
+	got = jobstest.Wait(t, b.pool, b.alice, th.ID, db.StatusWaiting)
+	if len(got.ConnectionWaits) != 1 {
+		t.Fatalf("waits = %+v", got.ConnectionWaits)
+	}
+	conns, err := b.svc.List(context.Background(), b.alice.ID)
+	if err != nil || len(conns) != 1 || conns[0].Status != "needs_reconnect" {
+		t.Fatalf("connections = %+v, %v", conns, err)
+	}
+	as.RefuseAll(false)
+	b.connect(t, b.alice)
+	jobstest.Wait(t, b.pool, b.alice, th.ID, db.StatusDone)
+	if res := b.toolResultsOf(t, b.alice, th.ID); !slices.Equal(res, []string{"alice"}) {
+		t.Fatalf("results = %q", res)
 	}
 }

@@ -57,6 +57,9 @@ func New(cfg Config) (*Runtime, error) {
 	if err := river.AddWorkerSafely(workers, &DeadlineWorker{rt: rt}); err != nil {
 		return nil, err
 	}
+	if err := river.AddWorkerSafely(workers, &ConnectionSweepWorker{rt: rt}); err != nil {
+		return nil, err
+	}
 	periodic := []*river.PeriodicJob{
 		river.NewPeriodicJob(river.PeriodicInterval(RescueEvery),
 			func() (river.JobArgs, *river.InsertOpts) { return RescueArgs{}, nil },
@@ -71,6 +74,12 @@ func New(cfg Config) (*Runtime, error) {
 			nil),
 		river.NewPeriodicJob(river.PeriodicInterval(cfg.ScheduleEvery),
 			func() (river.JobArgs, *river.InsertOpts) { return DeadlineArgs{}, &river.InsertOpts{MaxAttempts: 1} },
+			&river.PeriodicJobOpts{RunOnStart: true}),
+		// One attempt: a failed sweep is retried by the next one.
+		river.NewPeriodicJob(river.PeriodicInterval(cfg.ScheduleEvery),
+			func() (river.JobArgs, *river.InsertOpts) {
+				return ConnectionSweepArgs{}, &river.InsertOpts{MaxAttempts: 1}
+			},
 			&river.PeriodicJobOpts{RunOnStart: true}),
 		river.NewPeriodicJob(river.PeriodicInterval(PruneEvery),
 			func() (river.JobArgs, *river.InsertOpts) { return PruneArgs{}, &river.InsertOpts{MaxAttempts: 1} },

@@ -56,6 +56,11 @@ type Server struct {
 	revoked   map[string]bool
 	refreshes int
 	reuse     int
+	// refuseAll: the MCP endpoint answers 401 to every token (a resource
+	// server that stopped trusting the authorization server's tokens);
+	// refused counts those answers.
+	refuseAll bool
+	refused   int
 	nextUser  string
 }
 
@@ -351,7 +356,10 @@ func (s *Server) protect(next http.Handler) http.Handler {
 		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		s.mu.Lock()
 		g, live := s.access[tok]
-		live = ok && live && !s.revoked[tok] && time.Now().Before(g.expires)
+		live = ok && live && !s.revoked[tok] && time.Now().Before(g.expires) && !s.refuseAll
+		if !live && s.refuseAll {
+			s.refused++
+		}
 		s.mu.Unlock()
 		if !live {
 			w.Header().Set("WWW-Authenticate", fmt.Sprintf(`Bearer resource_metadata="%s/.well-known/oauth-protected-resource/mcp", scope="%s"`, s.URL, strings.Join(s.BaseScopes, " ")))
@@ -360,6 +368,21 @@ func (s *Server) protect(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, g)))
 	})
+}
+
+// RefuseAll makes the MCP endpoint answer 401 to every token, live or
+// not, while the token endpoint keeps issuing them (on), or not (off).
+func (s *Server) RefuseAll(on bool) {
+	s.mu.Lock()
+	s.refuseAll = on
+	s.mu.Unlock()
+}
+
+// Refused counts the requests RefuseAll answered 401.
+func (s *Server) Refused() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refused
 }
 
 // ScopeError is the tool "write"'s answer to a token without scope
