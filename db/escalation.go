@@ -43,13 +43,16 @@ func (n CallNudges) escalateTo() []string {
 }
 
 // SetToolCallNudges gives a call parked after it was recorded (a tool
-// that asked for approval itself) its reminders and escalation.
+// that asked for approval itself, a run_js script at its next gated call)
+// its reminders and escalation. A wait of its own: an escalation of an
+// earlier wait of the call does not carry over to it.
 func SetToolCallNudges(ctx context.Context, q Querier, id int64, n CallNudges) error {
 	at := n.EscalateAt
 	if len(n.EscalateTo) == 0 {
 		at = nil
 	}
-	if _, err := q.Exec(ctx, `UPDATE tool_calls SET remind_every_s = $2, next_remind_at = $3, escalate_to = $4, escalate_at = $5 WHERE id = $1`,
+	if _, err := q.Exec(ctx, `UPDATE tool_calls SET remind_every_s = $2, next_remind_at = $3, escalate_to = $4, escalate_at = $5,
+		escalated_to = '{}', escalated_at = NULL, escalated_from = '' WHERE id = $1`,
 		id, n.remindSeconds(), n.NextRemindAt, n.escalateTo(), at); err != nil {
 		return fmt.Errorf("tool call %d reminders: %w", id, err)
 	}

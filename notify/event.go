@@ -183,7 +183,7 @@ func pretty(raw string) string {
 // each with a key of its own.
 func ReminderEvent(userID int64, top db.Thread, c db.ToolCallRow, n int) Event {
 	ev := DecisionEvent(userID, top, c)
-	ev.Key = fmt.Sprintf("reminder:call:%d:%d", c.ID, n)
+	ev.Key = fmt.Sprintf("reminder:call:%s:%d", waitOf(c), n)
 	ev.Kind = Reminder
 	ev.Summary = "Reminder: " + ev.Summary
 	return ev
@@ -194,7 +194,7 @@ func ReminderEvent(userID int64, top db.Thread, c db.ToolCallRow, n int) Event {
 // decision event with a key of its own, saying who was asked first.
 func EscalationEvent(userID int64, top db.Thread, c db.ToolCallRow) Event {
 	ev := DecisionEvent(userID, top, c)
-	ev.Key = fmt.Sprintf("escalation:call:%d", c.ID)
+	ev.Key = "escalation:call:" + waitOf(c)
 	if c.EscalatedFrom != "" {
 		ev.Summary += " (escalated: " + c.EscalatedFrom + " did not decide in time)"
 	}
