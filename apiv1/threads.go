@@ -245,6 +245,38 @@ type DecisionsRequest struct {
 	Decisions []DecisionInput `json:"decisions"`
 }
 
+// BulkDecisionsRequest is the body of POST /api/v1/decisions: calls of
+// several threads approved or rejected together, each its own decision.
+type BulkDecisionsRequest struct {
+	Decisions []BulkDecisionInput `json:"decisions"`
+}
+
+// BulkDecisionInput is one call of a bulk decision: the thread it waits
+// in (Pending.ThreadID), the call (Pending.ID), approve or reject, and a
+// rejection's optional reason.
+type BulkDecisionInput struct {
+	ThreadID int64  `json:"thread_id"`
+	ID       int64  `json:"id"`
+	Type     string `json:"type"`
+	Message  string `json:"message,omitempty"`
+}
+
+// BulkDecisionsResult says, call by call and in order, what a bulk
+// decision did.
+type BulkDecisionsResult struct {
+	Results []BulkDecisionResult `json:"results"`
+}
+
+// BulkDecisionResult is one call's: decided, and whether its run resumed;
+// or left as it was, with why (decided meanwhile, not yours to decide).
+type BulkDecisionResult struct {
+	ThreadID int64  `json:"thread_id"`
+	ID       int64  `json:"id"`
+	Decided  bool   `json:"decided"`
+	Resumed  bool   `json:"resumed"`
+	Error    string `json:"error,omitempty"`
+}
+
 // DecisionInput is one decision on a waiting call (Pending.ID).
 type DecisionInput struct {
 	ID   int64  `json:"id"`

@@ -125,6 +125,9 @@ type Runs interface {
 	Retry(ctx context.Context, user db.User, threadID int64) (jobs.Outcome, error)
 	Cancel(ctx context.Context, user db.User, threadID int64) error
 	Decide(ctx context.Context, user db.User, threadID int64, decisions []jobs.DecisionInput) (jobs.Outcome, error)
+	// DecideEach takes each decision as Decide would, on its own, and
+	// reports each (bulk decisions).
+	DecideEach(ctx context.Context, user db.User, each []jobs.EachDecision) ([]jobs.EachOutcome, error)
 	// ModelSpec is the model a new thread runs on, read through q.
 	ModelSpec(ctx context.Context, q db.Querier) string
 	// DefaultModel is the configured model (PIZZA_MODEL); Getenv reads the

@@ -43,6 +43,10 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	// the row in its new state.
 	mux.Handle("GET /threads/{id}/decisions", h.page(h.decisionForm))
 	mux.Handle("POST /threads/{id}/decisions", h.page(h.decide))
+	// Alike calls of threads selected in Action, decided together
+	// (decisions_bulk.go).
+	mux.Handle("GET /decisions/review", h.page(h.reviewDecisions))
+	mux.Handle("POST /decisions", h.page(h.decideTogether))
 	mux.Handle("POST /threads/{id}/messages", h.page(h.reply))
 	mux.Handle("POST /threads/{id}/cancel", h.page(h.cancelRun))
 	mux.Handle("POST /threads/{id}/retry", h.page(h.retryRun))
@@ -95,6 +99,7 @@ func (h *Handler) routes(mux *http.ServeMux) {
 	mux.Handle("GET /api/v1/threads/{id}", h.api(h.apiShowThread))
 	mux.Handle("DELETE /api/v1/threads/{id}", h.api(h.apiDeleteThread))
 	mux.Handle("POST /api/v1/threads/{id}/decisions", h.api(h.apiDecide))
+	mux.Handle("POST /api/v1/decisions", h.api(h.apiDecideEach))
 	mux.Handle("GET /api/v1/folders/{id}/shares", h.api(h.apiListShares))
 	mux.Handle("POST /api/v1/folders/{id}/shares", h.api(h.apiShareFolder))
 	mux.Handle("DELETE /api/v1/folders/{id}/shares/{share}", h.api(h.apiUnshareFolder))

@@ -383,6 +383,10 @@ func (h *Handler) bulkAction(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	if r.PostForm.Get("action") == "review" {
+		// Their alike calls, side by side (decisions_bulk.go).
+		return seeOther(w, r, reviewURL(ids))
+	}
 	var done string
 	doneKind := "ok"
 	switch action := r.PostForm.Get("action"); action {
