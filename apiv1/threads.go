@@ -156,10 +156,18 @@ type Pending struct {
 	Server     string `json:"server,omitempty"`
 	ConnectURL string `json:"connect_url,omitempty"`
 	// DecideBy is the call's deadline (a gate's timeout, docs/skills.md),
-	// and OnTimeout what happens then if nobody decided: reject, cancel
-	// or approve. Both absent when the call waits as long as it takes.
+	// and OnTimeout what happens then if nobody decided: reject, cancel,
+	// approve or escalate. Both absent when the call waits as long as it takes.
 	DecideBy  *time.Time `json:"decide_by,omitempty"`
 	OnTimeout string     `json:"on_timeout,omitempty"`
+	// NextRemindAt is when the call's deciders are next reminded (a
+	// gate's remindAfter). EscalatedTo, EscalatedFrom and EscalatedAt say,
+	// on an escalated call (escalateTo), who may decide it too, who was
+	// asked first and when it was escalated.
+	NextRemindAt  *time.Time `json:"next_remind_at,omitempty"`
+	EscalatedTo   []string   `json:"escalated_to,omitempty"`
+	EscalatedFrom string     `json:"escalated_from,omitempty"`
+	EscalatedAt   *time.Time `json:"escalated_at,omitempty"`
 }
 
 // Allows reports whether the call takes this decision.

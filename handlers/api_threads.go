@@ -439,6 +439,14 @@ func toAPIPending(c db.ToolCallRow, v db.ThreadView, admin bool) apiv1.Pending {
 		at := c.DecideBy.UTC()
 		p.DecideBy, p.OnTimeout = &at, c.OnTimeout
 	}
+	if c.NextRemindAt != nil && c.State == db.CallPending {
+		at := c.NextRemindAt.UTC()
+		p.NextRemindAt = &at
+	}
+	if c.EscalatedAt != nil {
+		at := c.EscalatedAt.UTC()
+		p.EscalatedTo, p.EscalatedFrom, p.EscalatedAt = c.EscalatedTo, c.EscalatedFrom, &at
+	}
 	if u, ok := v.Undecidable[c.ID]; ok {
 		p.Undecidable, p.AdminOverride = u.Reason, admin && !u.ReaderStarted
 	}
