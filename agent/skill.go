@@ -72,6 +72,7 @@ const SkillFile = "SKILL.md"
 //	model: anthropic:claude-sonnet-4-5   # this skill's runs use this model
 //	effort: high              # how hard its model thinks (Efforts)
 //	compactAt: 0.6            # compact its runs at 60% of the model's window
+//	connections: [github]     # its runs wait for their user to connect these first
 type Skill struct {
 	Name          string               `json:"name"`
 	Description   string               `json:"description"`
@@ -95,6 +96,12 @@ type Skill struct {
 	// skill's runs compact their conversation (front matter "compactAt",
 	// above 0 and at most 0.95); 0: the default, 0.8 (docs/context.md).
 	CompactAt float64 `json:"compact_at,omitempty"`
+	// Connections are the MCP servers each user signs in to (or enters
+	// ${user:NAME} values for) that the skill's runs need (front matter
+	// "connections", server names): a run of a user who has not connected
+	// one waits for Connect before its first step, whatever tools it
+	// declares (docs/mcp.md).
+	Connections []string `json:"connections,omitempty"`
 	// Schedule, when set, starts runs of the skill on a cron schedule.
 	Schedule *Schedule `json:"schedule,omitempty"`
 	// Body is the Markdown instructions after the front matter.
@@ -404,7 +411,7 @@ func ParseSkill(folder string, data []byte) (*Skill, error) {
 
 // knownFields are the front matter keys we read; near misses of them
 // ("allowed_tools", "interrupt_on") are reported instead of ignored.
-var knownFields = []string{"name", "description", "license", "compatibility", "metadata", "allowed-tools", "interruptOn", "schedule", "model", "effort", "compactAt"}
+var knownFields = []string{"name", "description", "license", "compatibility", "metadata", "allowed-tools", "interruptOn", "schedule", "model", "effort", "compactAt", "connections"}
 
 // guardedFields are our own keys whose misspelling is refused rather than
 // ignored: a misspelt interruptOn would run tools without the approval the
@@ -482,6 +489,8 @@ func (p *skillParser) parse(root *yaml.Node, folder string) {
 			}
 		case "compactAt":
 			p.compactAt(v)
+		case "connections":
+			p.connections(v)
 		default:
 			want := nearMiss(key)
 			switch {
@@ -564,6 +573,39 @@ func (p *skillParser) scalar(field string, v *yaml.Node) (string, bool) {
 // MaxCompactAt is the largest compactAt a skill may set: above it a
 // request and its answer would not fit the window left.
 const MaxCompactAt = 0.95
+
+// connections reads "connections: [github, linear]" (or a
+// space-separated string): MCP server names.
+func (p *skillParser) connections(v *yaml.Node) {
+	var names []string
+	switch {
+	case isNull(v):
+		return
+	case v.Kind == yaml.ScalarNode:
+		names = strings.Fields(v.Value)
+	case v.Kind == yaml.SequenceNode:
+		for _, item := range v.Content {
+			item = resolve(item)
+			if item.Kind != yaml.ScalarNode || isNull(item) {
+				p.errorf(item, "connections: each item must be an MCP server name, not %s", kindName(item))
+				continue
+			}
+			names = append(names, strings.TrimSpace(item.Value))
+		}
+	default:
+		p.errorf(v, "connections must be a list of MCP server names, not %s", kindName(v))
+		return
+	}
+	for _, n := range names {
+		if err := ValidMCPServerName(n); err != nil {
+			p.errorf(v, "connections: %v", err)
+			continue
+		}
+		if !slices.Contains(p.skill.Connections, n) {
+			p.skill.Connections = append(p.skill.Connections, n)
+		}
+	}
+}
 
 // compactAt reads "compactAt: 0.6", a share of the context window.
 func (p *skillParser) compactAt(v *yaml.Node) {

@@ -752,8 +752,30 @@ func (s *Service) Disconnect(ctx context.Context, userID int64, server string) e
 }
 
 // Counts returns, per server, how many users are connected (for admins:
-// no tokens, no names).
+// no tokens, no names): signed in, or, for a server that takes only
+// ${user:NAME} values, having entered every one of them.
 func (s *Service) Counts(ctx context.Context) (map[string]int, error) {
+	out, err := s.signInCounts(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range s.Names(ctx) {
+		srv, err := s.cfg.Servers(ctx, n)
+		if err != nil || srv.SignIn() {
+			continue
+		}
+		var c int
+		if err := s.cfg.Pool.QueryRow(ctx, `
+			SELECT count(*) FROM (SELECT user_id FROM user_secrets WHERE server = $1 AND name = ANY($2)
+				GROUP BY user_id HAVING count(*) = $3) entered`, n, srv.Secrets, len(srv.Secrets)).Scan(&c); err != nil {
+			return nil, fmt.Errorf("count entered values: %w", err)
+		}
+		out[n] = c
+	}
+	return out, nil
+}
+
+func (s *Service) signInCounts(ctx context.Context) (map[string]int, error) {
 	rows, err := s.cfg.Pool.Query(ctx, `SELECT server, count(*) FROM connections WHERE status = 'connected' GROUP BY server`)
 	if err != nil {
 		return nil, fmt.Errorf("count connections: %w", err)

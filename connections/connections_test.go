@@ -639,3 +639,37 @@ func TestFinishResumesAfterTheRequestIsGone(t *testing.T) {
 		t.Fatalf("Token: %v", err)
 	}
 }
+
+// A server that takes only ${user:NAME} values counts the people who
+// entered every one of them.
+func TestCountsOfASecretsServer(t *testing.T) {
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	box, err := db.NewSecretBox(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := connections.New(connections.Config{
+		Pool: pool, Box: box, PublicURL: "http://127.0.0.1:9",
+		Servers: func(_ context.Context, name string) (connections.Server, error) {
+			return connections.Server{Name: name, URL: "https://crm.example.com/mcp", Secrets: []string{"API_KEY", "TENANT"}}, nil
+		},
+		Names: func(context.Context) []string { return []string{"crm"} },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := users(t, pool, "ann", "bob")
+	for _, s := range []struct {
+		user        db.User
+		name, value string
+	}{{u[0], "API_KEY", "k1"}, {u[0], "TENANT", "t1"}, {u[1], "API_KEY", "k2"}} {
+		if err := svc.SetSecret(ctx, s.user.ID, "crm", s.name, s.value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	counts, err := svc.Counts(ctx)
+	if err != nil || counts["crm"] != 1 {
+		t.Fatalf("Counts = %v, %v; want crm: 1 (ann entered both values, bob one)", counts, err)
+	}
+}

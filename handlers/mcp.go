@@ -91,6 +91,11 @@ func (h *Handler) mcpPage(r *http.Request, form views.MCPServerForm) (views.MCPS
 		row := mcpRow(e, live, h.now())
 		if row.State == mcpclient.StateSignIn {
 			note := fmt.Sprintf("each person signs in with their own account: %d connected", connected[e.Name])
+			if h.conns != nil {
+				if srv, err := h.conns.Server(ctx, e.Name); err == nil && !srv.SignIn() {
+					note = fmt.Sprintf("each person enters their own %s: %d entered", strings.Join(srv.Secrets, ", "), connected[e.Name])
+				}
+			}
 			if row.Detail != "" {
 				note += "; " + row.Detail
 			}

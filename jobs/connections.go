@@ -59,19 +59,23 @@ type SignIns interface {
 }
 
 // signIns opens the sessions of userID to the servers each user signs in
-// to that a run of skill may use. A skill that lists tools of such servers
-// waits for those its user has not connected (waits); a run without a
-// skill, or whose skill lists no tools, is offered every tool, and goes
-// without the servers its user has not connected (leftOut).
+// to that a run of skill may use. A skill that lists tools of such servers,
+// or names them in its connections, waits for those its user has not
+// connected (waits); a run without a skill, or whose skill lists no tools,
+// is offered every tool, and goes without the other servers its user has
+// not connected (leftOut).
 func (rt *Runtime) signIns(ctx context.Context, userID int64, skill *agent.Skill) (waits []db.ConnectionWait, leftOut []string, err error) {
 	if rt.cfg.SignIns == nil || rt.cfg.Credentials == nil {
 		return nil, nil, nil
 	}
 	servers := rt.cfg.SignIns.SignInServers()
 	declared := skill != nil && len(skill.AllowedTools) > 0
+	// required: the skill waits for it (its tools, or its connections).
+	required := func(s string) bool { return skill != nil && slices.Contains(skill.Connections, s) }
 	if declared {
 		serverOf := rt.cfg.Tools.ServerOf()
-		servers = slices.DeleteFunc(slices.Clone(servers), func(s string) bool { return !declares(skill, s, serverOf) })
+		required = func(s string) bool { return slices.Contains(skill.Connections, s) || declares(skill, s, serverOf) }
+		servers = slices.DeleteFunc(slices.Clone(servers), func(s string) bool { return !required(s) })
 	}
 	for _, s := range servers {
 		err := rt.cfg.SignIns.OpenAs(ctx, rt.cfg.Credentials, userID, s)
@@ -80,7 +84,7 @@ func (rt *Runtime) signIns(ctx context.Context, userID int64, skill *agent.Skill
 		switch {
 		case err == nil:
 		case errors.As(err, &nc):
-			if declared {
+			if required(s) {
 				waits = append(waits, db.ConnectionWait{Server: s, Reason: nc.Reason})
 			} else {
 				leftOut = append(leftOut, s)

@@ -591,3 +591,39 @@ func TestServerRefusingFreshTokensEndsInAWaitNotALoop(t *testing.T) {
 		t.Fatalf("results = %q", res)
 	}
 }
+
+// A skill whose front matter requires a connection (connections: [notes])
+// and declares no tools: a run of a user who has not connected waits for
+// Connect before its first step, instead of going without the server.
+func TestSkillRequiringAConnectionWaitsBeforeItsFirstStep(t *testing.T) {
+	t.Parallel()
+	as := authtest.New()
+	t.Cleanup(as.Close)
+	b := setupConnectionsOpts(t, as, agent.MCPServerConfig{Type: agent.MCPHTTP, URL: as.MCPURL(), OAuth: &agent.MCPOAuth{}},
+		connOptions{skills: map[string]string{"needs-notes": `---
+name: needs-notes
+description: Works with your notes.
+connections: [notes]
+---
+Call whoami.
+`}})
+	th := b.start(t, b.bob, "needs-notes")
+	got := jobstest.Wait(t, b.pool, b.bob, th.ID, db.StatusWaiting)
+	if len(got.ConnectionWaits) != 1 || got.ConnectionWaits[0].Server != "notes" || got.Summary() != "Connect notes to continue" {
+		t.Fatalf("waits = %+v, summary %q", got.ConnectionWaits, got.Summary())
+	}
+	ms, err := db.ListMessages(context.Background(), b.pool, b.bob.ID, th.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.Role == "assistant" {
+			t.Fatalf("the model was called before the connection: %+v", m)
+		}
+	}
+	b.connect(t, b.bob)
+	jobstest.Wait(t, b.pool, b.bob, th.ID, db.StatusDone)
+	if res := b.toolResultsOf(t, b.bob, th.ID); !slices.Equal(res, []string{"bob"}) {
+		t.Fatalf("results = %q", res)
+	}
+}
