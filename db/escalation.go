@@ -128,8 +128,15 @@ func EscalateCall(ctx context.Context, q Querier, id int64, still []string, from
 	if still == nil {
 		still = []string{}
 	}
+	// Routed first, so that the call's own change below already reaches
+	// the people it brings in (pizza_thread_audience).
+	if _, err := q.Exec(ctx, `UPDATE threads r SET routed = true
+		FROM tool_calls c JOIN threads k ON k.id = c.thread_id
+		WHERE c.id = $1 AND r.id = coalesce(k.parent_thread_id, k.id) AND NOT r.routed
+		  AND c.state = 'pending' AND c.escalated_at IS NULL AND c.escalate_to && $2::text[]`, id, still); err != nil {
+		return nil, false, fmt.Errorf("escalate call %d: %w", id, err)
+	}
 	var to []string
-	var root int64
 	err := q.QueryRow(ctx, `UPDATE tool_calls c
 		SET escalated_to = ARRAY(SELECT p FROM unnest(c.escalate_to) p WHERE p = ANY ($4::text[])),
 		    escalated_at = $3, escalate_at = NULL, updated_at = now(),
@@ -138,7 +145,7 @@ func EscalateCall(ctx context.Context, q Querier, id int64, still []string, from
 		FROM threads k JOIN threads r ON r.id = coalesce(k.parent_thread_id, k.id)
 		WHERE c.id = $1 AND k.id = c.thread_id AND c.state = 'pending'
 		  AND c.escalated_at IS NULL AND c.escalate_to && $4::text[]
-		RETURNING c.escalated_to, r.id`, id, from, now, still).Scan(&to, &root)
+		RETURNING c.escalated_to`, id, from, now, still).Scan(&to)
 	if isNoRows(err) {
 		// Nobody left: it does not come due again.
 		if _, err := q.Exec(ctx, `UPDATE tool_calls SET escalate_at = NULL WHERE id = $1 AND escalate_at IS NOT NULL`, id); err != nil {
@@ -147,9 +154,6 @@ func EscalateCall(ctx context.Context, q Querier, id int64, still []string, from
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("escalate call %d: %w", id, err)
-	}
-	if _, err := q.Exec(ctx, `UPDATE threads SET routed = true WHERE id = $1 AND NOT routed`, root); err != nil {
 		return nil, false, fmt.Errorf("escalate call %d: %w", id, err)
 	}
 	return to, true, nil

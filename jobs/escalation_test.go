@@ -379,6 +379,11 @@ func TestEscalateToPutsTheCallInTheOtherGroupsAction(t *testing.T) {
 		t.Errorf("%d escalations in the audit log, want 1", n)
 	}
 
+	// The editor's live pages hear of it (the change reached them).
+	var heard int
+	if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE user_id = $1 AND thread_id = $2 AND kind = 'tool_call'`, b.eddie.ID, th.ID).Scan(&heard); err != nil || heard == 0 {
+		t.Errorf("the editor's live events of the thread: %d (%v)", heard, err)
+	}
 	ts := b.action(t, b.eddie)
 	if len(ts) != 1 || ts[0].ID != th.ID {
 		t.Fatalf("the editor's Action = %+v, want the thread", ts)
