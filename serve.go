@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -691,11 +692,20 @@ func secretBox(cfg config) (*db.SecretBox, error) {
 // web_fetch reaches (cfg.Web.Guard): stop the proxy after the servers.
 func newExtensions(cfg config, pool *pgxpool.Pool, log *slog.Logger) (*extensions.Extensions, func(), error) {
 	mlog := log.With("component", "mcp")
-	proxyURL, stopProxy, err := netguard.ServeProxy(cfg.Web.Guard.NewProxy(log.With("component", "browser")), "127.0.0.1:0")
+	// The proxy asks for a password made anew at every start, told to the
+	// browser alone (its configuration file): another program on this
+	// machine cannot use it to reach what the browser reaches.
+	proxy := cfg.Web.Guard.NewProxy(log.With("component", "browser"))
+	proxy.Username, proxy.Password = "browser", rand.Text()
+	proxyURL, stopProxy, err := netguard.ServeProxy(proxy, "127.0.0.1:0")
 	if err != nil {
 		return nil, nil, fmt.Errorf("the browser's proxy: %w", err)
 	}
-	browser := extensions.Browser{ProxyURL: proxyURL, Dir: filepath.Join(cfg.DataRoot, "cache", "browser")}
+	browser := extensions.Browser{
+		ProxyURL: proxyURL, ProxyUsername: proxy.Username, ProxyPassword: proxy.Password,
+		Dir:     filepath.Join(cfg.DataRoot, "cache", "browser"),
+		ConfDir: filepath.Join(cfg.DataRoot, "cache", "browser-conf"),
+	}
 	return &extensions.Extensions{
 		Pool:           pool,
 		Logger:         mlog,

@@ -1,8 +1,10 @@
 package extensions
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"pizzabot/agent"
 )
@@ -31,11 +33,21 @@ type Browser struct {
 	// (public addresses and PIZZA_FETCH_ALLOW's exceptions) and never the
 	// server's own network. Required: without it the server is not offered.
 	ProxyURL string
+	// ProxyUsername and ProxyPassword are the proxy's credentials
+	// (netguard.Proxy's Username and Password), so that only the browser
+	// may use it: given to it in its configuration file, never on its
+	// command line, in its environment or in a log.
+	ProxyUsername, ProxyPassword string
 	// Dir is the server's folder, created when missing: each user's
 	// process works in Dir/user-<id>, the only folder its file tools
 	// read (browser_file_upload) and write (screenshots, PDFs, under
 	// .playwright-mcp). Never a folder with anything else in it.
 	Dir string
+	// ConfDir is the server's own folder for the browser's configuration
+	// (its proxy's credentials) and the script it runs in every page,
+	// created when missing: outside Dir, so no page, model or file tool
+	// of the browser's reads them.
+	ConfDir string
 	// Chromium is the browser to run; empty: the first of ChromiumPaths
 	// found.
 	Chromium string
@@ -78,11 +90,15 @@ func (b Browser) config() (agent.MCPServerConfig, error) {
 	if err := unavailable(missing); err != nil {
 		return agent.MCPServerConfig{}, err
 	}
-	if b.ProxyURL == "" || b.Dir == "" {
+	if b.ProxyURL == "" || b.Dir == "" || b.ConfDir == "" {
 		return agent.MCPServerConfig{}, fmt.Errorf("the built-in browser is not wired: no proxy or folder")
 	}
 	if err := os.MkdirAll(b.Dir, 0o700); err != nil {
 		return agent.MCPServerConfig{}, fmt.Errorf("the browser's folder: %w", err)
+	}
+	confFile, err := b.writeConf()
+	if err != nil {
+		return agent.MCPServerConfig{}, fmt.Errorf("the browser's configuration: %w", err)
 	}
 	args := []string{"-y", BrowserPackage,
 		"--headless",
@@ -91,7 +107,9 @@ func (b Browser) config() (agent.MCPServerConfig, error) {
 		// Nothing kept between starts: no profile on disk, so no site's
 		// sign-in outlives the browser.
 		"--isolated",
-		"--proxy-server", b.ProxyURL,
+		// The proxy with its credentials, the script that takes WebRTC
+		// away and Chromium's WebRTC policy (writeConf).
+		"--config", confFile,
 		// A page's own tools (WebMCP) are not the admin's to vet: never
 		// offered to the model.
 		"--no-webmcp",
@@ -108,4 +126,95 @@ func (b Browser) config() (agent.MCPServerConfig, error) {
 		args = append(args, "--no-sandbox")
 	}
 	return agent.MCPServerConfig{Type: agent.MCPStdio, Command: npx, Args: args, Cwd: b.Dir, PerUser: true}, nil
+}
+
+// noWebRTC runs in every page and frame before the page's own scripts
+// (Playwright's init script): it takes WebRTC away. Its STUN and media
+// packets are UDP, which no HTTP proxy carries: a page could send them to
+// any address, the server's loopback and network included, past the
+// guarded proxy. Taking the camera and microphone away costs nothing
+// more.
+const noWebRTC = `(() => {
+  for (const name of ["RTCPeerConnection", "webkitRTCPeerConnection", "RTCDataChannel",
+      "RTCIceCandidate", "RTCSessionDescription", "RTCRtpSender", "RTCRtpReceiver",
+      "RTCRtpTransceiver", "RTCDtlsTransport", "RTCIceTransport", "RTCSctpTransport",
+      "RTCCertificate", "RTCDTMFSender", "RTCStatsReport", "RTCError", "RTCErrorEvent",
+      "RTCPeerConnectionIceEvent", "RTCPeerConnectionIceErrorEvent", "RTCTrackEvent",
+      "RTCDataChannelEvent", "RTCDTMFToneChangeEvent"]) {
+    try { delete globalThis[name]; } catch (e) {}
+  }
+  try {
+    if (globalThis.MediaDevices) {
+      delete MediaDevices.prototype.getUserMedia;
+      delete MediaDevices.prototype.getDisplayMedia;
+    }
+    if (globalThis.Navigator) {
+      delete Navigator.prototype.getUserMedia;
+      delete Navigator.prototype.webkitGetUserMedia;
+    }
+  } catch (e) {}
+})();
+`
+
+// writeConf writes the browser's configuration file (@playwright/mcp's
+// --config) and the noWebRTC script into ConfDir, both readable by this
+// server's user only, and returns the configuration's path. A file is
+// replaced whole (a rename), so a browser starting meanwhile reads the old
+// one or the new one.
+func (b Browser) writeConf() (string, error) {
+	if err := os.MkdirAll(b.ConfDir, 0o700); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(b.ConfDir, 0o700); err != nil {
+		return "", err
+	}
+	script := filepath.Join(b.ConfDir, "no-webrtc.js")
+	if err := writeFileAtomic(script, []byte(noWebRTC)); err != nil {
+		return "", err
+	}
+	type proxy struct {
+		Server   string `json:"server"`
+		Username string `json:"username,omitempty"`
+		Password string `json:"password,omitempty"`
+	}
+	var conf struct {
+		Browser struct {
+			LaunchOptions struct {
+				Proxy proxy    `json:"proxy"`
+				Args  []string `json:"args"`
+			} `json:"launchOptions"`
+			InitScript []string `json:"initScript"`
+		} `json:"browser"`
+	}
+	// Chromium's own WebRTC policy too, should a page find WebRTC still:
+	// no UDP but through the proxy, which carries none. (Seen here to stop
+	// a page's STUN packets on its own; --force-webrtc-ip-handling-policy
+	// did not.)
+	conf.Browser.LaunchOptions.Args = []string{"--webrtc-ip-handling-policy=disable_non_proxied_udp"}
+	conf.Browser.LaunchOptions.Proxy = proxy{Server: b.ProxyURL, Username: b.ProxyUsername, Password: b.ProxyPassword}
+	conf.Browser.InitScript = []string{script}
+	raw, err := json.Marshal(conf)
+	if err != nil {
+		return "", err
+	}
+	file := filepath.Join(b.ConfDir, "config.json")
+	return file, writeFileAtomic(file, raw)
+}
+
+// writeFileAtomic writes data to a new file, mode 0600, and renames it
+// to name.
+func writeFileAtomic(name string, data []byte) error {
+	f, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // nothing once renamed
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), name)
 }

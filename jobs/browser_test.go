@@ -2,9 +2,12 @@ package jobs_test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"html"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -32,8 +35,8 @@ import (
 )
 
 // setupBrowser is setupMCP with the shipped skills and the built-in
-// browser server configured as serve.go does, its proxy's guard allowing
-// the addresses in allow; mcpJSON, when not empty, is the data root's
+// browser server configured as serve.go does, its proxy asking for a
+// password and its guard allowing the addresses in allow; mcpJSON, when not empty, is the data root's
 // .mcp.json (${MCP_BIN} is the test server).
 func setupBrowser(t *testing.T, script scriptmodel.Script, browser extensions.Browser, allow, mcpJSON string) *mcpBundle {
 	t.Helper()
@@ -51,12 +54,15 @@ func setupBrowser(t *testing.T, script scriptmodel.Script, browser extensions.Br
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxyURL, stop, err := netguard.ServeProxy((&netguard.Guard{Rules: rules}).NewProxy(nil), "127.0.0.1:0")
+	proxy := (&netguard.Guard{Rules: rules}).NewProxy(nil)
+	proxy.Username, proxy.Password = "browser", rand.Text()
+	proxyURL, stop, err := netguard.ServeProxy(proxy, "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(stop)
-	browser.ProxyURL, browser.Dir = proxyURL, filepath.Join(b.root, "cache", "browser")
+	browser.ProxyURL, browser.ProxyUsername, browser.ProxyPassword = proxyURL, proxy.Username, proxy.Password
+	browser.Dir, browser.ConfDir = filepath.Join(b.root, "cache", "browser"), filepath.Join(b.root, "cache", "browser-conf")
 	opts := mcpclient.Options{MinBackoff: 50 * time.Millisecond, MaxBackoff: 200 * time.Millisecond, CallTimeout: time.Minute, ConnectTimeout: 2 * time.Minute}
 	b.ext = &extensions.Extensions{
 		Pool:           b.pool,
@@ -343,6 +349,146 @@ func TestBrowserIsEachPersonsOwn(t *testing.T) {
 		if info, err := os.Stat(filepath.Join(dir, fmt.Sprintf("user-%d", u.ID))); err != nil || !info.IsDir() {
 			t.Errorf("no folder of %s's in %s: %v", u.Name, dir, err)
 		}
+	}
+}
+
+// A page's WebRTC never sends a packet: STUN is UDP, which the guarded
+// proxy does not carry, so a page could reach any address with it, the
+// server's loopback included. The page (allowed, through the proxy with
+// its password) finds no RTCPeerConnection, in itself or in a frame it
+// makes, and its STUN request to a UDP port of loopback the test listens
+// on, made with whatever WebRTC it finds, sends nothing. The browser's
+// configuration (the proxy's password) is in the server's own folder, not
+// the browser's, readable by this user only, and not on its command line.
+func TestBrowserTakesWebRTCAway(t *testing.T) {
+	t.Parallel()
+	needBrowser(t)
+	udp, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer udp.Close()
+	var packets atomic.Int32
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			if _, _, err := udp.ReadFrom(buf); err != nil {
+				return
+			}
+			packets.Add(1)
+		}
+	}()
+	stun := "stun:" + udp.LocalAddr().String()
+	page := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		fmt.Fprintf(w, `<!doctype html><html><head><title>WebRTC probe</title></head><body>
+			<p id="out">probing</p>
+			<script>
+			const frame = document.createElement("iframe");
+			document.body.appendChild(frame);
+			const out = ["page=" + typeof RTCPeerConnection, "webkit=" + typeof webkitRTCPeerConnection,
+				"frame=" + typeof frame.contentWindow.RTCPeerConnection,
+				"channel=" + typeof RTCDataChannel, "media=" + typeof (navigator.mediaDevices && navigator.mediaDevices.getUserMedia)];
+			const made = [];
+			for (const [where, PC] of [["page", window.RTCPeerConnection], ["webkit", window.webkitRTCPeerConnection], ["frame", frame.contentWindow.RTCPeerConnection]]) {
+				if (typeof PC !== "function") continue;
+				try {
+					const pc = new PC({iceServers: [{urls: %q}]});
+					pc.createDataChannel("x");
+					pc.createOffer().then(o => pc.setLocalDescription(o));
+					made.push(where);
+				} catch (e) { made.push(where + ":" + e.name); }
+			}
+			setTimeout(() => {
+				document.getElementById("out").textContent = "WEBRTC-DONE " + out.join(" ") + " made=[" + made.join(",") + "]";
+			}, 2500);
+			</script></body></html>`, stun)
+	}))
+	defer page.Close()
+	call := func(id, name, args string) []scriptmodel.Reply {
+		return []scriptmodel.Reply{{ToolCalls: []scriptmodel.ScriptToolCall{{ID: id, Name: name, Arguments: args}}}}
+	}
+	script := scriptmodel.Script{Rules: []scriptmodel.Rule{
+		{Match: scriptmodel.Match{LastToolResultContains: "WEBRTC-DONE page="}, Replies: say("Probed.")},
+		{Match: scriptmodel.Match{LastToolResultContains: "Waited for WEBRTC-DONE"}, Replies: call("s", "mcp__browser__browser_snapshot", `{}`)},
+		{Match: scriptmodel.Match{LastToolResultContains: "Page Title: WebRTC probe"}, Replies: call("w", "mcp__browser__browser_wait_for", `{"text":"WEBRTC-DONE"}`)},
+		{Match: scriptmodel.Match{LastRole: "user"}, Replies: call("n", "mcp__browser__browser_navigate", `{"url":"`+page.URL+`/probe"}`)},
+		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: say("Unexpected tool result.")},
+	}}
+	b := setupBrowser(t, script, extensions.Browser{}, page.Listener.Addr().String(), "")
+	b.connected(t, extensions.BrowserServerName)
+	th := b.start(t, "Open the probe page.", "browser")
+	b.settle(t, th.ID, db.StatusDone)
+	var got string
+	for _, m := range toolResults(b.messages(t, th.ID)) {
+		if m.ToolCallID == "s" {
+			got = m.Content
+		}
+	}
+	const want = "WEBRTC-DONE page=undefined webkit=undefined frame=undefined channel=undefined media=undefined made=[]"
+	if !strings.Contains(got, want) {
+		t.Errorf("the page says %.1500q, want %q", got, want)
+	}
+	time.Sleep(time.Second) // a late packet would still count
+	if n := packets.Load(); n != 0 {
+		t.Errorf("the loopback UDP port got %d packets from the page's STUN request, want none", n)
+	}
+
+	// The configuration: the server's own, this user's only, its path
+	// alone on the command line.
+	var args []string
+	for _, e := range b.ext.State().Servers {
+		if e.Name == extensions.BrowserServerName {
+			args = append(e.Config.Args, e.Config.Command)
+			for k, v := range e.Config.Env {
+				args = append(args, k, v)
+			}
+		}
+	}
+	conf := filepath.Join(b.root, "cache", "browser-conf")
+	if !slices.Contains(args, filepath.Join(conf, "config.json")) {
+		t.Errorf("the browser runs with %q, not its configuration file", args)
+	}
+	raw, err := os.ReadFile(filepath.Join(conf, "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parsed struct {
+		Browser struct {
+			LaunchOptions struct {
+				Proxy struct{ Server, Username, Password string }
+			}
+		}
+	}
+	if err := json.Unmarshal(raw, &parsed); err != nil {
+		t.Fatal(err)
+	}
+	password := parsed.Browser.LaunchOptions.Proxy.Password
+	if len(password) < 20 || parsed.Browser.LaunchOptions.Proxy.Username != "browser" {
+		t.Errorf("the browser's proxy is %+v, want the proxy's user and password", parsed.Browser.LaunchOptions.Proxy)
+	}
+	if slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, password) }) {
+		t.Errorf("the proxy's password is on the browser's command line or in its environment: %q", args)
+	}
+	for _, f := range []string{"config.json", "no-webrtc.js"} {
+		if info, err := os.Stat(filepath.Join(conf, f)); err != nil || info.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v, mode %v; want 0600", f, err, info.Mode())
+		}
+	}
+	if info, err := os.Stat(conf); err != nil || info.Mode().Perm() != 0o700 {
+		t.Errorf("%s: %v, want mode 0700", conf, err)
+	}
+	err = filepath.WalkDir(filepath.Join(b.root, "cache", "browser"), func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if raw, err := os.ReadFile(p); err == nil && strings.Contains(string(raw), password) {
+			t.Errorf("%s, in the browser's own folder, holds the proxy's password", p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
