@@ -1,10 +1,13 @@
 package extensions
 
 import (
+	"crypto/sha512"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"pizzabot/agent"
 )
@@ -48,6 +51,9 @@ type Browser struct {
 	// created when missing: outside Dir, so no page, model or file tool
 	// of the browser's reads them.
 	ConfDir string
+	// NPMCache is npm's cache folder, where npx keeps the packages it
+	// fetched; empty: $npm_config_cache, or ~/.npm.
+	NPMCache string
 	// Chromium is the browser to run; empty: the first of ChromiumPaths
 	// found.
 	Chromium string
@@ -100,7 +106,14 @@ func (b Browser) config() (agent.MCPServerConfig, error) {
 	if err != nil {
 		return agent.MCPServerConfig{}, fmt.Errorf("the browser's configuration: %w", err)
 	}
-	args := []string{"-y", BrowserPackage,
+	command, args := npx, []string{"-y", BrowserPackage}
+	if node, cli, ok := b.installed(); ok {
+		// The package npx fetched, run by node itself: npx would
+		// resolve it again at every start (about a second and 90 MB a
+		// person's browser more).
+		command, args = node, []string{cli}
+	}
+	args = append(args,
 		"--headless",
 		"--browser", "chromium",
 		"--executable-path", chromium,
@@ -120,12 +133,12 @@ func (b Browser) config() (agent.MCPServerConfig, error) {
 		// user's session) too: what one run left open (tabs, cookies)
 		// does not linger for long.
 		"--idle-timeout", "600000",
-	}
+	)
 	if os.Geteuid() == 0 {
 		// Chromium refuses to run as root with its sandbox.
 		args = append(args, "--no-sandbox")
 	}
-	return agent.MCPServerConfig{Type: agent.MCPStdio, Command: npx, Args: args, Cwd: b.Dir, PerUser: true}, nil
+	return agent.MCPServerConfig{Type: agent.MCPStdio, Command: command, Args: args, Cwd: b.Dir, PerUser: true}, nil
 }
 
 // noWebRTC runs in every page and frame before the page's own scripts
@@ -217,4 +230,47 @@ func writeFileAtomic(name string, data []byte) error {
 		return err
 	}
 	return os.Rename(f.Name(), name)
+}
+
+// installed finds node and the pinned package's cli.js where npx left it
+// (.ci/run's or an earlier start's npx -y): npm's cache, in
+// _npx/<the first 16 hex digits of the SHA-512 of the package spec>, as
+// npm 7 to 11 name it. It is used only when its package.json says the
+// pinned version and its dependency playwright-core is there; otherwise
+// (another npm, another cache, an interrupted install) npx runs it.
+func (b Browser) installed() (node, cli string, ok bool) {
+	node, ok = findProgram("node")
+	if !ok {
+		return "", "", false
+	}
+	cache := b.NPMCache
+	if cache == "" {
+		cache = os.Getenv("npm_config_cache")
+	}
+	if cache == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", "", false
+		}
+		cache = filepath.Join(home, ".npm")
+	}
+	sum := sha512.Sum512([]byte(BrowserPackage))
+	modules := filepath.Join(cache, "_npx", hex.EncodeToString(sum[:])[:16], "node_modules")
+	name, version, _ := strings.Cut(strings.TrimPrefix(BrowserPackage, "@"), "@")
+	pkg := filepath.Join(modules, "@"+name)
+	raw, err := os.ReadFile(filepath.Join(pkg, "package.json"))
+	if err != nil {
+		return "", "", false
+	}
+	var meta struct{ Name, Version string }
+	if json.Unmarshal(raw, &meta) != nil || meta.Name != "@"+name || meta.Version != version {
+		return "", "", false
+	}
+	cli = filepath.Join(pkg, "cli.js")
+	for _, f := range []string{cli, filepath.Join(modules, "playwright-core", "package.json")} {
+		if info, err := os.Stat(f); err != nil || !info.Mode().IsRegular() {
+			return "", "", false
+		}
+	}
+	return node, cli, true
 }
