@@ -334,6 +334,7 @@ func seedA11y(t *testing.T, ts *triageServer) []a11yPage {
 		{name: "action-script-expanded", user: "admin", path: "/inbox/action", ready: rowsShown, act: expand(script, "inner-call")},
 		{name: "action-unknown-expanded", user: "admin", path: "/inbox/action", ready: rowsShown, act: expand(unknown, "unknown-explanation")},
 		{name: "action-subagent-expanded", user: "admin", path: "/inbox/action", ready: rowsShown, act: expand(parent, "subagent-pending")},
+		{name: "decide-together", user: "admin", path: "/decisions/review?ids=" + itoa(approval), ready: `document.querySelector('[data-testid="bulk-call"]')`},
 		{name: "all-selected", user: "admin", path: "/inbox/all", ready: rowsShown, act: click(`#thread-` + itoa(done) + ` .row-check`)},
 		{name: "search", user: "admin", path: "/inbox/all?q=brief", ready: `document.querySelector('[data-testid="thread-snippet"]')`},
 		{name: "search-empty", user: "admin", path: "/inbox/all?q=zzzzqqq", ready: emptyShown},
