@@ -875,7 +875,7 @@ func (s *Service) DeleteSecret(ctx context.Context, userID int64, server, name s
 const MaxSecretLen = 4096
 
 // CheckSecret is why value cannot be a ${user:NAME} value, which goes into
-// an HTTP header: empty, too long, or holding a control character.
+// an HTTP header or a stdio server's environment: empty, too long, or holding a control character.
 func CheckSecret(value string) error {
 	if value == "" {
 		return errors.New("Enter the value.")
@@ -885,7 +885,7 @@ func CheckSecret(value string) error {
 	}
 	for _, r := range value {
 		if r < 0x20 || r == 0x7f {
-			return errors.New("The value must be on one line, without control characters: it is sent in an HTTP header.")
+			return errors.New("The value must be on one line, without control characters: it is sent in an HTTP header or a process's environment.")
 		}
 	}
 	return nil
