@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -226,7 +227,17 @@ func (c *Channel) Send(ctx context.Context, target notify.Target, ev notify.Even
 		Urgency:         webpush.UrgencyHigh,
 	})
 	if err != nil {
-		return fmt.Errorf("push to subscription %d: %w", target.ID, err)
+		// net/http's errors quote the URL: the endpoint is the capability
+		// to push to the person, kept out of logs and the delivery list.
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		host := ""
+		if u, perr := url.Parse(s.Endpoint); perr == nil {
+			host = u.Hostname()
+		}
+		return fmt.Errorf("push to subscription %d (%s): %w", target.ID, host, err)
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))

@@ -459,3 +459,33 @@ func TestVAPIDKeysCreatedOnce(t *testing.T) {
 		t.Fatal("a bad private key was taken")
 	}
 }
+
+// A push that cannot reach its service fails without the subscription's
+// endpoint in the error: the endpoint is the capability to push to the
+// person, and the error goes to the log and the delivery list.
+func TestPushErrorHidesTheEndpoint(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.New(t)
+	guard := &netguard.Guard{Loopback: true}
+	keys, err := push.LoadKeys(ctx, pool, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := push.New(pool, keys, "", guard)
+	alice := newUser(t, pool, "alice")
+	ps := newPushService(t)
+	const secret = "/wpush/v2/gAAAAABcapability-token"
+	sub, err := push.Subscribe(ctx, pool, guard, alice, ps.input(secret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps.srv.Close() // the service is gone: the connection is refused
+	err = ch.Send(ctx, notify.Target{Channel: "push", ID: sub.ID}, notify.Event{UserID: alice, Kind: notify.Failed, Title: "t", Path: "/threads/1"})
+	if err == nil {
+		t.Fatal("a push to a closed service succeeded")
+	}
+	if strings.Contains(err.Error(), "capability-token") || strings.Contains(err.Error(), sub.Endpoint) {
+		t.Fatalf("the error names the endpoint: %v", err)
+	}
+}
