@@ -96,14 +96,16 @@ func TestMetrics(t *testing.T) {
 		return series
 	}
 	// Four runs: two done (the tool run and the webhook's), one failed, one
-	// waiting for its answer.
+	// waiting for its answer. Five steps at least: the tool run's model turn
+	// runs its write_file in the same step (a database tool), then one
+	// more model step; one step each for the others, and the waiting run's.
 	want := map[string]func(float64) bool{
 		`pizza_model_calls_total{outcome="ok",provider="compatible"}`:             func(v float64) bool { return v >= 4 },
 		`pizza_model_calls_total{outcome="provider_error",provider="compatible"}`: func(v float64) bool { return v == 1 },
 		`pizza_model_tokens_total{kind="prompt",provider="compatible"}`:           func(v float64) bool { return v > 0 },
 		`pizza_tool_calls_total{outcome="ok",tool="write_file"}`:                  func(v float64) bool { return v == 1 },
-		`pizza_step_duration_seconds_count{outcome="ok"}`:                         func(v float64) bool { return v >= 6 },
-		`pizza_step_queue_seconds_count`:                                          func(v float64) bool { return v >= 6 },
+		`pizza_step_duration_seconds_count{outcome="ok"}`:                         func(v float64) bool { return v >= 5 },
+		`pizza_step_queue_seconds_count`:                                          func(v float64) bool { return v >= 5 },
 		`pizza_runs{status="waiting"}`:                                            func(v float64) bool { return v == 1 },
 		`pizza_runs{status="running"}`:                                            func(v float64) bool { return v == 0 },
 		`pizza_calls_waiting`:                                                     func(v float64) bool { return v == 1 },
