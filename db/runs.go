@@ -24,13 +24,16 @@ const (
 // TakeLease lets step job jobID work on the thread's run at generation gen.
 // The job gets the run when it is running at that generation and no other job
 // has proved alive within staleAfter. It is one statement, its own
-// transaction (asyncCommit: hence the pool, never a caller's transaction): the UPDATE re-checks its condition on the row's latest
+// transaction (hence the pool, never a caller's transaction), and waits for
+// its commit to reach the disk, unlike a heartbeat: a take lost in a crash of
+// the database server would leave the run running with no lease and its job
+// finished, told it had lost the run, so nobody would take it up again. The
+// UPDATE re-checks its condition on the row's latest
 // version after any wait, so two jobs never both take the run. Only when it
 // takes nothing does a second read tell an obsolete job from a busy run; a
 // change in between can only make the run more obsolete, never take it.
 func TakeLease(ctx context.Context, q *pgxpool.Pool, threadID, gen, jobID int64, staleAfter time.Duration) (LeaseOutcome, error) {
-	tag, err := q.Exec(ctx, asyncCommit+`UPDATE threads SET run_lease_job = $3, run_heartbeat_at = now()
-		FROM async
+	tag, err := q.Exec(ctx, `UPDATE threads SET run_lease_job = $3, run_heartbeat_at = now()
 		WHERE id = $1 AND status = 'running' AND run_gen = $2
 		  AND (run_lease_job IS NULL OR run_lease_job = $3 OR run_heartbeat_at IS NULL
 		       OR run_heartbeat_at <= now() - make_interval(secs => $4))`,
@@ -61,17 +64,15 @@ func TakeLease(ctx context.Context, q *pgxpool.Pool, threadID, gen, jobID int64,
 // asyncCommit begins a statement that, run on its own (outside a
 // transaction of the caller's), commits without waiting for its WAL to be
 // flushed to disk: the WITH makes synchronous_commit off for its
-// transaction only. For the lease's takes and heartbeats, whose loss in a
-// crash of the database server costs nothing: the server comes back with
-// the run as it was before them (the lease free, or stale), every later
-// commit that waits for the disk flushes them first, and a step commits
-// its work only where it checks, in that commit, that it holds the lease
-// (HoldsLease). It spares the first step of a run (and the one after a
-// decision) a flush to disk, one of the few milliseconds it has.
+// transaction only. For the lease's heartbeats, whose loss in a crash of
+// the database server costs nothing: the server comes back with the
+// heartbeat older, every later commit that waits for the disk flushes them
+// first, and a live process's step is never taken from it for a late
+// heartbeat (RescueStaleRuns). Not for TakeLease (see there).
 const asyncCommit = `WITH async AS (SELECT set_config('synchronous_commit', 'off', true)) `
 
 // Heartbeat proves job jobID still works on the thread; like TakeLease,
-// it is its own transaction (asyncCommit), hence the pool. It reports false when
+// it is its own transaction (asyncCommit, here), hence the pool. It reports false when
 // the job has lost the run (cancelled, rescued by another job).
 func Heartbeat(ctx context.Context, q *pgxpool.Pool, threadID, jobID int64) (bool, error) {
 	tag, err := q.Exec(ctx, asyncCommit+`UPDATE threads SET run_heartbeat_at = now()
