@@ -36,14 +36,21 @@ import (
 //
 // A connection that sends no complete request header in HeaderTimeout is
 // closed, an idle one after a minute, a tunnel with no byte either way for
-// TunnelIdle; at most MaxTunnels tunnels are open at once, and the next
-// is answered 503.
+// TunnelIdle. MaxConns bounds the upstream connections in use at once, one
+// budget for both kinds: open CONNECT tunnels and plain-HTTP requests
+// being forwarded (a page cannot open more through either); the next is
+// answered 503.
 type Proxy struct {
 	// Username and Password, when Password is set, are the credentials
 	// every request must carry; without them it is answered 407.
 	Username, Password string
-	// MaxTunnels bounds the CONNECT tunnels open at once; 64 when zero.
-	MaxTunnels int
+	// MaxConns bounds the upstream connections in use at once: CONNECT
+	// tunnels open or opening, and plain-HTTP requests being forwarded
+	// (from the request until its response's body is copied, or an
+	// upgraded connection ends), counted together; 64 when zero. Beyond
+	// it a request is answered 503. The forwarding transport also keeps
+	// up to 16 idle connections for reuse.
+	MaxConns int
 	// TunnelIdle closes a tunnel quiet both ways that long; 5 minutes when
 	// zero.
 	TunnelIdle time.Duration
@@ -55,13 +62,13 @@ type Proxy struct {
 	forward *httputil.ReverseProxy
 	logger  *slog.Logger
 
-	mu      sync.Mutex
-	tunnels int                   // open or opening
-	open    map[net.Conn]net.Conn // spliced: the client's end to the destination's
+	mu    sync.Mutex
+	inUse int                   // tunnels open or opening, requests being forwarded
+	open  map[net.Conn]net.Conn // spliced: the client's end to the destination's
 }
 
 const (
-	defaultMaxTunnels = 64
+	defaultMaxConns   = 64
 	defaultTunnelIdle = 5 * time.Minute
 )
 
@@ -115,7 +122,17 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "this is a forward proxy: it takes absolute http:// requests and CONNECT", http.StatusBadRequest)
 		return
 	}
+	if !p.enter() {
+		p.busy(w)
+		return
+	}
+	defer p.leave()
 	p.forward.ServeHTTP(w, r)
+}
+
+// busy answers a request beyond MaxConns.
+func (p *Proxy) busy(w http.ResponseWriter) {
+	http.Error(w, "Pizza Bot's proxy: too many connections open", http.StatusServiceUnavailable)
 }
 
 // authorized reports whether r carries the proxy's credentials, or none
@@ -142,24 +159,25 @@ func parseBasic(h string) (user, pass string, ok bool) {
 	return strings.Cut(string(b), ":")
 }
 
-// enter takes a tunnel's place, or reports that none is free.
+// enter takes one of MaxConns' places (a tunnel's or a forwarded
+// request's), or reports that none is free.
 func (p *Proxy) enter() bool {
-	limit := p.MaxTunnels
+	limit := p.MaxConns
 	if limit <= 0 {
-		limit = defaultMaxTunnels
+		limit = defaultMaxConns
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.tunnels >= limit {
+	if p.inUse >= limit {
 		return false
 	}
-	p.tunnels++
+	p.inUse++
 	return true
 }
 
 func (p *Proxy) leave() {
 	p.mu.Lock()
-	p.tunnels--
+	p.inUse--
 	p.mu.Unlock()
 }
 
@@ -207,7 +225,7 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !p.enter() {
-		http.Error(w, "Pizza Bot's proxy: too many connections open", http.StatusServiceUnavailable)
+		p.busy(w)
 		return
 	}
 	defer p.leave()

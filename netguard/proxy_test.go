@@ -430,7 +430,7 @@ func TestProxyLimits(t *testing.T) {
 	}()
 	rules, _ := netguard.ParseRules(drip.Addr().String())
 	p := (&netguard.Guard{Rules: rules}).NewProxy(nil)
-	p.MaxTunnels = 2
+	p.MaxConns = 2
 	p.TunnelIdle = 300 * time.Millisecond
 	p.HeaderTimeout = 300 * time.Millisecond
 	proxyURL, stop, err := netguard.ServeProxy(p, "127.0.0.1:0")
@@ -467,7 +467,7 @@ func TestProxyLimits(t *testing.T) {
 		t.Fatalf("second CONNECT = %d", resp.StatusCode)
 	}
 	if code, _ := statusOf(t, pa, connect); code != http.StatusServiceUnavailable {
-		t.Errorf("a third tunnel over MaxTunnels 2 = %d, want 503", code)
+		t.Errorf("a third tunnel over MaxConns 2 = %d, want 503", code)
 	}
 	_ = c1.SetReadDeadline(time.Now().Add(5 * time.Second))
 	got, err := io.ReadAll(br1)
@@ -599,5 +599,109 @@ func TestProxyRebinding(t *testing.T) {
 	}
 	if n := tr.accepted.Load(); n != 0 {
 		t.Errorf("the loopback listener saw %d connections", n)
+	}
+}
+
+// Plain-HTTP requests share MaxConns with the tunnels: a page that makes
+// many requests to a server that holds them open gets MaxConns through,
+// and the next (a request or a CONNECT) is answered 503 without reaching
+// the server; once the held ones end, the places are free again.
+func TestProxyBoundsForwardedRequests(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	arrived := make(chan struct{}, 16)
+	var held, most atomic.Int32
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := held.Add(1)
+		defer held.Add(-1)
+		for {
+			m := most.Load()
+			if n <= m || most.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		if r.URL.Path == "/hold" {
+			arrived <- struct{}{}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		io.WriteString(w, "done "+r.URL.Path)
+	}))
+	defer upstream.Close()
+	var once atomic.Bool
+	free := func() {
+		if once.CompareAndSwap(false, true) {
+			close(release)
+		}
+	}
+	defer free()
+
+	rules, _ := netguard.ParseRules(upstream.Listener.Addr().String())
+	p := (&netguard.Guard{Rules: rules}).NewProxy(nil)
+	p.MaxConns = 2
+	proxyURL, stop, err := netguard.ServeProxy(p, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	pa := strings.TrimPrefix(proxyURL, "http://")
+	pu, _ := url.Parse(proxyURL)
+	// A client of its own per request: no connection reuse decides what
+	// is counted.
+	get := func(path string) (int, string, error) {
+		c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: http.ProxyURL(pu), DisableKeepAlives: true}}
+		resp, err := c.Get(upstream.URL + path)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), nil
+	}
+
+	type result struct {
+		code int
+		body string
+		err  error
+	}
+	results := make(chan result, 2)
+	for range 2 {
+		go func() {
+			code, body, err := get("/hold")
+			results <- result{code, body, err}
+		}()
+	}
+	for range 2 {
+		select {
+		case <-arrived:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the held requests did not reach the server")
+		}
+	}
+	// Both places are taken: a third request, and a tunnel, are refused.
+	code, body, err := get("/third")
+	if err != nil || code != http.StatusServiceUnavailable || !strings.Contains(body, "too many connections") {
+		t.Errorf("a third request over MaxConns 2 = %d %q, %v; want 503", code, body, err)
+	}
+	connect := "CONNECT " + upstream.Listener.Addr().String() + " HTTP/1.1\r\nHost: " + upstream.Listener.Addr().String() + "\r\n\r\n"
+	if code, _ := statusOf(t, pa, connect); code != http.StatusServiceUnavailable {
+		t.Errorf("a tunnel while two requests are forwarded = %d, want 503", code)
+	}
+	if m := most.Load(); m != 2 {
+		t.Errorf("the server saw %d requests at once, want 2", m)
+	}
+
+	free()
+	for range 2 {
+		r := <-results
+		if r.err != nil || r.code != http.StatusOK || r.body != "done /hold" {
+			t.Errorf("a held request = %d %q, %v", r.code, r.body, r.err)
+		}
+	}
+	// The places are free again.
+	if code, body, err := get("/after"); err != nil || code != http.StatusOK || body != "done /after" {
+		t.Errorf("after the held requests ended = %d %q, %v", code, body, err)
 	}
 }
