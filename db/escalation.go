@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Reminders and escalation of waiting calls (issue 33, migration 0048;
@@ -98,7 +100,7 @@ func dueNudges(ctx context.Context, q Querier, col string, now time.Time, skip [
 // interval (so a sweep that catches up after downtime reminds once, not
 // once per missed interval), and the reminder's number is returned. False:
 // not due, decided, or claimed first by another process. Publish the
-// reminder in the same transaction.
+// reminder, and write it to the audit log, in the same transaction.
 func ClaimReminder(ctx context.Context, q Querier, id int64, now time.Time) (int, bool, error) {
 	var n int
 	err := q.QueryRow(ctx, `UPDATE tool_calls c
@@ -114,6 +116,26 @@ func ClaimReminder(ctx context.Context, q Querier, id int64, now time.Time) (int
 		return 0, false, fmt.Errorf("claim the reminder of call %d: %w", id, err)
 	}
 	return n, true, nil
+}
+
+// AuditNames returns how the audit log names each of the users ids (as
+// AddAudit names an actor: their e-mail, else their name, else "user N"),
+// in the order of ids; an id of nobody is left out.
+func AuditNames(ctx context.Context, q Querier, ids []int64) ([]string, error) {
+	if ids == nil {
+		ids = []int64{}
+	}
+	rows, err := q.Query(ctx, `SELECT coalesce(nullif(u.email, ''), nullif(u.name, ''), 'user ' || u.id)
+		FROM unnest($1::bigint[]) WITH ORDINALITY AS x(id, n) JOIN users u ON u.id = x.id
+		ORDER BY x.n`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("names of users %v: %w", ids, err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("names of users %v: %w", ids, err)
+	}
+	return names, nil
 }
 
 // EscalateCall escalates waiting call id at now: those of its escalate_to

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -371,10 +372,14 @@ func (rt *Runtime) escalate(ctx context.Context, tx pgx.Tx, t db.Thread, c db.To
 	return true, rt.cfg.Notify.PublishAll(ctx, tx, evs)
 }
 
+// reminderActor is who the audit log says reminded of a call.
+var reminderActor = db.User{Name: "reminder"}
+
 // remind sends one call's reminder if it is due and the call still waits:
-// the claim that moves its next reminder on and the reminder's events
-// (one per person who may decide it now) are one transaction, so two
-// processes racing send one reminder per interval.
+// the claim that moves its next reminder on, its entry in the audit log
+// (which reminder, to whom) and the reminder's events (one per person who
+// may decide it now) are one transaction, so two processes racing send,
+// and audit, one reminder per interval.
 func (rt *Runtime) remind(ctx context.Context, due db.DueNudge, now time.Time) (bool, error) {
 	fired := false
 	err := db.InTx(ctx, rt.cfg.Pool, func(ctx context.Context, tx pgx.Tx) error {
@@ -383,9 +388,6 @@ func (rt *Runtime) remind(ctx context.Context, due db.DueNudge, now time.Time) (
 			return err
 		}
 		fired = true
-		if rt.cfg.Notify == nil {
-			return nil
-		}
 		c, err := db.GetToolCall(ctx, tx, due.ID)
 		if err != nil {
 			return err
@@ -394,11 +396,32 @@ func (rt *Runtime) remind(ctx context.Context, due db.DueNudge, now time.Time) (
 		if err != nil {
 			return err
 		}
-		top, err := rt.topThread(ctx, tx, t)
+		deciders, err := db.CallDeciders(ctx, tx, c.ID)
 		if err != nil {
 			return err
 		}
-		deciders, err := db.CallDeciders(ctx, tx, c.ID)
+		names, err := db.AuditNames(ctx, tx, deciders)
+		if err != nil {
+			return err
+		}
+		who := strings.Join(names, ", ")
+		switch {
+		case rt.cfg.Notify == nil:
+			who = "nobody: this server sends no notifications"
+		case who == "":
+			who = "nobody: nobody may decide it now"
+		default:
+			who += ", through their notification channels"
+		}
+		detail := fmt.Sprintf("thread %d (%s), call %d: %s; reminder %d, waiting since %s; reminded %s",
+			t.ID, t.Title, c.ID, c.Name, n, deadlineTime(c.CreatedAt), who)
+		if err := db.AddAudit(ctx, tx, reminderActor, "call reminded", detail); err != nil {
+			return err
+		}
+		if rt.cfg.Notify == nil {
+			return nil
+		}
+		top, err := rt.topThread(ctx, tx, t)
 		if err != nil {
 			return err
 		}

@@ -2,6 +2,7 @@ package jobs_test
 
 import (
 	"context"
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -244,7 +245,8 @@ func race(t *testing.T, one, two *process, fire func(*jobs.Runtime) (int, error)
 }
 
 // remindAfter 2m: one reminder per interval through the notification code
-// (recorded deliveries, and the webhook receives it), with two replicas
+// (recorded deliveries, and the webhook receives it), and one entry in the
+// audit log saying which reminder of which call to whom, with two replicas
 // sweeping at once; after downtime spanning many intervals, one catch-up;
 // none once the call is decided.
 func TestRemindAfterSendsOneReminderPerInterval(t *testing.T) {
@@ -261,12 +263,13 @@ func TestRemindAfterSendsOneReminderPerInterval(t *testing.T) {
 		t.Errorf("reason = %q", c.GateReason)
 	}
 	reminders := func() int { return len(b.deliveries(t, b.alice, "reminder:")) }
+	audited := func() int { return b.audits(t, "call reminded") }
 	fire := func(rt *jobs.Runtime) (int, error) { return rt.FireDueReminders(ctx, b.clk.Now()) }
 
 	// Before the interval: nothing.
 	b.clk.Set(start.Add(time.Minute))
-	if n := race(t, one, two, fire); n != 0 || reminders() != 0 {
-		t.Fatalf("fired %d, %d reminders before the interval", n, reminders())
+	if n := race(t, one, two, fire); n != 0 || reminders() != 0 || audited() != 0 {
+		t.Fatalf("fired %d, %d reminders, %d audited before the interval", n, reminders(), audited())
 	}
 	// The interval passes: one reminder, however many sweeps race.
 	b.clk.Set(start.Add(2*time.Minute + time.Second))
@@ -275,6 +278,18 @@ func TestRemindAfterSendsOneReminderPerInterval(t *testing.T) {
 	}
 	if n := reminders(); n != 1 {
 		t.Fatalf("%d reminders recorded, want 1", n)
+	}
+	if n := audited(); n != 1 {
+		t.Fatalf("%d reminders in the audit log, want 1", n)
+	}
+	es, err := db.ListAudit(ctx, b.pool, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("thread %d (%s), call %d: publish_brief; reminder 1, waiting since %s; reminded alice@example.com,",
+		th.ID, th.Title, c.ID, c.CreatedAt.UTC().Format("Mon Jan 2, 2006 15:04 UTC")); len(es) != 1 ||
+		es[0].Actor != "reminder" || !strings.HasPrefix(es[0].Detail, want) {
+		t.Errorf("audit = %+v, want %q", es, want)
 	}
 	eventually.Ok(t, 30*time.Second, func() error {
 		for _, r := range b.receiver.requests("/alice") {
@@ -290,8 +305,8 @@ func TestRemindAfterSendsOneReminderPerInterval(t *testing.T) {
 		t.Fatalf("fired %d within the interval", n)
 	}
 	b.clk.Set(start.Add(4*time.Minute + 2*time.Second))
-	if n := race(t, one, two, fire); n != 1 || reminders() != 2 {
-		t.Fatalf("fired %d, %d reminders; want the second", n, reminders())
+	if n := race(t, one, two, fire); n != 1 || reminders() != 2 || audited() != 2 {
+		t.Fatalf("fired %d, %d reminders, %d audited; want the second", n, reminders(), audited())
 	}
 
 	// Down across ten intervals: the process that starts reminds once.
@@ -306,8 +321,8 @@ func TestRemindAfterSendsOneReminderPerInterval(t *testing.T) {
 		return nil
 	})
 	time.Sleep(300 * time.Millisecond) // more sweeps: still one
-	if n := reminders(); n != 3 {
-		t.Errorf("%d reminders after the restart, want 3", n)
+	if n, a := reminders(), audited(); n != 3 || a != 3 {
+		t.Errorf("%d reminders, %d audited after the restart, want 3", n, a)
 	}
 	if got := b.callOf(t, th.ID); got.Reminders != 3 || got.NextRemindAt == nil || !got.NextRemindAt.Equal(start.Add(32*time.Minute)) {
 		t.Errorf("reminders %d, next %v", got.Reminders, got.NextRemindAt)
@@ -318,8 +333,8 @@ func TestRemindAfterSendsOneReminderPerInterval(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.clk.Set(start.Add(time.Hour))
-	if n, err := three.rt.FireDueReminders(ctx, b.clk.Now()); err != nil || n != 0 {
-		t.Errorf("fired %d (%v) on a decided call", n, err)
+	if n, err := three.rt.FireDueReminders(ctx, b.clk.Now()); err != nil || n != 0 || audited() != 3 {
+		t.Errorf("fired %d (%v) on a decided call, %d audited", n, err, audited())
 	}
 	jobstest.Wait(t, b.pool, b.alice, th.ID, db.StatusDone)
 }
