@@ -459,16 +459,26 @@ func (w *deliverWorker) finish(ctx context.Context, job *river.Job[DeliverArgs],
 		return err
 	}
 	d.cfg.Logger.WarnContext(ctx, "notification not delivered", "user_id", a.UserID, "channel", a.Channel,
-		"target_id", a.TargetID, "event", a.EventKey, "attempt", job.Attempt, "final", final, "err", sendErr)
-	return sendErr
+		"target_id", a.TargetID, "event", a.EventKey, "attempt", job.Attempt, "final", final, "err", recordedError(sendErr.Error()))
+	// River keeps the error too (river_job.errors, jsonb, which refuses a
+	// NUL as text does: the completion of the whole batch of jobs would
+	// fail), so it keeps what the delivery recorded.
+	return recordedErr{msg: recordedError(sendErr.Error()), err: sendErr}
 }
+
+// recordedErr is a send's error as River keeps it: recordedError's text,
+// the send's error beneath.
+type recordedErr struct {
+	msg string
+	err error
+}
+
+func (e recordedErr) Error() string { return e.msg }
+func (e recordedErr) Unwrap() error { return e.err }
 
 // record sets a delivery's outcome; tried counts an attempt.
 func (w *deliverWorker) record(ctx context.Context, a DeliverArgs, state, msg string, tried bool) error {
-	if r := []rune(msg); len(r) > 1000 {
-		msg = string(r[:1000]) + "…"
-	}
-	msg = strings.ToValidUTF8(msg, "?")
+	msg = recordedError(msg)
 	// Only a delivery still open: one a decision marked skipped while it
 	// was being sent keeps its mark.
 	_, err := w.d.cfg.Pool.Exec(ctx, `UPDATE notification_deliveries
@@ -481,6 +491,23 @@ func (w *deliverWorker) record(ctx context.Context, a DeliverArgs, state, msg st
 		return fmt.Errorf("record delivery of %s: %w", a.EventKey, err)
 	}
 	return nil
+}
+
+// maxRecordedError bounds a recorded error, in characters.
+const maxRecordedError = 1000
+
+// recordedError is msg as a delivery records it: text PostgreSQL can hold,
+// of bounded length. A send's error may quote what the other end answered
+// (a webhook's reply), so it may hold anything: a NUL byte, which a text
+// column refuses (and the outcome would never be recorded), or bytes that
+// are not UTF-8.
+func recordedError(msg string) string {
+	msg = strings.ToValidUTF8(msg, "\uFFFD")
+	msg = strings.ReplaceAll(msg, "\x00", "\uFFFD")
+	if r := []rune(msg); len(r) > maxRecordedError {
+		msg = string(r[:maxRecordedError]) + "…"
+	}
+	return msg
 }
 
 // Delivery is one recorded delivery, as its person (and admins) see it.

@@ -183,7 +183,16 @@ func (m *Email) SendMail(ctx context.Context, to string, msg []byte) error {
 			return fmt.Errorf("smtp %s: the server offers no AUTH (over this connection), and PIZZA_SMTP_URL has a user", addr)
 		}
 		if err := c.Auth(smtp.PlainAuth("", s.Username, s.Password, s.Host)); err != nil {
-			return fmt.Errorf("smtp %s: sign-in as %s refused: %w", addr, s.Username, err)
+			// A delivery's error is shown to its person (their list of
+			// deliveries): it names neither the server's SMTP user nor
+			// its password, also where the server's reply quotes them.
+			msg := err.Error()
+			for _, secret := range []string{s.Password, s.Username} {
+				if len(secret) >= 4 { // not every "a" of the reply
+					msg = strings.ReplaceAll(msg, secret, "…")
+				}
+			}
+			return fmt.Errorf("smtp %s: sign-in with PIZZA_SMTP_URL's user refused: %s", addr, msg)
 		}
 	}
 	from, err := mail.ParseAddress(s.From)

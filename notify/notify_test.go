@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -1032,4 +1033,47 @@ func TestDigest(t *testing.T) {
 			t.Errorf("digest lacks %q:\n%s", want, m.Text)
 		}
 	}
+}
+
+// A webhook whose refusal carries a NUL byte and bytes that are not UTF-8
+// (quoted in the send's error) still has its outcome recorded, the error
+// made text PostgreSQL can hold, and River keeps the job for its retry
+// with the error, as for any other failure.
+func TestSendErrorWithNULRecorded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = w.Write([]byte("upstream\x00said \xff\xfeno"))
+	}))
+	t.Cleanup(bad.Close)
+	if _, _, err := b.webhooks.Connect(ctx, b.user.ID, "webhook", bad.URL+"/in", ""); err != nil {
+		t.Fatal(err)
+	}
+	d := b.replica(notify.Config{Channels: b.webhooks.Channels()})
+	ev := decision(b.user.ID, "decision:call:6")
+	b.publish(d, ev)
+	eventually.Ok(t, 10*time.Second, func() error {
+		ds, err := notify.Deliveries(ctx, b.pool, b.user.ID, 10)
+		if err != nil {
+			return err
+		}
+		if len(ds) != 1 || ds[0].State != notify.StateRetrying {
+			return fmt.Errorf("deliveries %+v, want one retrying", ds)
+		}
+		if got := ds[0].LastError; !strings.Contains(got, "502") || !strings.Contains(got, "upstream") ||
+			strings.ContainsRune(got, 0) || !utf8.ValidString(got) || ds[0].Attempts != 1 {
+			t.Fatalf("delivery = %+v", ds[0])
+		}
+		var errs int
+		if err := b.pool.QueryRow(ctx, `SELECT coalesce(array_length(errors, 1), 0) FROM river_job
+			WHERE kind = 'notify_deliver'`).Scan(&errs); err != nil {
+			return err
+		}
+		if errs < 1 {
+			return errors.New("no error recorded on the job")
+		}
+		return nil
+	})
 }
