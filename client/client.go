@@ -228,6 +228,27 @@ func (c *Client) Decide(ctx context.Context, id int64, ds ...apiv1.DecisionInput
 	return t, status == http.StatusAccepted, err
 }
 
+// BulkDecisions is what a bulk decision did, call by call, in order.
+type BulkDecisions struct {
+	apiv1.BulkDecisionsResult
+	// Raw is the answer's JSON as the server sent it.
+	Raw json.RawMessage `json:"-"`
+}
+
+// DecideEach approves or rejects waiting calls of several threads together
+// (POST /api/v1/decisions), each its own decision. A call it could not
+// decide (decided meanwhile, not the user's to decide) is reported in its
+// result, Error saying why, and the others are decided all the same; a
+// request refused as a whole (no calls, too many, a decision other than
+// approve or reject) is an *Error.
+func (c *Client) DecideEach(ctx context.Context, ds ...apiv1.BulkDecisionInput) (BulkDecisions, error) {
+	body, _ := json.Marshal(apiv1.BulkDecisionsRequest{Decisions: ds})
+	var out BulkDecisions
+	raw, err := c.do(ctx, http.MethodPost, "/api/v1/decisions", body, "application/json", &out)
+	out.Raw = raw
+	return out, err
+}
+
 // Reply continues a thread whose run has ended.
 func (c *Client) Reply(ctx context.Context, id int64, text string) (Thread, error) {
 	body, _ := json.Marshal(apiv1.ReplyRequest{Content: text})

@@ -68,6 +68,7 @@ func TestAnswersReadEveryField(t *testing.T) {
 		{new(apiv1.ThreadDetail), into(new(ThreadDetail))},
 		{new(apiv1.ThreadList), into(new(ThreadList))},
 		{new(apiv1.UsageReport), into(new(UsageReport))},
+		{new(apiv1.BulkDecisionsResult), into(new(BulkDecisions))},
 		{new(apiv1.ThreadEvent), event(apiv1.EventThread)},
 		{new(apiv1.DeltaEvent), event(apiv1.EventDelta)},
 		{new(apiv1.PositionEvent), event(apiv1.EventReady)},
