@@ -184,6 +184,43 @@ func TestDecisionRecord(t *testing.T) {
 	}
 }
 
+// A decided call keeps, in its record, that it was escalated and its
+// deciders reminded (issue 33: everything stays in the thread's history).
+func TestDecisionRecordKeepsTheWait(t *testing.T) {
+	t.Parallel()
+	asked := time.Date(2026, 11, 3, 9, 0, 0, 0, time.UTC)
+	escalated, at := asked.Add(2*time.Hour), asked.Add(3*time.Hour)
+	call := db.ToolCallRow{ID: 1, MessageID: 1, CallID: "p1", Name: "publish_brief", Arguments: `{}`,
+		State: db.CallDone, Decision: db.DecisionApprove, DecidedByName: "Bob", DecidedAt: &at, Result: "published",
+		CreatedAt: asked, EscalatedAt: &escalated, EscalatedTo: []string{"group:leads"}, EscalatedFrom: "Alice", Reminders: 2}
+	render := func(c db.ToolCallRow) string {
+		v := ThreadView{
+			Thread: db.Thread{ID: 7, Status: db.StatusDone},
+			Messages: []db.Message{
+				{ID: 1, Role: db.RoleAssistant, ToolCalls: []db.ToolCall{{ID: "p1", Name: "publish_brief", Arguments: `{}`}}},
+				{ID: 2, Role: db.RoleTool, ToolCallID: "p1", ToolName: "publish_brief", Content: "published"},
+			},
+			Calls: []db.ToolCallRow{c},
+		}
+		var sb strings.Builder
+		if err := ThreadMessages(v).Render(context.Background(), &sb); err != nil {
+			t.Fatal(err)
+		}
+		return sb.String()
+	}
+	out := render(call)
+	for _, want := range []string{`data-testid="decision-waited"`, "Alice was asked first", "2026-11-03T09:00:00Z",
+		"2026-11-03T11:00:00Z", "leads", "reminded 2 times"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the decision record lacks %q:\n%s", want, out)
+		}
+	}
+	call.EscalatedAt, call.Reminders = nil, 0
+	if out := render(call); strings.Contains(out, `data-testid="decision-waited"`) {
+		t.Errorf("a call neither escalated nor reminded says it waited:\n%s", out)
+	}
+}
+
 func attrOf(n *html.Node, key string) string {
 	for _, a := range n.Attr {
 		if a.Key == key {
