@@ -114,8 +114,9 @@ type ToolCall struct {
 // Pending is what a waiting run waits for: a tool call waiting for a
 // person (an approval, the skill's interruptOn; a question, ask_user; a
 // call whose outcome is unknown, the server stopped while it ran), or its
-// user's connection to an MCP server (Kind "connection": ID 0, nothing to
-// decide; ConnectURL connects it, and the run resumes).
+// user's connection to an MCP server or their ${user:NAME} value of one
+// (Kind "connection": ID 0, nothing to decide; Server, and Secret for a
+// value; ConnectURL connects it or enters the value, and the run resumes).
 type Pending struct {
 	// ID is what a decision names.
 	ID int64 `json:"id"`
@@ -155,6 +156,11 @@ type Pending struct {
 	// signed-in request, back to the thread after), absent for others.
 	Server     string `json:"server,omitempty"`
 	ConnectURL string `json:"connect_url,omitempty"`
+	// Secret is, on a connection wait for its user's own value of a
+	// ${user:NAME} reference in the server's configuration (not an OAuth
+	// sign-in), that NAME, e.g. "API_KEY"; never the value. ConnectURL
+	// then leads to the Connections page's field for it.
+	Secret string `json:"secret,omitempty"`
 	// DecideBy is the call's deadline (a gate's timeout, docs/skills.md),
 	// and OnTimeout what happens then if nobody decided: reject, cancel,
 	// approve or escalate. Both absent when the call waits as long as it takes.

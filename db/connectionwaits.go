@@ -18,7 +18,21 @@ type ConnectionWait struct {
 	// its sub-agents.
 	ThreadID int64  `json:"thread_id"`
 	Server   string `json:"server"`
-	Reason   string `json:"reason"`
+	// Secret is the NAME of the ${user:NAME} value of Server the run
+	// waits for its user to enter (migration 0053), never the value; ""
+	// for an OAuth sign-in.
+	Secret string `json:"secret"`
+	Reason string `json:"reason"`
+}
+
+// Description says what the run waits for, for the person: "Connect
+// github to continue", or for a ${user:NAME} value "Enter your API_KEY for
+// crm to continue".
+func (w ConnectionWait) Description() string {
+	if w.Secret != "" {
+		return "Enter your " + w.Secret + " for " + w.Server + " to continue"
+	}
+	return "Connect " + w.Server + " to continue"
 }
 
 // ConnectURL is where the run's user connects the server, coming back to
@@ -29,13 +43,13 @@ func (w ConnectionWait) ConnectURL(threadID int64) string {
 
 // WaitForConnections records that thread threadID's run waits for userID
 // to connect each server of waits (a wait already there takes the new
-// reason). The caller ends the run as waiting in the same transaction.
+// reason and secret). The caller ends the run as waiting in the same transaction.
 func WaitForConnections(ctx context.Context, q Querier, threadID, userID int64, waits []ConnectionWait) error {
 	for _, w := range waits {
 		if _, err := q.Exec(ctx, `
-			INSERT INTO connection_waits (thread_id, user_id, server, reason) VALUES ($1, $2, $3, $4)
-			ON CONFLICT (thread_id, server) DO UPDATE SET reason = EXCLUDED.reason`,
-			threadID, userID, w.Server, w.Reason); err != nil {
+			INSERT INTO connection_waits (thread_id, user_id, server, secret, reason) VALUES ($1, $2, $3, $4, $5)
+			ON CONFLICT (thread_id, server) DO UPDATE SET secret = EXCLUDED.secret, reason = EXCLUDED.reason`,
+			threadID, userID, w.Server, w.Secret, w.Reason); err != nil {
 			return fmt.Errorf("record the wait for %s: %w", w.Server, err)
 		}
 	}

@@ -140,7 +140,7 @@ func (t Thread) Summary() string {
 func (t Thread) waitingSummary(kind, tool, args, desc string) string {
 	switch {
 	case tool == "" && len(t.ConnectionWaits) > 0:
-		return "Connect " + t.ConnectionWaits[0].Server + " to continue"
+		return t.ConnectionWaits[0].Description()
 	case tool == "" && t.BudgetHold != nil:
 		return firstLine(t.BudgetHold.Summary, 140)
 	case tool == "":
@@ -308,7 +308,7 @@ const summaryColumns = `
 			SELECT c.id FROM threads c WHERE c.parent_thread_id = t.id AND c.status = 'waiting')
 		ORDER BY h.thread_id LIMIT 1) END AS budget_hold,
 	CASE WHEN t.status = 'waiting' THEN (
-		SELECT json_agg(json_build_object('thread_id', w.thread_id, 'server', w.server, 'reason', w.reason) ORDER BY w.thread_id, w.server)
+		SELECT json_agg(json_build_object('thread_id', w.thread_id, 'server', w.server, 'secret', w.secret, 'reason', w.reason) ORDER BY w.thread_id, w.server)
 		FROM connection_waits w
 		WHERE w.thread_id = t.id OR w.thread_id IN (
 			SELECT c.id FROM threads c WHERE c.parent_thread_id = t.id AND c.status = 'waiting')) END AS connection_waits`

@@ -460,15 +460,18 @@ func toAPIPending(c db.ToolCallRow, v db.ThreadView, admin bool) apiv1.Pending {
 // MCP server: only that user can connect it, so only they get the URL.
 func toAPIConnectionWait(cw db.ConnectionWait, v db.ThreadView, reader db.User) apiv1.Pending {
 	p := apiv1.Pending{
-		ThreadID: cw.ThreadID, Kind: db.WaitConnection, Server: cw.Server,
+		ThreadID: cw.ThreadID, Kind: db.WaitConnection, Server: cw.Server, Secret: cw.Secret,
 		Arguments: json.RawMessage("{}"), AllowedDecisions: []string{},
-		Description: "Connect " + cw.Server + " to continue", Reason: cw.Reason,
+		Description: cw.Description(), Reason: cw.Reason,
 		Yours: reader.ID == v.Thread.UserID,
 	}
 	if p.Yours {
 		p.ConnectURL = cw.ConnectURL(v.Thread.ID)
 	} else {
 		p.WaitingFor = "the run's owner, who must connect " + cw.Server
+		if cw.Secret != "" {
+			p.WaitingFor = "the run's owner, who must enter their " + cw.Secret + " for " + cw.Server
+		}
 	}
 	return p
 }

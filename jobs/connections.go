@@ -85,7 +85,7 @@ func (rt *Runtime) signIns(ctx context.Context, userID int64, skill *agent.Skill
 		case err == nil:
 		case errors.As(err, &nc):
 			if required(s) {
-				waits = append(waits, db.ConnectionWait{Server: s, Reason: nc.Reason})
+				waits = append(waits, db.ConnectionWait{Server: s, Secret: nc.Secret, Reason: nc.Reason})
 			} else {
 				leftOut = append(leftOut, s)
 			}
@@ -162,7 +162,7 @@ func (rt *Runtime) waitForConnections(ctx context.Context, jobID int64, a StepAr
 // the server refused call c (401, or no token could be had): the call did
 // not run, so it is ready again, to run once the run resumes.
 func (rt *Runtime) refusedCall(ctx context.Context, jobID int64, a StepArgs, userID int64, c db.ToolCallRow, nc *agent.NeedsConnection) error {
-	waits := []db.ConnectionWait{{Server: nc.Server, Reason: nc.Reason}}
+	waits := []db.ConnectionWait{{Server: nc.Server, Secret: nc.Secret, Reason: nc.Reason}}
 	err := rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := db.SetToolCallState(ctx, tx, c.ID, db.CallReady, db.CallRunning); err != nil {
 			return err

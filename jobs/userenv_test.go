@@ -134,8 +134,10 @@ func TestScheduledRunWaitsForUserEnvAndResumes(t *testing.T) {
 	}
 	ta := fire(alice)
 	th := jobstest.Wait(t, pool, alice, ta, db.StatusWaiting)
-	want := []db.ConnectionWait{{ThreadID: ta, Server: "keys", Reason: "your api_key is not entered"}}
-	if !slices.Equal(th.ConnectionWaits, want) || !th.InAction || th.Summary() != "Connect keys to continue" {
+	// The wait names the value (never shows it), as the API's waiting
+	// item and the Action row do.
+	want := []db.ConnectionWait{{ThreadID: ta, Server: "keys", Secret: "api_key", Reason: "your api_key is not entered"}}
+	if !slices.Equal(th.ConnectionWaits, want) || !th.InAction || th.Summary() != "Enter your api_key for keys to continue" {
 		t.Fatalf("alice's waits = %+v (want %+v), in action %v, summary %q", th.ConnectionWaits, want, th.InAction, th.Summary())
 	}
 	if got := results(alice, ta); len(got) != 0 {
