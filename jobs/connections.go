@@ -56,6 +56,10 @@ type SignIns interface {
 	// Credentialed reports whether userID has what server needs (a
 	// token, their ${user:NAME} values), without reaching it.
 	Credentialed(ctx context.Context, signer mcpclient.Signer, userID int64, server string) error
+	// Status lists every MCP server in use, each user's or shared: those
+	// configured, turned on and loaded without error (Missing tells a
+	// skill's connections naming any other).
+	Status() []mcpclient.Status
 }
 
 // signIns opens the sessions of userID to the servers each user signs in
@@ -294,16 +298,57 @@ func (rt *Runtime) SweepConnectionWaits(ctx context.Context) (int, error) {
 
 // Missing is what a skill lacks to start (Toolbox.Missing) but the tools of
 // the servers each user signs in to: those are listed once the user has
-// connected the server, and until then the run waits for it.
+// connected the server, and until then the run waits for it. The servers
+// its connections name that no MCP server in use has (not configured, or
+// turned off, or failing to load) are missing too, in one phrase that
+// Toolbox.Needs passes on as it is ("the MCP server crm configured
+// (Settings → MCP servers; the skill's connections name it)"): nobody
+// could connect them, so the skill is not offered and its start is refused
+// in those words, instead of its runs going without them.
 func (rt *Runtime) Missing(s *agent.Skill) []string {
 	missing := rt.cfg.Tools.Missing(s)
-	if rt.cfg.SignIns == nil || rt.cfg.Credentials == nil || len(missing) == 0 {
+	if rt.cfg.SignIns == nil {
 		return missing
 	}
-	signIn := rt.cfg.SignIns.SignInServers()
-	serverOf := rt.cfg.Tools.ServerOf()
-	return slices.DeleteFunc(missing, func(n string) bool {
-		server := entryServer(n, serverOf)
-		return server != "" && slices.Contains(signIn, server)
-	})
+	if rt.cfg.Credentials != nil && len(missing) > 0 {
+		signIn := rt.cfg.SignIns.SignInServers()
+		serverOf := rt.cfg.Tools.ServerOf()
+		missing = slices.DeleteFunc(missing, func(n string) bool {
+			server := entryServer(n, serverOf)
+			return server != "" && slices.Contains(signIn, server)
+		})
+	}
+	if why := rt.unconfigured(s, missing); why != "" {
+		missing = append(missing, why)
+	}
+	return missing
+}
+
+// unconfigured says which servers s's connections name that no MCP server
+// in use has, but those already among missing (allowed-tools naming them
+// too), as a phrase for "needs ..."; "" for none.
+func (rt *Runtime) unconfigured(s *agent.Skill, missing []string) string {
+	if len(s.Connections) == 0 {
+		return ""
+	}
+	var inUse []string
+	for _, st := range rt.cfg.SignIns.Status() {
+		inUse = append(inUse, st.Name)
+	}
+	var names []string
+	for _, c := range s.Connections {
+		if slices.Contains(inUse, c) || slices.Contains(missing, "mcp__"+c) || slices.Contains(missing, "mcp__"+c+"__*") {
+			continue
+		}
+		names = append(names, c)
+	}
+	switch n := len(names); n {
+	case 0:
+		return ""
+	case 1:
+		return "the MCP server " + names[0] + " configured (Settings → MCP servers; the skill's connections name it)"
+	default:
+		return "the MCP servers " + strings.Join(names[:n-1], ", ") + " and " + names[n-1] +
+			" configured (Settings → MCP servers; the skill's connections name them)"
+	}
 }

@@ -627,3 +627,49 @@ Call whoami.
 		t.Fatalf("results = %q", res)
 	}
 }
+
+// A skill whose connections name a server nobody configured (a typo, or a
+// server since removed): nobody could connect it, so the skill is not
+// offered, says what it needs, and its start is refused in those words,
+// instead of starting (and going without the server, or waiting for a
+// connection nobody can make). A configured server's name is not missing.
+func TestSkillConnectionsNamingNoServerAreRefused(t *testing.T) {
+	t.Parallel()
+	as := authtest.New()
+	t.Cleanup(as.Close)
+	b := setupConnectionsOpts(t, as, agent.MCPServerConfig{Type: agent.MCPHTTP, URL: as.MCPURL(), OAuth: &agent.MCPOAuth{}},
+		connOptions{skills: map[string]string{
+			"needs-crm":  "---\nname: needs-crm\ndescription: Works with your deals.\nconnections: [crm]\n---\nFind deals.\n",
+			"needs-both": "---\nname: needs-both\ndescription: Works with your notes and deals.\nconnections: [notes, crm, mail]\n---\nFind deals.\n",
+		}})
+	skill := func(name string) *agent.Skill {
+		s, ok := b.rt.Skills().Get(name)
+		if !ok {
+			t.Fatalf("no skill %s: %v", name, b.rt.Skills().Errors)
+		}
+		return s
+	}
+	const one = "the MCP server crm configured (Settings → MCP servers; the skill's connections name it)"
+	if got := b.rt.Toolbox().NeedsText(b.rt.Missing(skill("needs-crm"))); got != one {
+		t.Fatalf("needs-crm needs %q, want %q", got, one)
+	}
+	const two = "the MCP servers crm and mail configured (Settings → MCP servers; the skill's connections name them)"
+	if got := b.rt.Toolbox().NeedsText(b.rt.Missing(skill("needs-both"))); got != two {
+		t.Fatalf("needs-both needs %q, want %q", got, two)
+	}
+	for name, want := range map[string]string{"needs-crm": one, "needs-both": two} {
+		_, err := b.rt.Start(context.Background(), b.alice, jobs.StartRequest{Prompt: "my deals", Skill: name})
+		if err == nil || !strings.Contains(err.Error(), `skill "`+name+`" is unavailable: it needs `+want) {
+			t.Fatalf("start of %s: %v", name, err)
+		}
+	}
+	var n int
+	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM threads`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d threads, %v", n, err)
+	}
+	// notes is configured: a skill naming it only starts, and waits for
+	// alice's connection (TestSkillRequiringAConnectionWaitsBeforeItsFirstStep).
+	if got := b.rt.Missing(skill("notes-reader")); len(got) != 0 {
+		t.Fatalf("notes-reader misses %q", got)
+	}
+}
