@@ -611,6 +611,34 @@ func MCPServerOfTool(name string) (string, bool) {
 	return server, ok && server != ""
 }
 
+// MCPToolOf reports whether name can be the name of a tool of server
+// (MCPToolName(server, t) for some t), for a process that has not listed
+// the server's tools: it starts with mcp__<server>__, or it was shortened
+// with a hash from a name that did (a server name of more than 48
+// characters loses the prefix). Where the tools are listed, their record
+// (tools.Tool.Server) tells, not this.
+func MCPToolOf(name, server string) bool {
+	prefix := "mcp__" + sanitizeToolName(server) + "__"
+	if len(name) > len(prefix) && len(name) <= MaxToolNameLen && strings.HasPrefix(name, prefix) {
+		return true
+	}
+	cut := MaxToolNameLen - 9
+	if len(name) != MaxToolNameLen || name[cut] != '_' || !isLowerHex(name[cut+1:]) {
+		return false
+	}
+	kept := name[:cut]
+	return strings.HasPrefix(kept, prefix) || strings.HasPrefix(prefix, kept)
+}
+
+func isLowerHex(s string) bool {
+	for _, c := range []byte(s) {
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return s != ""
+}
+
 // MCPServerWildcard reports whether an allowed-tools entry stands for
 // every tool of one MCP server, "mcp__<server>" or "mcp__<server>__*", and
 // returns the server. Its tools are those the toolbox records as the

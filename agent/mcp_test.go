@@ -272,3 +272,31 @@ func TestUserSecretReferences(t *testing.T) {
 		}
 	}
 }
+
+// MCPToolOf tells whether a name can be a server's tool's, shortened or
+// not, without mistaking a server whose name merely starts the same.
+func TestMCPToolOf(t *testing.T) {
+	long := strings.Repeat("crm-of-the-whole-company-", 3)[:60]
+	tests := []struct {
+		name, server string
+		want         bool
+	}{
+		{agent.MCPToolName("crm", "find"), "crm", true},
+		{agent.MCPToolName("crm", "find"), "crmx", false},
+		{agent.MCPToolName("crmx", "find"), "crm", false},
+		{agent.MCPToolName("crm", strings.Repeat("x", 70)), "crm", true},
+		{agent.MCPToolName("crm", strings.Repeat("x", 70)), "cr", false},
+		{agent.MCPToolName(long, "find"), long, true},
+		{agent.MCPToolName(long, "other"), long, true},
+		{agent.MCPToolName(long, "find"), long[:45], false},
+		{agent.MCPToolName(long, "find"), "crm", false},
+		{agent.MCPToolName("a.b", "find"), "a.b", true},
+		{"write_file", "crm", false},
+		{"mcp__crm__", "crm", false},
+	}
+	for _, tt := range tests {
+		if got := agent.MCPToolOf(tt.name, tt.server); got != tt.want {
+			t.Errorf("MCPToolOf(%q, %q) = %v, want %v", tt.name, tt.server, got, tt.want)
+		}
+	}
+}

@@ -673,3 +673,70 @@ func TestSkillConnectionsNamingNoServerAreRefused(t *testing.T) {
 		t.Fatalf("notes-reader misses %q", got)
 	}
 }
+
+// A server whose configured name is 60 characters long: its tools' names
+// are shortened with a hash (agent.MCPToolName) and lose the
+// mcp__<server>__ prefix, yet a skill's allowed-tools wildcard of the
+// server, mcp__<server> or mcp__<server>__*, offers them (they are the
+// server's by the toolbox's record, not by their names), a run of a
+// person with the server's ${user:API_KEY} calls them, and a run of one
+// without it waits for that server.
+func TestLongServerNameWildcards(t *testing.T) {
+	t.Parallel()
+	as := authtest.New()
+	t.Cleanup(as.Close)
+	long := strings.Repeat("crm-of-the-whole-company-", 3)[:60]
+	if agent.ValidMCPServerName(long) != nil {
+		t.Fatalf("%q is not a valid name", long)
+	}
+	tool := agent.MCPToolName(long, "whoami")
+	if strings.HasPrefix(tool, "mcp__"+long) {
+		t.Fatalf("%q kept its server's name: the case is not tested", tool)
+	}
+	script := scriptmodel.Script{Rules: []scriptmodel.Rule{
+		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Asked the server."}}},
+		{Match: scriptmodel.Match{LastUserContains: "who am I"}, Replies: []scriptmodel.Reply{{ToolCalls: []scriptmodel.ScriptToolCall{
+			{Name: tool, Arguments: `{}`},
+		}}}},
+	}}
+	srv := keyedNotes(t, map[string]string{"alice-key-7f3a": "alice"})
+	skill := func(name, allowed string) string {
+		return "---\nname: " + name + "\ndescription: Asks the CRM who you are.\nallowed-tools: " + allowed + "\n---\nCall whoami.\n"
+	}
+	b := setupConnectionsOpts(t, as, agent.MCPServerConfig{Type: agent.MCPHTTP, URL: srv.URL,
+		Headers: map[string]string{"X-Api-Key": "${user:API_KEY}"}}, connOptions{name: long, script: &script, skills: map[string]string{
+		"crm-all":  skill("crm-all", "mcp__"+long),
+		"crm-star": skill("crm-star", "mcp__"+long+"__*"),
+	}})
+	ctx := context.Background()
+	if err := b.svc.SetSecret(ctx, b.alice.ID, long, "API_KEY", "alice-key-7f3a"); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"crm-all", "crm-star"} {
+		s, ok := b.rt.Skills().Get(name)
+		if !ok {
+			t.Fatalf("no skill %s: %v", name, b.rt.Skills().Errors)
+		}
+		if m := b.rt.Missing(s); len(m) != 0 {
+			t.Fatalf("%s misses %q", name, m)
+		}
+		th := b.start(t, b.alice, name)
+		jobstest.Wait(t, b.pool, b.alice, th.ID, db.StatusDone)
+		if got := b.toolResultsOf(t, b.alice, th.ID); !slices.Equal(got, []string{"alice"}) {
+			t.Fatalf("%s: alice's results = %q", name, got)
+		}
+		var offered []string
+		for _, spec := range b.rt.Toolbox().Offer(s) {
+			offered = append(offered, spec.Name)
+		}
+		if !slices.Equal(offered, []string{tool}) {
+			t.Fatalf("%s offers %q, want [%s]", name, offered, tool)
+		}
+		// Bob has not entered his key: his run waits for the server.
+		tb := b.start(t, b.bob, name)
+		got := jobstest.Wait(t, b.pool, b.bob, tb.ID, db.StatusWaiting)
+		if len(got.ConnectionWaits) != 1 || got.ConnectionWaits[0].Server != long || got.ConnectionWaits[0].Secret != "API_KEY" {
+			t.Fatalf("%s: bob's waits = %+v", name, got.ConnectionWaits)
+		}
+	}
+}

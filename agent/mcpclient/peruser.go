@@ -673,11 +673,33 @@ func (m *Manager) CallAs(ctx context.Context, signer Signer, userID int64, name 
 		if server, ok := agent.MCPServerOfTool(name); ok {
 			sv = m.serverNamed(server)
 		}
+		if sv == nil {
+			// A name shortened with a hash has no server part: the one
+			// server used with each user's own whose tool it can be.
+			sv = m.perUserServerOf(name)
+		}
 	}
 	if owners <= 1 && sv != nil && sv.isPerUser() {
 		return sv.callAs(ctx, signer, userID, name, args)
 	}
 	return m.Call(ctx, name, args)
+}
+
+// perUserServerOf is the one server used with each user's own
+// connection that a tool named name can be of (agent.MCPToolOf), or nil
+// when none or several can.
+func (m *Manager) perUserServerOf(name string) *server {
+	var out *server
+	for _, sv := range m.serverList() {
+		if !sv.isPerUser() || !agent.MCPToolOf(name, sv.spec.Name) {
+			continue
+		}
+		if out != nil {
+			return nil
+		}
+		out = sv
+	}
+	return out
 }
 
 // serverOfTool is the server offering a tool named name (mcp__...), and
