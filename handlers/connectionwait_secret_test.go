@@ -63,6 +63,17 @@ func TestConnectionWaitNamesTheSecret(t *testing.T) {
 		t.Fatalf("action list = %s", r.Body.String())
 	}
 
+	// The thread's page says the same, and its button enters the value.
+	page := b.get("alice", "/threads/"+strconv.FormatInt(th.ID, 10)).wantStatus(http.StatusOK)
+	box := page.all("connection-wait")
+	if len(box) != 1 || !strings.Contains(text(box[0]), want.Description) ||
+		!strings.Contains(page.text("connection-wait-reason"), "takes each person's own API_KEY (your API_KEY is not entered). Enter yours") {
+		t.Fatalf("the page's wait: %s", page.body())
+	}
+	if btn := page.all("connect-button"); len(btn) != 1 || text(btn[0]) != "Enter API_KEY" || attr(btn[0], "href") != want.ConnectURL {
+		t.Fatalf("the page's button: %s", page.body())
+	}
+
 	// An OAuth wait has no secret.
 	if err := db.WaitForConnections(b.ctx, b.pool, th.ID, b.alice.ID, []db.ConnectionWait{{Server: "notes", Reason: "not connected"}}); err != nil {
 		t.Fatal(err)

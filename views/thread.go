@@ -578,6 +578,17 @@ func leftOut(v ThreadView) string { return strings.Join(v.Thread.LeftOut, ", ") 
 // connectionWaitExplain says why a run waits for a connection and how it
 // goes on.
 func connectionWaitExplain(v ThreadView, w db.ConnectionWait) string {
+	if w.Secret != "" {
+		// A ${user:NAME} value of the server, not a sign-in.
+		why := "The server " + w.Server + " takes each person's own " + w.Secret
+		if w.Reason != "" {
+			why += " (" + w.Reason + ")"
+		}
+		if v.Thread.Role == db.RoleOwner {
+			return why + ". Enter yours on the Connections page; the run goes on by itself afterwards."
+		}
+		return why + ". The run's owner must enter theirs; the run goes on by itself afterwards."
+	}
 	why := "It is not connected"
 	switch {
 	case w.Reason == "the server refused the token":
@@ -589,6 +600,14 @@ func connectionWaitExplain(v ThreadView, w db.ConnectionWait) string {
 		return why + ". Connect it with your own account; the run goes on by itself afterwards."
 	}
 	return why + ". The run's owner must connect it with their own account; the run goes on by itself afterwards."
+}
+
+// connectButtonLabel is the label of a connection wait's button.
+func connectButtonLabel(w db.ConnectionWait) string {
+	if w.Secret != "" {
+		return "Enter " + w.Secret
+	}
+	return "Connect " + w.Server
 }
 
 // budgetHoldExplain says why a run waits on its budget and how it goes on.
