@@ -95,7 +95,7 @@ func TestEventsFollowChanges(t *testing.T) {
 
 	after := horizon(t, pool)
 	var jobID int64 = 7
-	if _, err := db.TakeLease(ctx, pool, th.ID, 1, jobID, time.Minute); err != nil {
+	if _, _, err := db.TakeLease(ctx, pool, th.ID, 1, jobID, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := db.Heartbeat(ctx, pool, th.ID, jobID); err != nil {

@@ -19,6 +19,13 @@ const (
 	LeaseTaken    LeaseOutcome = iota // the job owns the run now
 	LeaseObsolete                     // the run moved on, or is not running: nothing to do
 	LeaseBusy                         // another live job holds the run: try later
+	// LeaseHeldLater: the run moved on to a later generation and this
+	// job holds it there already. A commit of the job's that advanced the
+	// run and kept its lease went through although the job saw it fail
+	// (the connection was lost, or the job's context ended, during
+	// COMMIT): the job goes on from that generation, which nobody else
+	// will take up.
+	LeaseHeldLater
 )
 
 // TakeLease lets step job jobID work on the thread's run at generation gen.
@@ -30,35 +37,44 @@ const (
 // finished, told it had lost the run, so nobody would take it up again. The
 // UPDATE re-checks its condition on the row's latest
 // version after any wait, so two jobs never both take the run. Only when it
-// takes nothing does a second read tell an obsolete job from a busy run; a
-// change in between can only make the run more obsolete, never take it.
-func TakeLease(ctx context.Context, q *pgxpool.Pool, threadID, gen, jobID int64, staleAfter time.Duration) (LeaseOutcome, error) {
+// takes nothing does a second read tell an obsolete job from a busy run, or
+// from a run this job holds at a later generation (LeaseHeldLater, with that
+// generation); a change in between can only make the run more obsolete,
+// never take it. It returns the generation the job holds.
+func TakeLease(ctx context.Context, q *pgxpool.Pool, threadID, gen, jobID int64, staleAfter time.Duration) (LeaseOutcome, int64, error) {
 	tag, err := q.Exec(ctx, `UPDATE threads SET run_lease_job = $3, run_heartbeat_at = now()
 		WHERE id = $1 AND status = 'running' AND run_gen = $2
 		  AND (run_lease_job IS NULL OR run_lease_job = $3 OR run_heartbeat_at IS NULL
 		       OR run_heartbeat_at <= now() - make_interval(secs => $4))`,
 		threadID, gen, jobID, staleAfter.Seconds())
 	if err != nil {
-		return 0, fmt.Errorf("lease thread %d: %w", threadID, err)
+		return 0, 0, fmt.Errorf("lease thread %d: %w", threadID, err)
 	}
 	if tag.RowsAffected() == 1 {
-		return LeaseTaken, nil
+		return LeaseTaken, gen, nil
 	}
 	var (
 		status string
 		curGen int64
+		held   bool
 	)
-	err = q.QueryRow(ctx, `SELECT status, run_gen FROM threads WHERE id = $1`, threadID).Scan(&status, &curGen)
+	err = q.QueryRow(ctx, `SELECT status, run_gen, run_lease_job IS NOT DISTINCT FROM $2 FROM threads WHERE id = $1`,
+		threadID, jobID).Scan(&status, &curGen, &held)
 	if err != nil {
 		if isNoRows(err) {
-			return LeaseObsolete, nil
+			return LeaseObsolete, 0, nil
 		}
-		return 0, fmt.Errorf("lease thread %d: %w", threadID, err)
+		return 0, 0, fmt.Errorf("lease thread %d: %w", threadID, err)
 	}
-	if status != StatusRunning || curGen != gen {
-		return LeaseObsolete, nil
+	switch {
+	case status != StatusRunning:
+		return LeaseObsolete, 0, nil
+	case curGen > gen && held:
+		return LeaseHeldLater, curGen, nil
+	case curGen != gen:
+		return LeaseObsolete, 0, nil
 	}
-	return LeaseBusy, nil
+	return LeaseBusy, 0, nil
 }
 
 // asyncCommit begins a statement that, run on its own (outside a
@@ -84,15 +100,37 @@ func Heartbeat(ctx context.Context, q *pgxpool.Pool, threadID, jobID int64) (boo
 	return tag.RowsAffected() == 1, nil
 }
 
-// ReleaseLease gives the run back without moving it on, e.g. when a step is
-// interrupted by shutdown and will be taken up again.
-func ReleaseLease(ctx context.Context, q Querier, threadID, jobID int64) error {
+// ReleaseLease gives the run back at generation gen without moving it on,
+// e.g. while its job sleeps for a provider that asked to wait. Only the
+// lease at gen: a job that went on to a later generation (LeaseHeldLater)
+// must not give that one back without a job to take it (HandBackLease).
+func ReleaseLease(ctx context.Context, q Querier, threadID, gen, jobID int64) error {
 	_, err := q.Exec(ctx, `UPDATE threads SET run_lease_job = NULL
-		WHERE id = $1 AND run_lease_job = $2`, threadID, jobID)
+		WHERE id = $1 AND run_lease_job = $2 AND run_gen = $3`, threadID, jobID, gen)
 	if err != nil {
 		return fmt.Errorf("release thread %d: %w", threadID, err)
 	}
 	return nil
+}
+
+// HandBackLease gives back whatever generation of the thread's running run
+// job jobID holds and returns it, for the caller to queue that
+// generation's step job in the same transaction; held is false when the
+// job holds none (the run ended, or was cancelled or taken over: whoever
+// did that took care of it). It asks for no generation: a commit the job
+// saw fail may have advanced the run and kept its lease (LeaseHeldLater),
+// and that generation is the one to hand over, or nobody would take it.
+func HandBackLease(ctx context.Context, q Querier, threadID, jobID int64) (gen int64, held bool, err error) {
+	err = q.QueryRow(ctx, `UPDATE threads SET run_lease_job = NULL
+		WHERE id = $1 AND run_lease_job = $2 AND status = 'running'
+		RETURNING run_gen`, threadID, jobID).Scan(&gen)
+	switch {
+	case err == nil:
+		return gen, true, nil
+	case isNoRows(err):
+		return 0, false, nil
+	}
+	return 0, false, fmt.Errorf("hand back thread %d: %w", threadID, err)
 }
 
 // HoldsLease reports whether job jobID holds the thread's run at generation

@@ -486,25 +486,37 @@ func (rt *Runtime) mayChain(ch *chain) bool {
 	return ch.steps+1 < chainSteps && time.Since(ch.began) < chainFor && !rt.stopping.Load()
 }
 
-// handBack gives a chained step's run, at generation a.Gen, to a new job of
-// its own, to run after (0: now), and releases this job's lease, in one
-// transaction. It reports whether it did; if not, the lease stays this
-// job's until the rescue sweeps hand the run over.
-func (rt *Runtime) handBack(ctx context.Context, jobID int64, a StepArgs, after time.Duration) bool {
+// handBack gives whatever generation of the thread's run this job holds to
+// a new job of its own, to run after (0: now), and releases the lease, in
+// one transaction: a chained step's run, or a step's that cannot go on in
+// this job (shutdown). It asks the run for the generation rather than
+// trusting the job's own count: a commit the job saw fail (its context
+// ended, or its connection was lost, during COMMIT) may have gone through,
+// advancing the run with the lease kept for this job, and that generation
+// is the one nobody else would take up. A job that holds nothing has
+// nothing to hand over (the run ended, or was cancelled or taken over,
+// by whoever saw to its next step). It reports whether it did its part;
+// if not, the lease stays this job's until the rescue sweeps hand the run
+// over.
+func (rt *Runtime) handBack(ctx context.Context, jobID, threadID int64, after time.Duration) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	var opts *river.InsertOpts
 	if after > 0 {
 		opts = &river.InsertOpts{ScheduledAt: time.Now().Add(after)}
 	}
+	var gen int64
 	err := db.InTx(ctx, rt.cfg.Pool, func(ctx context.Context, tx pgx.Tx) error {
-		if _, err := rt.client.InsertTx(ctx, tx, a, opts); err != nil {
+		g, held, err := db.HandBackLease(ctx, tx, threadID, jobID)
+		if err != nil || !held {
 			return err
 		}
-		return db.ReleaseLease(ctx, tx, a.ThreadID, jobID)
+		gen = g
+		_, err = rt.client.InsertTx(ctx, tx, StepArgs{ThreadID: threadID, Gen: g}, opts)
+		return err
 	})
 	if err != nil {
-		rt.cfg.Logger.Warn("hand a chained step back", "thread_id", a.ThreadID, "gen", a.Gen, "err", err)
+		rt.cfg.Logger.Warn("hand a step back", "thread_id", threadID, "gen", gen, "err", err)
 		return false
 	}
 	return true

@@ -86,7 +86,7 @@ func (w *StepWorker) take(ctx context.Context, job *river.Job[StepArgs], a StepA
 		// A chained step is taken already: the commit that advanced the
 		// run kept its lease for this job (advance). rt.step checks the
 		// lease is still this job's.
-		outcome, err := db.TakeLease(ctx, rt.cfg.Pool, a.ThreadID, a.Gen, job.ID, rt.staleAfter())
+		outcome, gen, err := db.TakeLease(ctx, rt.cfg.Pool, a.ThreadID, a.Gen, job.ID, rt.staleAfter())
 		if err != nil {
 			return false, err
 		}
@@ -95,6 +95,15 @@ func (w *StepWorker) take(ctx context.Context, job *river.Job[StepArgs], a StepA
 			return false, nil
 		case db.LeaseBusy:
 			return false, river.JobSnooze(rt.staleAfter())
+		case db.LeaseHeldLater:
+			// This job's last commit went through though it failed for
+			// the job (River retried it, or it was snoozed): the run
+			// is this job's at gen, and nobody else would take it up.
+			// Its heartbeat is as old as that commit: proved anew here.
+			a.Gen = gen
+			if ok, err := db.Heartbeat(ctx, rt.cfg.Pool, a.ThreadID, job.ID); err != nil || !ok {
+				return false, err
+			}
 		}
 	}
 	ch.next = false
@@ -127,8 +136,9 @@ func (w *StepWorker) take(ctx context.Context, job *river.Job[StepArgs], a StepA
 		if ch.next && (jobCtx.Err() != nil || rt.stopping.Load()) {
 			// The run's next step, whose lease this job keeps, goes
 			// to a new job instead.
-			rt.handBack(ctx, job.ID, StepArgs{ThreadID: a.ThreadID, Gen: ch.gen}, 0)
-			return false, nil
+			// Should that fail, this job sleeps and takes it again
+			// (LeaseHeldLater).
+			return false, handedBack(rt.handBack(ctx, job.ID, a.ThreadID, 0), river.JobSnooze(0))
 		}
 		return ch.next, nil
 	case errors.Is(err, errLeaseLost) || errors.Is(context.Cause(ctx), errLeaseLost):
@@ -138,7 +148,7 @@ func (w *StepWorker) take(ctx context.Context, job *river.Job[StepArgs], a StepA
 		rt.cfg.Metrics.Step(began.Sub(queued), time.Since(began), "provider_wait")
 		if chained {
 			rt.cfg.Logger.Info("model provider asked to wait", "thread_id", a.ThreadID, "wait", wait.after)
-			return false, handedBack(rt.handBack(ctx, job.ID, a, wait.after), err)
+			return false, handedBack(rt.handBack(ctx, job.ID, a.ThreadID, wait.after), err)
 		}
 		// The provider asked for longer than a worker waits (a 429 with a
 		// long Retry-After): hand the run back and sleep the job, holding
@@ -146,7 +156,7 @@ func (w *StepWorker) take(ctx context.Context, job *river.Job[StepArgs], a StepA
 		// sweeps leave it alone, and the job takes it again when it wakes.
 		bg, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer done()
-		if rerr := db.ReleaseLease(bg, rt.cfg.Pool, a.ThreadID, job.ID); rerr != nil {
+		if rerr := db.ReleaseLease(bg, rt.cfg.Pool, a.ThreadID, a.Gen, job.ID); rerr != nil {
 			// The lease goes stale instead: the rescue sweep takes the
 			// run over after StaleAfter, earlier than asked but safe.
 			rt.cfg.Logger.Warn("release lease", "thread_id", a.ThreadID, "err", rerr)
@@ -155,18 +165,14 @@ func (w *StepWorker) take(ctx context.Context, job *river.Job[StepArgs], a StepA
 		return false, river.JobSnooze(wait.after)
 	case jobCtx.Err() != nil:
 		rt.cfg.Metrics.Step(began.Sub(queued), time.Since(began), "handed_back")
-		if chained {
-			return false, handedBack(rt.handBack(ctx, job.ID, a, 0), nil)
-		}
-		// Shutdown (or River's own cancel): hand the run back at once. A
-		// tool call cut off here stays "running" and the next job treats
-		// its outcome as unknown.
-		bg, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer done()
-		if rerr := db.ReleaseLease(bg, rt.cfg.Pool, a.ThreadID, job.ID); rerr != nil {
-			rt.cfg.Logger.Warn("release lease", "thread_id", a.ThreadID, "err", rerr)
-		}
-		return false, river.JobSnooze(0)
+		// Shutdown (or River's own cancel): hand the run to a new job at
+		// once, at the generation this job holds, which may be a later
+		// one than a.Gen: the step's commit may have gone through as the
+		// context ended (handBack). A tool call cut off here stays
+		// "running" and the next job treats its outcome as unknown.
+		// Should the hand-over fail, this job sleeps and takes the run
+		// again (LeaseHeldLater), or the rescue sweeps do.
+		return false, handedBack(rt.handBack(ctx, job.ID, a.ThreadID, 0), river.JobSnooze(0))
 	}
 	// Any other error (the database refused a commit, a query failed):
 	// River retries the job with its backoff, which takes the lease again
@@ -175,7 +181,7 @@ func (w *StepWorker) take(ctx context.Context, job *river.Job[StepArgs], a StepA
 	// chained step's run goes to a new job, whose own retries follow.
 	rt.cfg.Metrics.Step(began.Sub(queued), time.Since(began), "error")
 	if chained {
-		return false, handedBack(rt.handBack(ctx, job.ID, a, 0), err)
+		return false, handedBack(rt.handBack(ctx, job.ID, a.ThreadID, 0), err)
 	}
 	return false, err
 }
