@@ -116,20 +116,46 @@ func TestConverseReasoningSurvivesRestart(t *testing.T) {
 		t.Errorf("published %q, want [Ovens]", got)
 	}
 
+	// Each step was taken once: by the job queued for it (the start's,
+	// the decision's), in one attempt, none rescued, retried or handed
+	// over; and the run committed its three steps.
+	var jobs, attempts int
+	if err := h.Pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(attempt), 0) FROM river_job
+		WHERE kind = 'run_step' AND (args->>'thread_id')::bigint = $1`, th.ID).Scan(&jobs, &attempts); err != nil {
+		t.Fatal(err)
+	}
+	if jobs != 2 || attempts != 2 {
+		t.Errorf("%d step jobs, %d attempts: want 2 and 2 (the first step, then the decision's job with its chained model step)", jobs, attempts)
+	}
+	if n := stepsTaken(t, h.Pool, th.ID); n != 3 {
+		t.Errorf("%d steps, want 3 (model, publish_brief, model)", n)
+	}
+	// Two model calls: the turn before the decision, and the one after the
+	// tool ran. A request may come twice in a row, byte for byte: the
+	// model client (agent.Model.Complete) retries an attempt that failed
+	// on the way back, as for any provider, within the same step. That is
+	// the third request CI saw under load: now and then the AWS SDK's
+	// reading of the ConverseStream event stream fails with "decode event:
+	// read tcp ...: use of closed network connection" after the double had
+	// written its whole answer (seen here in 2 of 16 parallel runs under
+	// -race: the first turn's request sent again 1-5 ms later, the step
+	// committed once). The requests of every other kind must be the two.
 	reqs := model.Requests()
-	if len(reqs) > 2 {
-		// Seen three times in CI on a loaded machine (three requests, the
-		// brief still published once), never in 15 runs under -race on
-		// an idle one; the cause is not found yet. What this test is for,
-		// the reasoning replayed after the restart and the tool run once,
-		// is checked below either way; the requests are logged to find it.
+	var turns []scriptmodel.RecordedRequest
+	for i, r := range reqs {
+		if i > 0 && bytes.Equal(r.Body, reqs[i-1].Body) {
+			t.Logf("request %d repeats request %d: the model client's retry", i, i-1)
+			continue
+		}
+		turns = append(turns, r)
+	}
+	if len(turns) != 2 {
 		for i, r := range reqs {
 			t.Logf("request %d: %.700s", i, fmt.Sprintf("%s %+v", r.Path, r.Messages))
 		}
+		t.Fatalf("%d model calls (%d requests), want 2", len(turns), len(reqs))
 	}
-	if len(reqs) < 2 {
-		t.Fatalf("%d model requests, want 2", len(reqs))
-	}
+	reqs = turns
 	var body struct {
 		Messages []struct {
 			Role    string            `json:"role"`
