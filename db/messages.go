@@ -74,9 +74,9 @@ func QueueAddMessage(b *pgx.Batch, m Message, out *Message) error {
 }
 
 func addMessage(m Message) (string, []any, error) {
-	calls := m.ToolCalls
-	if calls == nil {
-		calls = []ToolCall{}
+	calls := make([]ToolCall, len(m.ToolCalls))
+	for i, c := range m.ToolCalls {
+		calls[i] = ToolCall{ID: Text(c.ID), Name: Text(c.Name), Arguments: Text(c.Arguments)}
 	}
 	raw, err := json.Marshal(calls)
 	if err != nil {
@@ -89,7 +89,7 @@ func addMessage(m Message) (string, []any, error) {
 	return `INSERT INTO messages AS m (thread_id, role, content, tool_calls, tool_call_id, tool_name, is_error, provider_state)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
 		RETURNING ` + messageColumns,
-		[]any{m.ThreadID, m.Role, m.Content, raw, m.ToolCallID, m.ToolName, m.IsError, state}, nil
+		[]any{m.ThreadID, m.Role, Text(m.Content), raw, Text(m.ToolCallID), Text(m.ToolName), m.IsError, state}, nil
 }
 
 // ListMessages returns the conversation of a thread the user may read,

@@ -237,7 +237,7 @@ func EndRun(ctx context.Context, q Querier, threadID int64, status, errMsg strin
 		    run_lease_job = NULL, run_heartbeat_at = NULL, updated_at = now(),
 		    unread = CASE WHEN $2 IN ('done', 'failed', 'waiting') THEN true ELSE unread END,
 		    archived = CASE WHEN $2 IN ('done', 'failed', 'waiting') THEN false ELSE archived END
-		WHERE id = $1 RETURNING run_gen`, threadID, status, errMsg).Scan(&gen)
+		WHERE id = $1 RETURNING run_gen`, threadID, status, Text(errMsg)).Scan(&gen)
 	if err != nil {
 		if isNoRows(err) {
 			return 0, fmt.Errorf("end run of thread %d: %w", threadID, ErrNotFound)
@@ -334,7 +334,7 @@ const insertStep = `WITH s AS (
 	WHERE $2::text = 'model' AND ($4::bigint > 0 OR $5::bigint > 0 OR $8::bigint > 0 OR $9::bigint > 0)`
 
 func insertStepArgs(s Step) []any {
-	return []any{s.ThreadID, s.Kind, s.Model, s.PromptTokens, s.CompletionTokens, s.Error, s.StartedAt,
+	return []any{s.ThreadID, s.Kind, s.Model, s.PromptTokens, s.CompletionTokens, Text(s.Error), s.StartedAt,
 		s.CacheReadTokens, s.CacheWriteTokens, s.ReasoningTokens}
 }
 

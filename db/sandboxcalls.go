@@ -49,7 +49,7 @@ func PutSandboxCall(ctx context.Context, q Querier, c SandboxCall) error {
 		ON CONFLICT (tool_call_id, seq) DO UPDATE SET name = EXCLUDED.name, arguments = EXCLUDED.arguments,
 			state = EXCLUDED.state, result = EXCLUDED.result, is_error = EXCLUDED.is_error,
 			approved_by = EXCLUDED.approved_by, approved_at = EXCLUDED.approved_at, updated_at = now()`,
-		c.ToolCallID, c.Seq, c.Name, c.Arguments, c.State, c.Result, c.IsError, c.ApprovedBy, c.ApprovedAt)
+		c.ToolCallID, c.Seq, Text(c.Name), Text(c.Arguments), c.State, Text(c.Result), c.IsError, c.ApprovedBy, c.ApprovedAt)
 	if err != nil {
 		return fmt.Errorf("journal sandbox call %d/%d: %w", c.ToolCallID, c.Seq, err)
 	}

@@ -838,7 +838,7 @@ func SetThreadStatus(ctx context.Context, q Querier, threadID int64, status, err
 		SET status = $2, error = $3, updated_at = now(),
 		    unread = CASE WHEN $2 IN ('done', 'failed', 'waiting') THEN true ELSE unread END,
 		    archived = CASE WHEN $2 IN ('done', 'failed', 'waiting') THEN false ELSE archived END
-		WHERE id = $1`, threadID, status, errMsg)
+		WHERE id = $1`, threadID, status, Text(errMsg))
 	if err != nil {
 		return fmt.Errorf("set thread %d status: %w", threadID, err)
 	}

@@ -187,8 +187,8 @@ func InsertToolCall(ctx context.Context, q Querier, c NewToolCall) (int64, error
 		 remind_every_s, next_remind_at, escalate_to, escalate_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17,
 		        $18, $19, $20, $21) RETURNING id`,
-		c.ThreadID, c.MessageID, c.CallID, c.Name, c.Arguments, c.State, c.WaitKind,
-		c.AllowedDecisions, c.Description, c.GateReason, c.Result, c.IsError, c.Approvers, c.DistinctApprover,
+		c.ThreadID, c.MessageID, Text(c.CallID), Text(c.Name), Text(c.Arguments), c.State, c.WaitKind,
+		c.AllowedDecisions, c.Description, c.GateReason, Text(c.Result), c.IsError, c.Approvers, c.DistinctApprover,
 		c.DecideBy, c.OnTimeout, c.Rememberable, c.Nudges.remindSeconds(), c.Nudges.NextRemindAt,
 		c.Nudges.escalateTo(), c.Nudges.EscalateAt).Scan(&id)
 	if err != nil {
