@@ -593,12 +593,21 @@ const MaxToolNameLen = 64
 // "_"; a name longer than MaxToolNameLen is shortened and given a hash
 // suffix so it stays unique.
 func MCPToolName(server, tool string) string {
-	name := "mcp__" + sanitizeToolName(server) + "__" + sanitizeToolName(tool)
+	name := MCPFullName(server, tool)
 	if len(name) <= MaxToolNameLen {
 		return name
 	}
 	sum := sha256.Sum256([]byte(server + "\x00" + tool))
 	return name[:MaxToolNameLen-9] + "_" + hex.EncodeToString(sum[:4])
+}
+
+// MCPFullName is a server's tool's name as MCPToolName writes it before
+// it shortens a name over MaxToolNameLen: mcp__<server>__<tool>, whatever
+// its length. A tool policy entry is matched against it too (Verdict), so
+// that the entries an admin writes by the server's name hold for its
+// tools when their offered names lost the prefix.
+func MCPFullName(server, tool string) string {
+	return "mcp__" + sanitizeToolName(server) + "__" + sanitizeToolName(tool)
 }
 
 // MCPServerOfTool returns the server part of an mcp__<server>__<tool> name.

@@ -75,9 +75,9 @@ type ApprovalRoute struct {
 // tool's calls from now on, and if not why: a route matching it says
 // allowRemember false; or the tool acts outside the database (outside) and
 // no route matching it says allowRemember true.
-func (p ToolPolicy) RememberPermitted(tool string, outside bool) (bool, string) {
+func (p ToolPolicy) RememberPermitted(tool string, outside bool, aliases ...string) (bool, string) {
 	permitted := false
-	for _, r := range p.RoutesFor(tool) {
+	for _, r := range p.RoutesFor(tool, aliases...) {
 		if r.AllowRemember == nil {
 			continue
 		}
@@ -114,11 +114,12 @@ func (r ApprovalRoute) Interrupt() Interrupt {
 	return in
 }
 
-// RoutesFor returns the routes that match a tool, in the policy's order.
-func (p ToolPolicy) RoutesFor(tool string) []ApprovalRoute {
+// RoutesFor returns the routes that match a tool (by its name or one of
+// its aliases, see Verdict), in the policy's order.
+func (p ToolPolicy) RoutesFor(tool string, aliases ...string) []ApprovalRoute {
 	var out []ApprovalRoute
 	for _, r := range p.Routes {
-		if slices.ContainsFunc(r.Tools, func(e string) bool { return MatchToolPattern(e, tool) }) {
+		if slices.ContainsFunc(r.Tools, func(e string) bool { return matchTool(e, tool, aliases) }) {
 			out = append(out, r)
 		}
 	}
@@ -326,14 +327,17 @@ func typeWord(kind string) string {
 }
 
 // Verdict returns what the policy says about tool, and the entry that
-// decided it ("" when none matches). Deny beats ask beats allow.
-func (p ToolPolicy) Verdict(tool string) (PolicyVerdict, string) {
+// decided it ("" when none matches). Deny beats ask beats allow. An entry
+// matches the tool's name or one of its aliases: an MCP tool's full name
+// (MCPFullName), when MCPToolName shortened the name it is offered by, so
+// that mcp__<server>__* holds for a server with a long name too.
+func (p ToolPolicy) Verdict(tool string, aliases ...string) (PolicyVerdict, string) {
 	for _, l := range []struct {
 		v       PolicyVerdict
 		entries []string
 	}{{PolicyDeny, p.Deny}, {PolicyAsk, p.Ask}, {PolicyAllow, p.Allow}} {
 		for _, e := range l.entries {
-			if MatchToolPattern(e, tool) {
+			if matchTool(e, tool, aliases) {
 				return l.v, e
 			}
 		}
@@ -343,6 +347,12 @@ func (p ToolPolicy) Verdict(tool string) (PolicyVerdict, string) {
 
 // IsZero reports whether the policy has no entry.
 func (p ToolPolicy) IsZero() bool { return len(p.Allow)+len(p.Ask)+len(p.Deny)+len(p.Routes) == 0 }
+
+// matchTool reports whether a policy entry matches a tool's name or one of
+// its aliases.
+func matchTool(pattern, tool string, aliases []string) bool {
+	return MatchToolPattern(pattern, tool) || slices.ContainsFunc(aliases, func(a string) bool { return MatchToolPattern(pattern, a) })
+}
 
 // MatchToolPattern reports whether a tool name matches a policy entry: the
 // same name, or a pattern whose "*" stand for any run of characters.

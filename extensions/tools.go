@@ -53,6 +53,7 @@ func mcpTools(m *mcpclient.Manager, signer mcpclient.Signer, builtin func(server
 			out = append(out, tools.Tool{
 				Spec:       mt.Spec,
 				Server:     mt.Server,
+				Remote:     mt.Name,
 				Named:      named,
 				Idempotent: read,
 				Call: func(ctx context.Context, run tools.Run, args map[string]any) (string, error) {

@@ -740,3 +740,50 @@ func TestLongServerNameWildcards(t *testing.T) {
 		}
 	}
 }
+
+// The server tool policy holds for the tools of a server whose name is
+// long: their offered names lost the mcp__<server>__ prefix (MCPToolName
+// shortens them with a hash), and an admin's deny or ask of
+// mcp__<server>__* matched none of them, so the tools ran as if the entry
+// were not there. The policy matches a tool's full name too.
+func TestPolicyHoldsForLongServerNames(t *testing.T) {
+	t.Parallel()
+	as := authtest.New()
+	t.Cleanup(as.Close)
+	long := strings.Repeat("crm-of-the-whole-company-", 3)[:60]
+	tool := agent.MCPToolName(long, "whoami")
+	if strings.HasPrefix(tool, "mcp__"+long) {
+		t.Fatalf("%q kept its server's name: the case is not tested", tool)
+	}
+	script := scriptmodel.Script{Rules: []scriptmodel.Rule{
+		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Asked the server."}}},
+		{Match: scriptmodel.Match{LastUserContains: "who am I"}, Replies: []scriptmodel.Reply{{ToolCalls: []scriptmodel.ScriptToolCall{
+			{Name: tool, Arguments: `{}`},
+		}}}},
+	}}
+	srv := keyedNotes(t, map[string]string{"alice-key-7f3a": "alice"})
+	b := setupConnectionsOpts(t, as, agent.MCPServerConfig{Type: agent.MCPHTTP, URL: srv.URL,
+		Headers: map[string]string{"X-Api-Key": "${user:API_KEY}"}}, connOptions{name: long, script: &script, skills: map[string]string{
+		"crm-all": "---\nname: crm-all\ndescription: Asks the CRM who you are.\nallowed-tools: mcp__" + long + "\n---\nCall whoami.\n",
+	}})
+	ctx := context.Background()
+	if err := b.svc.SetSecret(ctx, b.alice.ID, long, "API_KEY", "alice-key-7f3a"); err != nil {
+		t.Fatal(err)
+	}
+	// Deny: the call does not run (the model called it although it was
+	// not offered).
+	setPolicy(t, b.pool, `{"permissions": {"allow": ["mcp__*"], "deny": ["mcp__`+long+`__*"]}}`)
+	th := b.start(t, b.alice, "crm-all")
+	jobstest.Wait(t, b.pool, b.alice, th.ID, db.StatusDone)
+	if got := b.toolResultsOf(t, b.alice, th.ID); len(got) != 1 || got[0] == "alice" {
+		t.Fatalf("under a deny of mcp__%s__*, the call's result = %q, want it refused", long, got)
+	}
+	// Ask: the call waits for a decision, naming the entry.
+	setPolicy(t, b.pool, `{"permissions": {"allow": ["mcp__*"], "ask": ["mcp__`+long+`__who*"]}}`)
+	th = b.start(t, b.alice, "crm-all")
+	jobstest.Wait(t, b.pool, b.alice, th.ID, db.StatusWaiting)
+	cs, err := db.ListToolCalls(ctx, b.pool, b.alice.ID, th.ID)
+	if err != nil || len(cs) != 1 || cs[0].State != db.CallPending || !strings.Contains(cs[0].GateReason, "server policy: ask mcp__"+long+"__who*") {
+		t.Fatalf("under an ask of mcp__%s__who*: calls = %+v, %v", long, cs, err)
+	}
+}

@@ -138,7 +138,8 @@ func (rt *Runtime) gate(ctx context.Context, q db.Querier, threadID int64, name 
 
 // decide applies the rules to a call of tool name.
 func (r gateRules) decide(name string, tool tools.Tool, known bool) tools.Gate {
-	verdict, entry := r.policy.Verdict(name)
+	aliases := policyAliases(name, tool, known)
+	verdict, entry := r.policy.Verdict(name, aliases...)
 	if verdict == agent.PolicyDeny {
 		return tools.Gate{Deny: true, Reason: "server policy: deny " + entry}
 	}
@@ -169,7 +170,7 @@ func (r gateRules) decide(name string, tool tools.Tool, known bool) tools.Gate {
 	}
 	// The policy's own asks are bound by its routes' deadline.
 	var policyIn agent.Interrupt
-	for _, route := range r.policy.RoutesFor(name) {
+	for _, route := range r.policy.RoutesFor(name, aliases...) {
 		if in := route.Interrupt(); in.Timeout > 0 {
 			policyIn = in
 			break
@@ -204,7 +205,7 @@ func (r gateRules) decide(name string, tool tools.Tool, known bool) tools.Gate {
 	}
 	// The policy's routes say who decides a call that asks; they never
 	// make a call ask by themselves.
-	for _, route := range r.policy.RoutesFor(name) {
+	for _, route := range r.policy.RoutesFor(name, aliases...) {
 		g.Route(route.Approvers, route.DistinctApprover)
 		dl.add(route.Interrupt(), false)
 		nudge.add(route.Interrupt(), len(route.Approvers) > 0)
@@ -271,7 +272,7 @@ func (r gateRules) decide(name string, tool tools.Tool, known bool) tools.Gate {
 	case inheritedAsk:
 		g.RememberRefused = "a parent skill's gate asks for each call"
 	default:
-		g.Rememberable, g.RememberRefused = r.policy.RememberPermitted(name, outsideEffects(name, tool, known))
+		g.Rememberable, g.RememberRefused = r.policy.RememberPermitted(name, outsideEffects(name, tool, known), aliases...)
 	}
 	g.Reason = strings.Join(reasons, "; ")
 	g.Description = strings.Join(descs, "\n")
@@ -396,10 +397,27 @@ func outsideEffects(name string, tool tools.Tool, known bool) bool {
 	return true
 }
 
-// offered drops the tools the policy denies from those offered to a run.
-func (r gateRules) offered(specs []agent.ToolSpec) []agent.ToolSpec {
+// offered drops the tools the policy denies from those offered to a run
+// (tb knows them: an MCP tool's full name is matched too).
+func (r gateRules) offered(specs []agent.ToolSpec, tb *tools.Toolbox) []agent.ToolSpec {
 	return slices.DeleteFunc(specs, func(s agent.ToolSpec) bool {
-		v, _ := r.policy.Verdict(s.Name)
+		tool, known := tb.Get(s.Name)
+		v, _ := r.policy.Verdict(s.Name, policyAliases(s.Name, tool, known)...)
 		return v == agent.PolicyDeny
 	})
+}
+
+// policyAliases are the names besides name that the tool policy matches
+// for a call of tool name: an MCP tool's full name, mcp__<server>__<tool>,
+// where MCPToolName shortened the name it is offered by (a server name of
+// over 48 characters loses it), so that an entry such as
+// mcp__<server>__* denies, asks or routes its tools as it says.
+func policyAliases(name string, tool tools.Tool, known bool) []string {
+	if !known || tool.Server == "" || tool.Remote == "" {
+		return nil
+	}
+	if full := agent.MCPFullName(tool.Server, tool.Remote); full != name {
+		return []string{full}
+	}
+	return nil
 }

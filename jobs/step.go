@@ -400,7 +400,7 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 	if err != nil {
 		return err
 	}
-	tools := withoutServers(rules.offered(rt.offerTask(t, rt.cfg.Tools.Offer(skill))), leftOut, rt.cfg.Tools)
+	tools := withoutServers(rules.offered(rt.offerTask(t, rt.cfg.Tools.Offer(skill)), rt.cfg.Tools), leftOut, rt.cfg.Tools)
 	// The conversation, fitted to the model's window, is stepInWindow's.
 	in := agent.StepInput{Model: model, System: system, Tools: tools, Effort: rt.effort(model.Spec, skill)}
 	if rt.cfg.OnDelta != nil {

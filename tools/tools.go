@@ -74,6 +74,10 @@ type Tool struct {
 	// Server is the MCP server a tool comes from ("" for the others): a
 	// skill's mcp__<server> wildcard stands for its tools.
 	Server string
+	// Remote is the tool's name on its MCP server (with Server): its
+	// full name (agent.MCPFullName) is what the tool policy matches
+	// besides Spec.Name, which MCPToolName may have shortened.
+	Remote string
 	// Named tools are offered only to a skill that names them in
 	// allowed-tools (by name or by their server's wildcard), never with
 	// every tool to a run whose skill lists none: the built-in browser's
