@@ -1,6 +1,7 @@
 package netguard
 
 import (
+	"bufio"
 	"context"
 	"crypto/subtle"
 	"encoding/base64"
@@ -12,11 +13,15 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
+	"net/textproto"
 	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
+	"golang.org/x/net/idna"
 )
 
 // Proxy is an HTTP forward proxy whose every connection goes through the
@@ -25,9 +30,12 @@ import (
 // own requests) is pointed at it, and reaches what web_fetch reaches and
 // nothing more. HTTPS and WebSockets come as CONNECT host:port and are
 // tunnelled once the guard has dialed the address it checked; plain HTTP
-// requests are forwarded, one connection check each. The proxy resolves the
-// names itself, so the program's own DNS never decides where a connection
-// goes.
+// requests are forwarded, one connection check each. A plain request to
+// switch protocols (a ws:// WebSocket: Connection: Upgrade) gets an
+// upstream connection of its own, dialed through the guard the same way,
+// and once the destination answers 101 the two are spliced as a tunnel is.
+// The proxy resolves the names itself, so the program's own DNS never
+// decides where a connection goes.
 //
 // Serve it on a loopback address only (ServeProxy refuses any other): it
 // reaches the public internet and the guard's exceptions for whoever can
@@ -35,24 +43,25 @@ import (
 // Proxy-Authorization), for the one program that was told.
 //
 // A connection that sends no complete request header in HeaderTimeout is
-// closed, an idle one after a minute, a tunnel with no byte either way for
-// TunnelIdle. MaxConns bounds the upstream connections in use at once, one
-// budget for both kinds: open CONNECT tunnels and plain-HTTP requests
-// being forwarded (a page cannot open more through either); the next is
-// answered 503.
+// closed, an idle one after a minute, a tunnel or an upgraded connection
+// with no byte either way for TunnelIdle, and both when the proxy stops.
+// MaxConns bounds the upstream connections in use at once, one budget for
+// every kind: open CONNECT tunnels, upgraded connections, and plain-HTTP
+// requests being forwarded (a page cannot open more through any); the
+// next is answered 503.
 type Proxy struct {
 	// Username and Password, when Password is set, are the credentials
 	// every request must carry; without them it is answered 407.
 	Username, Password string
 	// MaxConns bounds the upstream connections in use at once: CONNECT
 	// tunnels open or opening, and plain-HTTP requests being forwarded
-	// (from the request until its response's body is copied, or an
+	// (from the request until its response's body is copied, or until an
 	// upgraded connection ends), counted together; 64 when zero. Beyond
 	// it a request is answered 503. The forwarding transport also keeps
 	// up to 16 idle connections for reuse.
 	MaxConns int
-	// TunnelIdle closes a tunnel quiet both ways that long; 5 minutes when
-	// zero.
+	// TunnelIdle closes a tunnel, or an upgraded connection, quiet both
+	// ways that long; 5 minutes when zero.
 	TunnelIdle time.Duration
 	// HeaderTimeout bounds reading a request's line and headers (ServeProxy);
 	// 10 s when zero.
@@ -64,7 +73,7 @@ type Proxy struct {
 
 	mu    sync.Mutex
 	inUse int                   // tunnels open or opening, requests being forwarded
-	open  map[net.Conn]net.Conn // spliced: the client's end to the destination's
+	open  map[net.Conn]net.Conn // spliced (tunnels, upgraded): the client's end to the destination's
 }
 
 const (
@@ -127,6 +136,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer p.leave()
+	if proto := upgradeType(r.Header); proto != "" {
+		p.upgrade(w, r, proto)
+		return
+	}
 	p.forward.ServeHTTP(w, r)
 }
 
@@ -181,7 +194,7 @@ func (p *Proxy) leave() {
 	p.mu.Unlock()
 }
 
-// track records a spliced tunnel until its end, for closeTunnels.
+// track records a spliced connection until its end, for closeTunnels.
 func (p *Proxy) track(down, up net.Conn) (untrack func()) {
 	p.mu.Lock()
 	if p.open == nil {
@@ -196,8 +209,9 @@ func (p *Proxy) track(down, up net.Conn) (untrack func()) {
 	}
 }
 
-// closeTunnels ends every open tunnel: a stopped proxy leaves none
-// behind (http.Server.Close does not know hijacked connections).
+// closeTunnels ends every spliced connection, tunnel or upgraded: a
+// stopped proxy leaves none behind (http.Server.Close does not know
+// hijacked connections).
 func (p *Proxy) closeTunnels() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -247,10 +261,16 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request) {
 		up.Close()
 		return
 	}
-	// What the client sent after its CONNECT, already buffered.
-	if n := buf.Reader.Buffered(); n > 0 {
-		pending, _ := buf.Reader.Peek(n)
-		if _, err := up.Write(pending); err != nil {
+	p.join(down, buf.Reader, up)
+}
+
+// join splices the client's hijacked connection down with up until either
+// side is done, it is quiet for TunnelIdle, or the proxy stops; pending
+// holds what the client sent that the server had already read.
+func (p *Proxy) join(down net.Conn, pending *bufio.Reader, up net.Conn) {
+	if n := pending.Buffered(); n > 0 {
+		b, _ := pending.Peek(n)
+		if _, err := up.Write(b); err != nil {
 			up.Close()
 			down.Close()
 			return
@@ -262,6 +282,147 @@ func (p *Proxy) tunnel(w http.ResponseWriter, r *http.Request) {
 	}
 	defer p.track(down, up)()
 	splice(up, down, idle)
+}
+
+// upgradeType is the protocol h asks to switch to (Connection: Upgrade,
+// Upgrade: websocket), or "".
+func upgradeType(h http.Header) string {
+	if !httpguts.HeaderValuesContainsToken(h["Connection"], "Upgrade") {
+		return ""
+	}
+	return h.Get("Upgrade")
+}
+
+// upgrade forwards a request to switch protocols on an upstream connection
+// of its own, dialed through the guard as the forwarding transport dials,
+// and splices the two once the destination switches (join), so that the
+// connection is closed when quiet or when the proxy stops; the
+// ReverseProxy's own copying of an upgraded connection does neither. Any
+// other answer is passed back as it is, and the connection closed.
+func (p *Proxy) upgrade(w http.ResponseWriter, r *http.Request, proto string) {
+	if !isPrint(proto) {
+		http.Error(w, "Pizza Bot's proxy: no such protocol to switch to", http.StatusBadRequest)
+		return
+	}
+	// The name as the forwarding transport writes it for its dial.
+	host := r.URL.Hostname()
+	if !isPrint(host) {
+		a, err := idna.Lookup.ToASCII(host)
+		if err != nil {
+			http.Error(w, "Pizza Bot's proxy: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		host = a
+	}
+	port := r.URL.Port()
+	if port == "" {
+		port = "80"
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 30*time.Second)
+	up, err := p.guard.DialContext(ctx, "tcp", net.JoinHostPort(host, port))
+	cancel()
+	if err != nil {
+		p.refuse(w, r, err)
+		return
+	}
+	// Until it switches, the exchange ends with the client's request (its
+	// connection closed, the proxy stopped), and within a minute.
+	stopClosing := context.AfterFunc(r.Context(), func() { up.Close() })
+	_ = up.SetDeadline(time.Now().Add(time.Minute))
+
+	out := r.Clone(r.Context())
+	out.RequestURI = ""
+	out.Close = false
+	removeHopByHop(out.Header)
+	out.Header.Set("Connection", "Upgrade")
+	out.Header.Set("Upgrade", proto)
+	if _, ok := out.Header["User-Agent"]; !ok {
+		out.Header.Set("User-Agent", "") // not Go's own
+	}
+	br := bufio.NewReader(up)
+	var resp *http.Response
+	err = out.Write(up)
+	for err == nil {
+		resp, err = http.ReadResponse(br, out)
+		// 100 Continue, 103 Early Hints: the answer is still to come.
+		if err != nil || resp.StatusCode == http.StatusSwitchingProtocols || resp.StatusCode >= 200 {
+			break
+		}
+	}
+	if err != nil {
+		stopClosing()
+		up.Close()
+		p.refuse(w, r, err)
+		return
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		defer stopClosing()
+		defer up.Close()
+		_ = up.SetDeadline(time.Time{})
+		removeHopByHop(resp.Header)
+		for k, v := range resp.Header {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(resp.StatusCode)
+		_, _ = io.Copy(w, resp.Body)
+		return
+	}
+	if got := upgradeType(resp.Header); !strings.EqualFold(got, proto) {
+		stopClosing()
+		up.Close()
+		p.refuse(w, r, fmt.Errorf("the destination switched to %q when %q was asked", got, proto))
+		return
+	}
+	if !stopClosing() {
+		return // the request ended meanwhile, and closed up
+	}
+	_ = up.SetDeadline(time.Time{})
+	down, buf, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		up.Close()
+		return
+	}
+	// The 101 as it came, then what the destination sent after it, already
+	// read.
+	resp.Body = nil
+	err = resp.Write(buf)
+	if n := br.Buffered(); err == nil && n > 0 {
+		b, _ := br.Peek(n)
+		_, err = buf.Write(b)
+	}
+	if err == nil {
+		err = buf.Flush()
+	}
+	if err != nil {
+		up.Close()
+		down.Close()
+		return
+	}
+	p.join(down, buf.Reader, up)
+}
+
+// removeHopByHop deletes the headers that concern one connection only:
+// those Connection names and the known ones (RFC 9110 7.6.1).
+func removeHopByHop(h http.Header) {
+	for _, v := range h["Connection"] {
+		for f := range strings.SplitSeq(v, ",") {
+			if f = textproto.TrimString(f); f != "" {
+				h.Del(f)
+			}
+		}
+	}
+	for _, k := range []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"} {
+		h.Del(k)
+	}
+}
+
+func isPrint(s string) bool {
+	for i := range len(s) {
+		if s[i] < ' ' || s[i] > '~' {
+			return false
+		}
+	}
+	return true
 }
 
 // splice copies both ways until either side is done, or neither has sent a

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -17,6 +18,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/net/websocket"
 
 	"pizzabot/netguard"
 )
@@ -247,6 +250,14 @@ func TestProxyRefusesTheServersNetwork(t *testing.T) {
 		if malformed[target] && code == http.StatusBadRequest {
 		} else if code != http.StatusForbidden {
 			t.Errorf("GET http://%s/ = %d %q, want 403", target, code, body)
+		}
+		// The same as a WebSocket (a request to switch protocols).
+		if !strings.HasPrefix(target, ":") && !strings.Contains(target, "%") {
+			code, body = statusOf(t, pa, wsRequest(target, ""))
+			if malformed[target] && code == http.StatusBadRequest {
+			} else if code != http.StatusForbidden {
+				t.Errorf("ws://%s/ = %d %q, want 403", target, code, body)
+			}
 		}
 	}
 
@@ -704,4 +715,254 @@ func TestProxyBoundsForwardedRequests(t *testing.T) {
 	if code, body, err := get("/after"); err != nil || code != http.StatusOK || body != "done /after" {
 		t.Errorf("after the held requests ended = %d %q, %v", code, body, err)
 	}
+}
+
+// echoWS is a WebSocket server (golang.org/x/net/websocket) that echoes
+// each message; open counts its connections not yet ended, and headers
+// keeps the last handshake's request headers.
+type echoWS struct {
+	*httptest.Server
+	open    atomic.Int32
+	headers atomic.Value // http.Header
+}
+
+func newEchoWS(t *testing.T) *echoWS {
+	t.Helper()
+	e := &echoWS{}
+	ws := websocket.Handler(func(c *websocket.Conn) {
+		e.open.Add(1)
+		defer e.open.Add(-1)
+		io.Copy(c, c)
+	})
+	e.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e.headers.Store(r.Header.Clone())
+		ws.ServeHTTP(w, r)
+	}))
+	t.Cleanup(e.Close)
+	return e
+}
+
+func (e *echoWS) addr() string { return e.Listener.Addr().String() }
+
+// wsRequest is a plain ws:// WebSocket handshake for host, as a client
+// sends it to a proxy (the absolute form), with extra header lines.
+func wsRequest(host, extra string) string {
+	return "GET http://" + host + "/ws HTTP/1.1\r\nHost: " + host + "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nOrigin: http://" + host + "\r\n" + extra + "\r\n"
+}
+
+// wsOpen opens a WebSocket to host through the proxy at pa and returns the
+// connection once switched.
+func wsOpen(t *testing.T, pa, host string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	resp, c, br := rawProxy(t, pa, wsRequest(host, ""))
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("ws://%s through the proxy = %d, want 101", host, resp.StatusCode)
+	}
+	return c, br
+}
+
+// wsEcho sends msg in one masked text frame, as a client must, and reads
+// the server's unmasked answer.
+func wsEcho(c net.Conn, br *bufio.Reader, msg string) error {
+	mask := []byte{1, 2, 3, 4}
+	f := append([]byte{0x81, 0x80 | byte(len(msg))}, mask...)
+	for i := range len(msg) {
+		f = append(f, msg[i]^mask[i%4])
+	}
+	if _, err := c.Write(f); err != nil {
+		return err
+	}
+	var h [2]byte
+	if _, err := io.ReadFull(br, h[:]); err != nil {
+		return err
+	}
+	b := make([]byte, h[1]&0x7f)
+	if _, err := io.ReadFull(br, b); err != nil {
+		return err
+	}
+	if string(b) != msg {
+		return fmt.Errorf("echo %q, want %q", b, msg)
+	}
+	return nil
+}
+
+// closedWithin reports whether the proxy ends c (EOF or a reset) within d.
+func closedWithin(c net.Conn, br *bufio.Reader, d time.Duration) error {
+	_ = c.SetReadDeadline(time.Now().Add(d))
+	_, err := br.ReadByte()
+	if err == nil {
+		return errors.New("a byte came")
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return fmt.Errorf("still open after %s", d)
+	}
+	return nil
+}
+
+// eventually polls cond every 20 ms for up to 5 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 5 s: %s", what)
+		}
+	}
+}
+
+// A plain ws:// WebSocket (a request to switch protocols) goes through the
+// proxy to an allowed server, without the proxy's own headers; an answer
+// other than 101 comes back as it is; one to a forbidden address is
+// refused before a connection is made.
+func TestProxyUpgrade(t *testing.T) {
+	t.Parallel()
+	tr := newTrap(t)
+	ws := newEchoWS(t)
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "no switching here")
+	}))
+	defer plain.Close()
+	rules, _ := netguard.ParseRules(ws.addr() + " " + plain.Listener.Addr().String())
+	g := &netguard.Guard{Rules: rules, Resolver: mixedResolver{"loopback.test": "127.0.0.1"}, Timeout: time.Second}
+	proxyURL, stop, err := netguard.ServeProxy(g.NewProxy(nil), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	pa := strings.TrimPrefix(proxyURL, "http://")
+
+	resp, c, br := rawProxy(t, pa, wsRequest(ws.addr(), "Proxy-Authorization: Basic eDp5\r\nProxy-Connection: keep-alive\r\n"))
+	if resp.StatusCode != http.StatusSwitchingProtocols || resp.Header.Get("Sec-WebSocket-Accept") != "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=" {
+		t.Fatalf("ws:// through the proxy = %d %v, want 101 with the server's accept key", resp.StatusCode, resp.Header)
+	}
+	for _, msg := range []string{"one", "two"} {
+		if err := wsEcho(c, br, msg); err != nil {
+			t.Errorf("through the WebSocket: %v", err)
+		}
+	}
+	h, _ := ws.headers.Load().(http.Header)
+	if h.Get("Proxy-Authorization") != "" || h.Get("Proxy-Connection") != "" || h.Get("Upgrade") != "websocket" {
+		t.Errorf("the server saw headers %v: want Upgrade, and none of the proxy's", h)
+	}
+
+	code, body := statusOf(t, pa, wsRequest(plain.Listener.Addr().String(), ""))
+	if code != http.StatusOK || body != "no switching here" {
+		t.Errorf("an Upgrade the server does not take = %d %q, want its own 200", code, body)
+	}
+
+	for _, target := range []string{"127.0.0.1:" + tr.port(), "localhost:" + tr.port(), "loopback.test:" + tr.port(), "169.254.169.254:80", "10.0.0.1:80"} {
+		if code, body := statusOf(t, pa, wsRequest(target, "")); code != http.StatusForbidden {
+			t.Errorf("ws://%s = %d %q, want 403", target, code, body)
+		}
+	}
+	if n := tr.accepted.Load(); n != 0 {
+		t.Errorf("the server's own network saw %d connections through the proxy", n)
+	}
+}
+
+// An upgraded connection quiet both ways for TunnelIdle is closed, at
+// both ends, as a tunnel is; one with traffic stays.
+func TestProxyUpgradedIdle(t *testing.T) {
+	t.Parallel()
+	ws := newEchoWS(t)
+	rules, _ := netguard.ParseRules(ws.addr())
+	p := (&netguard.Guard{Rules: rules}).NewProxy(nil)
+	p.TunnelIdle = 400 * time.Millisecond
+	proxyURL, stop, err := netguard.ServeProxy(p, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	c, br := wsOpen(t, strings.TrimPrefix(proxyURL, "http://"), ws.addr())
+	// A message every 100 ms for longer than TunnelIdle.
+	for i := range 10 {
+		if err := wsEcho(c, br, "ping"); err != nil {
+			t.Fatalf("message %d on an active WebSocket: %v", i, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := closedWithin(c, br, 5*time.Second); err != nil {
+		t.Errorf("a quiet WebSocket: %v, want it closed after TunnelIdle", err)
+	}
+	eventually(t, "the server's end of the quiet WebSocket is open", func() bool { return ws.open.Load() == 0 })
+}
+
+// Stopping the proxy closes its upgraded connections and its tunnels, at
+// both ends.
+func TestProxyStopClosesUpgraded(t *testing.T) {
+	t.Parallel()
+	ws := newEchoWS(t)
+	rules, _ := netguard.ParseRules(ws.addr())
+	proxyURL, stop, err := netguard.ServeProxy((&netguard.Guard{Rules: rules}).NewProxy(nil), "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa := strings.TrimPrefix(proxyURL, "http://")
+	c, br := wsOpen(t, pa, ws.addr())
+	if err := wsEcho(c, br, "before"); err != nil {
+		t.Fatal(err)
+	}
+	resp, tc, tbr := rawProxy(t, pa, "CONNECT "+ws.addr()+" HTTP/1.1\r\nHost: "+ws.addr()+"\r\n\r\n")
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("CONNECT = %d", resp.StatusCode)
+	}
+	stop()
+	if err := closedWithin(c, br, 5*time.Second); err != nil {
+		t.Errorf("a WebSocket after the proxy stopped: %v", err)
+	}
+	if err := closedWithin(tc, tbr, 5*time.Second); err != nil {
+		t.Errorf("a tunnel after the proxy stopped: %v", err)
+	}
+	eventually(t, "the server's end of the WebSocket is open after the proxy stopped", func() bool { return ws.open.Load() == 0 })
+}
+
+// An upgraded connection holds one of MaxConns' places until it ends,
+// however it ends: meanwhile a request, a tunnel and another WebSocket
+// are answered 503; once the proxy closes it for being quiet, or the
+// client closes it, the place is free again.
+func TestProxyUpgradedHoldsAPlace(t *testing.T) {
+	t.Parallel()
+	ws := newEchoWS(t)
+	rules, _ := netguard.ParseRules(ws.addr())
+	p := (&netguard.Guard{Rules: rules}).NewProxy(nil)
+	p.MaxConns = 1
+	p.TunnelIdle = time.Second
+	proxyURL, stop, err := netguard.ServeProxy(p, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	pa := strings.TrimPrefix(proxyURL, "http://")
+	get := "GET http://" + ws.addr() + "/ HTTP/1.1\r\nHost: " + ws.addr() + "\r\n\r\n"
+	c, br := wsOpen(t, pa, ws.addr())
+	if err := wsEcho(c, br, "held"); err != nil {
+		t.Fatal(err)
+	}
+	for _, req := range []string{get, "CONNECT " + ws.addr() + " HTTP/1.1\r\nHost: " + ws.addr() + "\r\n\r\n", wsRequest(ws.addr(), "")} {
+		if code, _ := statusOf(t, pa, req); code != http.StatusServiceUnavailable {
+			t.Errorf("%q while a WebSocket is open over MaxConns 1 = %d, want 503", req, code)
+		}
+	}
+	// Quiet: the proxy closes it, and the place is free for the next.
+	if err := closedWithin(c, br, 5*time.Second); err != nil {
+		t.Fatalf("a quiet WebSocket: %v", err)
+	}
+	eventually(t, "a WebSocket the proxy closed still holds its place", func() bool {
+		resp, c2, br2 := rawProxy(t, pa, wsRequest(ws.addr(), ""))
+		if resp.StatusCode != http.StatusSwitchingProtocols {
+			return false
+		}
+		c, br = c2, br2
+		return true
+	})
+	if err := wsEcho(c, br, "next"); err != nil {
+		t.Fatal(err)
+	}
+	// Closed by the client: free again.
+	c.Close()
+	eventually(t, "a WebSocket the client closed still holds its place", func() bool {
+		code, _ := statusOf(t, pa, get)
+		return code != http.StatusServiceUnavailable
+	})
+	eventually(t, "the server's ends of the closed WebSockets are open", func() bool { return ws.open.Load() == 0 })
 }
