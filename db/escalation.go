@@ -11,7 +11,9 @@ import (
 // Reminders and escalation of waiting calls (issue 33, migration 0048;
 // the runtime's sweep is jobs/deadline.go). Both are kept on the call and
 // fire by a claim: one UPDATE that moves the call's next reminder on, or
-// marks it escalated, only while it is pending and due. Two processes
+// marks it escalated, only while it waits and is due (a reminder also
+// while its outcome is unknown after a crash; an escalation only while
+// it is pending). Two processes
 // claiming the same call at once take its row lock in turn, and the second
 // finds it no longer due: whatever the claim's transaction publishes is
 // published once per reminder and once per escalation, also by a sweep
@@ -67,27 +69,33 @@ type DueNudge struct {
 	ThreadID int64 `db:"thread_id"`
 }
 
-// DueReminders returns up to limit pending calls of waiting runs whose
-// next reminder is at or before now, soonest first, leaving out skip. It
-// locks nothing: ClaimReminder decides.
+// DueReminders returns up to limit waiting calls of waiting runs whose
+// next reminder is at or before now, soonest first, leaving out skip: a
+// pending call, and one whose outcome is unknown after a crash (a person
+// must choose Retry or Skip; SetUnknownOutcomeReminders). It locks
+// nothing: ClaimReminder decides.
 func DueReminders(ctx context.Context, q Querier, now time.Time, skip []int64, limit int) ([]DueNudge, error) {
-	return dueNudges(ctx, q, "next_remind_at", now, skip, limit)
+	return dueNudges(ctx, q, "next_remind_at", remindedStates, now, skip, limit)
 }
+
+// remindedStates are the states of a call that reminders tell of: those
+// that wait for a person (AwaitsDecision).
+const remindedStates = `('pending', 'unknown')`
 
 // DueEscalations returns up to limit pending calls of waiting runs whose
 // escalateAfter has come, soonest first, leaving out skip. It locks
 // nothing: the caller locks the call's thread and EscalateCall decides.
 func DueEscalations(ctx context.Context, q Querier, now time.Time, skip []int64, limit int) ([]DueNudge, error) {
-	return dueNudges(ctx, q, "escalate_at", now, skip, limit)
+	return dueNudges(ctx, q, "escalate_at", `('pending')`, now, skip, limit)
 }
 
-func dueNudges(ctx context.Context, q Querier, col string, now time.Time, skip []int64, limit int) ([]DueNudge, error) {
+func dueNudges(ctx context.Context, q Querier, col, states string, now time.Time, skip []int64, limit int) ([]DueNudge, error) {
 	if skip == nil {
 		skip = []int64{}
 	}
 	cs, err := all[DueNudge](q.Query(ctx, `SELECT c.id, c.thread_id FROM tool_calls c
 		JOIN threads t ON t.id = c.thread_id AND t.status = 'waiting'
-		WHERE c.state = 'pending' AND c.`+col+` IS NOT NULL AND c.`+col+` <= $1 AND NOT c.id = ANY($2)
+		WHERE c.state IN `+states+` AND c.`+col+` IS NOT NULL AND c.`+col+` <= $1 AND NOT c.id = ANY($2)
 		ORDER BY c.`+col+`, c.id LIMIT $3`, now, skip, limit))
 	if err != nil {
 		return nil, fmt.Errorf("calls with %s due: %w", col, err)
@@ -96,7 +104,7 @@ func dueNudges(ctx context.Context, q Querier, col string, now time.Time, skip [
 }
 
 // ClaimReminder takes call id's reminder due by now, if the call still
-// waits in a waiting run: its next reminder moves to now plus its
+// waits (pending, or its outcome unknown) in a waiting run: its next reminder moves to now plus its
 // interval (so a sweep that catches up after downtime reminds once, not
 // once per missed interval), and the reminder's number is returned. False:
 // not due, decided, or claimed first by another process. Publish the
@@ -107,7 +115,7 @@ func ClaimReminder(ctx context.Context, q Querier, id int64, now time.Time) (int
 		SET next_remind_at = $2::timestamptz + make_interval(secs => c.remind_every_s), reminders = c.reminders + 1
 		FROM threads t
 		WHERE c.id = $1 AND t.id = c.thread_id AND t.status = 'waiting'
-		  AND c.state = 'pending' AND c.next_remind_at <= $2
+		  AND c.state IN `+remindedStates+` AND c.next_remind_at <= $2
 		RETURNING c.reminders`, id, now).Scan(&n)
 	if isNoRows(err) {
 		return 0, false, nil
@@ -116,6 +124,23 @@ func ClaimReminder(ctx context.Context, q Querier, id int64, now time.Time) (int
 		return 0, false, fmt.Errorf("claim the reminder of call %d: %w", id, err)
 	}
 	return n, true, nil
+}
+
+// SetUnknownOutcomeReminders gives call id, whose outcome has just become
+// unknown (the process died during it), the reminders of a wait of its
+// own: every interval from first (nil: none), counted from 1 again. What
+// the call's earlier wait for approval still held is dropped: that
+// wait's next reminder, its deadline (a deadline never decides an unknown
+// outcome: Retry could repeat a side effect, Skip could lose one) and its
+// escalation not yet come.
+func SetUnknownOutcomeReminders(ctx context.Context, q Querier, id int64, every time.Duration, first *time.Time) error {
+	n := CallNudges{RemindEvery: every, NextRemindAt: first}
+	if _, err := q.Exec(ctx, `UPDATE tool_calls SET remind_every_s = $2, next_remind_at = $3, reminders = 0,
+		decide_by = NULL, on_timeout = '', escalate_at = NULL WHERE id = $1 AND state = 'unknown'`,
+		id, n.remindSeconds(), first); err != nil {
+		return fmt.Errorf("tool call %d reminders of its unknown outcome: %w", id, err)
+	}
+	return nil
 }
 
 // AuditNames returns how the audit log names each of the users ids (as

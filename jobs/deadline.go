@@ -372,10 +372,34 @@ func (rt *Runtime) escalate(ctx context.Context, tx pgx.Tx, t db.Thread, c db.To
 	return true, rt.cfg.Notify.PublishAll(ctx, tx, evs)
 }
 
+// awaitUnknownOutcome makes call c of thread t, cut off by a crash
+// during its effects outside the database, wait for a person's Retry or
+// Skip, in tx. It waits as a pending call does, so its gate, read again
+// now, reminds the people who may decide it every remindAfter, from now
+// (remind; the first notification is the run's end, notifyRunEnd). Its
+// gate's deadline does not apply, nor an escalation not yet come: nobody's
+// silence may retry a call (a side effect twice) or skip it (one lost).
+func (rt *Runtime) awaitUnknownOutcome(ctx context.Context, tx pgx.Tx, t db.Thread, c db.ToolCallRow) error {
+	if err := db.SetToolCallWait(ctx, tx, c.ID, db.CallUnknown, db.WaitUnknown,
+		[]string{db.DecisionRetry, db.DecisionSkip}, unknownOutcome); err != nil {
+		return err
+	}
+	g, err := rt.gateOfCall(ctx, tx, t, c)
+	if err != nil {
+		return err
+	}
+	var every time.Duration
+	if g.Ask {
+		every = g.RemindAfter
+	}
+	return db.SetUnknownOutcomeReminders(ctx, tx, c.ID, every, rt.decideBy(every))
+}
+
 // reminderActor is who the audit log says reminded of a call.
 var reminderActor = db.User{Name: "reminder"}
 
-// remind sends one call's reminder if it is due and the call still waits:
+// remind sends one call's reminder if it is due and the call still waits
+// (pending, or its outcome unknown after a crash):
 // the claim that moves its next reminder on, its entry in the audit log
 // (which reminder, to whom) and the reminder's events (one per person who
 // may decide it now) are one transaction, so two processes racing send,
@@ -413,8 +437,12 @@ func (rt *Runtime) remind(ctx context.Context, due db.DueNudge, now time.Time) (
 		default:
 			who += ", through their notification channels"
 		}
-		detail := fmt.Sprintf("thread %d (%s), call %d: %s; reminder %d, waiting since %s; reminded %s",
-			t.ID, t.Title, c.ID, c.Name, n, deadlineTime(c.CreatedAt), who)
+		waits := "waiting since " + deadlineTime(c.CreatedAt)
+		if c.State == db.CallUnknown {
+			waits = "its outcome unknown since " + deadlineTime(c.UpdatedAt) + " (the server stopped during the call; retry or skip)"
+		}
+		detail := fmt.Sprintf("thread %d (%s), call %d: %s; reminder %d, %s; reminded %s",
+			t.ID, t.Title, c.ID, c.Name, n, waits, who)
 		if err := db.AddAudit(ctx, tx, reminderActor, "call reminded", detail); err != nil {
 			return err
 		}

@@ -64,12 +64,24 @@ interruptOn:
 ---
 Publish.
 `)},
+	"crashing/SKILL.md": {Data: []byte(`---
+name: crashing
+description: Publishes a brief whose call the server stops during.
+allowed-tools: publish_brief
+interruptOn:
+  publish_brief:
+    remindAfter: 2m
+    timeout: 5m
+---
+Publish.
+`)},
 }
 
 var nudgeScript = scriptmodel.Script{Rules: []scriptmodel.Rule{
 	{Match: withRole(skillRun("nagging"), "user"), Replies: publishCall("p1", "Brief")},
 	{Match: withRole(skillRun("escalating"), "user"), Replies: publishCall("p1", "Brief")},
 	{Match: withRole(skillRun("deferring"), "user"), Replies: publishCall("p1", "Brief")},
+	{Match: withRole(skillRun("crashing"), "user"), Replies: publishCall("p1", "Hang")},
 	{Match: scriptmodel.Match{LastRole: "tool"}, Replies: say("Done.")},
 }}
 
@@ -84,6 +96,10 @@ type nudgeBundle struct {
 	publish  *jobstest.Recorder
 	box      *db.SecretBox
 	receiver *hookReceiver
+	// hanging is closed when a publish_brief of "Hang" starts, which
+	// then runs until its process stops.
+	hanging  chan struct{}
+	hangOnce sync.Once
 	// alice starts the runs; wendy writes; eddie edits.
 	alice, wendy, eddie db.User
 }
@@ -91,7 +107,7 @@ type nudgeBundle struct {
 func newNudgeBundle(t *testing.T, start time.Time) *nudgeBundle {
 	t.Helper()
 	ctx := context.Background()
-	b := &nudgeBundle{url: dbtest.NewURL(t), clk: &testClock{t: start}, publish: &jobstest.Recorder{}, receiver: newHookReceiver(t)}
+	b := &nudgeBundle{url: dbtest.NewURL(t), clk: &testClock{t: start}, publish: &jobstest.Recorder{}, receiver: newHookReceiver(t), hanging: make(chan struct{})}
 	model := scriptmodel.New(nudgeScript)
 	srv := httptest.NewServer(model.Handler())
 	t.Cleanup(srv.Close)
@@ -145,12 +161,28 @@ func (b *nudgeBundle) process(t *testing.T, slow bool) *process {
 	h := jobstest.Start(t, jobstest.Options{
 		Config:   jobs.Config{Pool: pool, ScheduleEvery: every, Now: b.clk.Now, MaxWorkers: 20, Notify: disp},
 		ModelURL: b.modelURL + "/v1",
-		Tools:    []tools.Tool{jobstest.PublishTool(b.publish)},
+		Tools:    []tools.Tool{b.publishTool()},
 		Skills:   skills,
 	})
 	p := &process{rt: h.Runtime, h: h, pool: pool}
 	t.Cleanup(func() { p.stop(t) })
 	return p
+}
+
+// publishTool is publish_brief, whose brief "Hang" runs until its
+// process stops.
+func (b *nudgeBundle) publishTool() tools.Tool {
+	tool := jobstest.PublishTool(b.publish)
+	publish := tool.Call
+	tool.Call = func(ctx context.Context, run tools.Run, args map[string]any) (string, error) {
+		if args["title"] != "Hang" {
+			return publish(ctx, run, args)
+		}
+		b.hangOnce.Do(func() { close(b.hanging) })
+		<-ctx.Done()
+		return "", ctx.Err()
+	}
+	return tool
 }
 
 // waitingCall starts alice's run of skill and returns its call once it
@@ -520,5 +552,92 @@ func TestEscalateToDoesNotWidenThePolicysRoute(t *testing.T) {
 	}
 	if got := b.callOf(t, th.ID); got.EscalatedAt != nil || got.EscalateAt != nil || got.State != db.CallPending {
 		t.Errorf("call = escalated %v, due %v, %s; want waiting, not escalated, not due again", got.EscalatedAt, got.EscalateAt, got.State)
+	}
+}
+
+// A call whose outcome is unknown (its server stopped during the call)
+// waits for a person's Retry or Skip: its people are told at once, its
+// gate's remindAfter reminds them once per interval with two replicas
+// racing, through the same notification code and audit entry as a
+// pending call's, and its gate's deadline decides nothing; after a
+// decision, no more reminders.
+func TestRemindAfterRemindsOfAnUnknownOutcome(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	start := time.Date(2031, 3, 3, 9, 0, 0, 0, time.UTC)
+	b := newNudgeBundle(t, start)
+	first := b.process(t, true)
+	th, c := b.waitingCall(t, first, "crashing")
+	if _, err := first.rt.Decide(ctx, b.alice, th.ID, []jobs.DecisionInput{{CallID: c.ID, Type: db.DecisionApprove}}); err != nil {
+		t.Fatal(err)
+	}
+	<-b.hanging
+	// The server stops during the call.
+	stop, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	_ = first.rt.StopWorkers(stop)
+	first.stopped = true
+	b.clk.Set(start.Add(10 * time.Second))
+	one, two := b.process(t, true), b.process(t, true)
+	jobstest.Wait(t, b.pool, b.alice, th.ID, db.StatusWaiting)
+	got := b.callOf(t, th.ID)
+	if want := b.clk.Now().Add(2 * time.Minute); got.State != db.CallUnknown || got.NextRemindAt == nil || !got.NextRemindAt.Equal(want) || got.DecideBy != nil {
+		t.Fatalf("call = %s, next reminder %v (want %v), deadline %v", got.State, got.NextRemindAt, want, got.DecideBy)
+	}
+	if ds := b.deliveries(t, b.alice, "decision:call:"); len(ds) != 2 {
+		t.Errorf("alice was told %d times that a call waits, want 2 (the approval, the unknown outcome)", len(ds))
+	}
+	reminders := func() int { return len(b.deliveries(t, b.alice, "reminder:")) }
+	audited := func() int { return b.audits(t, "call reminded") }
+	fire := func(rt *jobs.Runtime) (int, error) { return rt.FireDueReminders(ctx, b.clk.Now()) }
+
+	b.clk.Set(start.Add(2 * time.Minute))
+	if n := race(t, one, two, fire); n != 0 || reminders() != 0 {
+		t.Fatalf("fired %d, %d reminders before the interval", n, reminders())
+	}
+	b.clk.Set(start.Add(2*time.Minute + 11*time.Second))
+	if n := race(t, one, two, fire); n != 1 || reminders() != 1 || audited() != 1 {
+		t.Fatalf("fired %d, %d reminders, %d audited; want 1", n, reminders(), audited())
+	}
+	es, err := db.ListAudit(ctx, b.pool, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("call %d: publish_brief; reminder 1, its outcome unknown since ", c.ID); len(es) != 1 || es[0].Actor != "reminder" ||
+		!strings.Contains(es[0].Detail, want) || !strings.Contains(es[0].Detail, "reminded alice@example.com,") {
+		t.Errorf("audit = %+v, want %q", es, want)
+	}
+	eventually.Ok(t, 30*time.Second, func() error {
+		for _, r := range b.receiver.requests("/alice") {
+			if strings.Contains(string(r.body), "Reminder: publish_brief may or may not have run") {
+				return nil
+			}
+		}
+		return errNot("the reminder at alice's webhook")
+	})
+
+	// Past its gate's 5-minute deadline: nothing decides it; the next
+	// interval reminds once more.
+	b.clk.Set(start.Add(6 * time.Minute))
+	if n := race(t, one, two, func(rt *jobs.Runtime) (int, error) { return rt.FireDueDeadlines(ctx, b.clk.Now()) }); n != 0 {
+		t.Errorf("a deadline decided an unknown outcome %d times", n)
+	}
+	if n := race(t, one, two, fire); n != 1 || reminders() != 2 {
+		t.Errorf("fired %d, %d reminders; want the second", n, reminders())
+	}
+	if got := b.callOf(t, th.ID); got.State != db.CallUnknown || got.TimedOut {
+		t.Errorf("call = %s, timed out %v", got.State, got.TimedOut)
+	}
+
+	if _, err := one.rt.Decide(ctx, b.alice, th.ID, []jobs.DecisionInput{{CallID: c.ID, Type: db.DecisionSkip}}); err != nil {
+		t.Fatal(err)
+	}
+	b.clk.Set(start.Add(time.Hour))
+	if n := race(t, one, two, fire); n != 0 || audited() != 2 {
+		t.Errorf("fired %d on a decided call, %d audited", n, audited())
+	}
+	jobstest.Wait(t, b.pool, b.alice, th.ID, db.StatusDone)
+	if got := b.publish.Got(); len(got) != 0 {
+		t.Errorf("published %v", got)
 	}
 }

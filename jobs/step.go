@@ -617,8 +617,7 @@ func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, t db.T
 				break // safe to run again
 			}
 			return rt.commit(ctx, jobID, a, func(ctx context.Context, tx pgx.Tx) error {
-				if err := db.SetToolCallWait(ctx, tx, c.ID, db.CallUnknown, db.WaitUnknown,
-					[]string{db.DecisionRetry, db.DecisionSkip}, unknownOutcome); err != nil {
+				if err := rt.awaitUnknownOutcome(ctx, tx, t, c); err != nil {
 					return err
 				}
 				return rt.endRun(ctx, tx, a.ThreadID, db.StatusWaiting, "")
