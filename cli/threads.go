@@ -355,11 +355,23 @@ func (x *cmdEnv) showPending(w io.Writer, d client.ThreadDetail) {
 	fmt.Fprintf(w, "%s\n", x.paint(yellow+";"+bold, "Waiting for you"))
 	for _, p := range d.Pending {
 		if p.Kind == "connection" {
-			// The run waits for its user's sign-in, not for a decision.
-			fmt.Fprintf(w, "  connect %s  (%s)\n", x.paint(cyan, p.Server), p.Reason)
-			if p.ConnectURL != "" {
+			// The run waits for its user's sign-in, or their own value of
+			// a ${user:NAME} the server takes (Secret, the NAME: never a
+			// value), not for a decision.
+			switch {
+			case p.Secret != "" && p.ConnectURL != "":
+				fmt.Fprintf(w, "  enter your %s for %s  (%s)\n", x.paint(cyan, p.Secret), x.paint(cyan, p.Server), p.Reason)
+			case p.Secret != "":
+				fmt.Fprintf(w, "  the run's owner's %s for %s  (%s)\n", x.paint(cyan, p.Secret), x.paint(cyan, p.Server), p.Reason)
+			default:
+				fmt.Fprintf(w, "  connect %s  (%s)\n", x.paint(cyan, p.Server), p.Reason)
+			}
+			switch {
+			case p.ConnectURL != "":
 				fmt.Fprintf(w, "    open %s on the server in a browser where you are signed in: the run goes on by itself\n", p.ConnectURL)
-			} else {
+			case p.Secret != "":
+				fmt.Fprintf(w, "    the run's owner must enter their %s\n", p.Secret)
+			default:
 				fmt.Fprintln(w, "    the run's owner must connect it")
 			}
 			continue
