@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -123,11 +124,13 @@ func newConverseWire(cfg wireConfig) (wire, string, error) {
 		runtimeOverridden: runtimeEndpoint != "",
 		controlOverridden: controlEndpoint != "",
 		runtime: bedrockruntime.NewFromConfig(awsCfg, func(o *bedrockruntime.Options) {
+			o.HTTPClient = ownBody{o.HTTPClient}
 			o.BaseEndpoint = optional(runtimeEndpoint)
 			o.BearerAuthTokenProvider, o.AuthSchemePreference = auth(key)
 			o.Retryer = aws.NopRetryer{} // Model.Complete retries
 		}),
 		control: bedrock.NewFromConfig(awsCfg, func(o *bedrock.Options) {
+			o.HTTPClient = ownBody{o.HTTPClient}
 			o.BaseEndpoint = optional(controlEndpoint)
 			o.BearerAuthTokenProvider, o.AuthSchemePreference = auth(key)
 			o.Retryer = aws.NopRetryer{}
@@ -210,15 +213,45 @@ func sharedConfigRegion(c aws.Config) string {
 }
 
 // awsHTTPClient is the SDK's buildable client (the one it can give a CA
-// bundle) with the header timeout of hc's transport.
+// bundle) with the header timeout and the dialer of hc's transport.
 func awsHTTPClient(hc *http.Client) *awshttp.BuildableClient {
 	c := awshttp.NewBuildableClient()
 	if t, ok := hc.Transport.(*http.Transport); ok {
 		c = c.WithTransportOptions(func(tr *http.Transport) {
 			tr.ResponseHeaderTimeout = t.ResponseHeaderTimeout
+			if t.DialContext != nil {
+				tr.DialContext = t.DialContext
+			}
 		})
 	}
 	return c
+}
+
+// ownBody gives each request the SDK sends a body of the transport's own:
+// its bytes, read once. The SDK (smithy-go's ClientHandler) closes the
+// request body as soon as the response headers are back, and its closed
+// body answers WriteTo with io.EOF; net/http, still checking after the
+// last byte that the body holds no more than its Content-Length, takes
+// that io.EOF for a write error and closes the connection, under the
+// response being read. A stream then failed with "decode event: read
+// tcp ...: use of closed network connection", after the server had
+// answered, now and then (the server answering before the transport's
+// writer got there), and the request was sent again: billed twice. A body
+// the SDK cannot close is written to its end whatever the SDK does.
+type ownBody struct{ next bedrockruntime.HTTPClient }
+
+func (c ownBody) Do(req *http.Request) (*http.Response, error) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return c.next.Do(req)
+	}
+	data, err := io.ReadAll(req.Body)
+	if err != nil {
+		return nil, fmt.Errorf("reading the request body: %w", err)
+	}
+	own := req.Clone(req.Context())
+	own.Body = io.NopCloser(bytes.NewReader(data))
+	own.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }
+	return c.next.Do(own)
 }
 
 // credentialsChain marks a failure to find AWS credentials, so that it is
