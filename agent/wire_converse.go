@@ -369,7 +369,11 @@ func (c *converseWire) attempt(ctx context.Context, req Request, s sink) (*Respo
 			}
 		}
 	}
-	if err := stream.Err(); err != nil {
+	// A stream that breaks after messageStop has given the whole answer:
+	// what may be lost is the metadata event (the usage). Trying again
+	// would send the request, and bill it, a second time for an answer
+	// already had.
+	if err := stream.Err(); err != nil && !stopped {
 		return nil, c.failure(ctx, err, c.runtimeOverridden)
 	}
 	if !stopped {
