@@ -167,7 +167,7 @@ type Pending struct {
 	DecideBy  *time.Time `json:"decide_by,omitempty"`
 	OnTimeout string     `json:"on_timeout,omitempty"`
 	// NextRemindAt is when the call's deciders are next reminded (a
-	// gate's remindAfter). EscalatedTo, EscalatedFrom and EscalatedAt say,
+	// gate's remindAfter), a pending call's or an unknown outcome's. EscalatedTo, EscalatedFrom and EscalatedAt say,
 	// on an escalated call (escalateTo), who may decide it too, who was
 	// asked first and when it was escalated.
 	NextRemindAt  *time.Time `json:"next_remind_at,omitempty"`

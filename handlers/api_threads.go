@@ -439,7 +439,7 @@ func toAPIPending(c db.ToolCallRow, v db.ThreadView, admin bool) apiv1.Pending {
 		at := c.DecideBy.UTC()
 		p.DecideBy, p.OnTimeout = &at, c.OnTimeout
 	}
-	if c.NextRemindAt != nil && c.State == db.CallPending {
+	if c.NextRemindAt != nil && c.AwaitsDecision() { // pending, or its outcome unknown
 		at := c.NextRemindAt.UTC()
 		p.NextRemindAt = &at
 	}

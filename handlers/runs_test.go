@@ -628,6 +628,22 @@ func TestUnknownOutcomeThroughThePage(t *testing.T) {
 	}
 
 	path, call := unknown()
+	// Its gate's reminders go on while it waits (jobs' awaitUnknownOutcome),
+	// and the API says when, as for a pending call.
+	next := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	if err := db.SetUnknownOutcomeReminders(rb.ctx, rb.pool, parseID(t, call), time.Hour, &next); err != nil {
+		t.Fatal(err)
+	}
+	var detail struct {
+		Pending []struct {
+			ID           int64      `json:"id"`
+			NextRemindAt *time.Time `json:"next_remind_at"`
+		} `json:"pending"`
+	}
+	rb.apiGet("alice", "/api/v1/threads/"+strings.TrimPrefix(path, "/threads/")).want(http.StatusOK).decode(&detail)
+	if len(detail.Pending) != 1 || detail.Pending[0].NextRemindAt == nil || !detail.Pending[0].NextRemindAt.Equal(next) {
+		t.Errorf("the unknown outcome's pending entry = %+v, want next_remind_at %v", detail.Pending, next)
+	}
 	page := rb.get("alice", path)
 	if got := page.buttons(call); !slices.Equal(got, []string{"retry-call-button", "skip-button"}) {
 		t.Errorf("buttons = %v", got)
