@@ -21,10 +21,12 @@ import (
 	bedrocktypes "github.com/aws/aws-sdk-go-v2/service/bedrock/types"
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime"
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime/document"
+	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime/schemas"
 	"github.com/aws/aws-sdk-go-v2/service/bedrockruntime/types"
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/auth/bearer"
 	smithydocument "github.com/aws/smithy-go/document"
+	"github.com/aws/smithy-go/transport/http/protocol/restjson1"
 )
 
 // converseWire speaks Amazon Bedrock's Converse API (ConverseStream), with
@@ -303,7 +305,14 @@ func (c *converseWire) attempt(ctx context.Context, req Request, s sink) (*Respo
 	if err != nil {
 		return nil, err
 	}
-	out, err := c.runtime.ConverseStream(ctx, in)
+	// The SDK's protocol keeps one event stream codec per client, whose
+	// fields every stream of that client writes unguarded (smithy-go
+	// v1.28.9's Codec.DeserializeEventMessage): a data race between the
+	// runs sharing a Model. Each stream gets a protocol of its own, the
+	// one the SDK builds.
+	out, err := c.runtime.ConverseStream(ctx, in, func(o *bedrockruntime.Options) {
+		o.Protocol = restjson1.New(schemas.AmazonBedrockFrontendService)
+	})
 	if err != nil {
 		return nil, c.failure(ctx, err, c.runtimeOverridden)
 	}
