@@ -221,6 +221,24 @@ func TestDecisionRecordKeepsTheWait(t *testing.T) {
 	}
 }
 
+// An unknown outcome's reminders (its gate's remindAfter goes on while a
+// person must choose Retry or Skip) are shown as a pending call's are.
+func TestUnknownOutcomeShowsItsReminders(t *testing.T) {
+	t.Parallel()
+	v := ThreadView{
+		Thread: db.Thread{ID: 7, Status: db.StatusWaiting},
+		Calls: []db.ToolCallRow{{ID: 3, Name: "send_mail", Arguments: `{}`, State: db.CallUnknown, WaitKind: db.WaitUnknown,
+			AllowedDecisions: []string{"retry", "skip"}, Reminders: 2}},
+	}
+	var sb strings.Builder
+	if err := PendingCalls(v).Render(context.Background(), &sb); err != nil {
+		t.Fatal(err)
+	}
+	if out := sb.String(); !strings.Contains(out, `data-testid="reminders"`) || !strings.Contains(out, "reminded 2 times") {
+		t.Errorf("the unknown outcome does not say its deciders were reminded:\n%s", out)
+	}
+}
+
 func attrOf(n *html.Node, key string) string {
 	for _, a := range n.Attr {
 		if a.Key == key {
