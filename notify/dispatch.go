@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -502,8 +501,7 @@ const maxRecordedError = 1000
 // column refuses (and the outcome would never be recorded), or bytes that
 // are not UTF-8.
 func recordedError(msg string) string {
-	msg = strings.ToValidUTF8(msg, "\uFFFD")
-	msg = strings.ReplaceAll(msg, "\x00", "\uFFFD")
+	msg = db.Text(msg)
 	if r := []rune(msg); len(r) > maxRecordedError {
 		msg = string(r[:maxRecordedError]) + "…"
 	}
