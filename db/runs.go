@@ -488,3 +488,27 @@ func QueueInsertStep(b *pgx.Batch, s Step) {
 	b.Queue(insertStep, insertStepArgs(s)...).
 		Exec(func(pgconn.CommandTag) error { return nil })
 }
+
+// CountStepTimeout records that job jobID's step of the thread's run at
+// generation gen did not finish in time, and returns how many times in a
+// row that step has: the count starts again at a new generation (the step
+// committed) or once a tool call of the step finished since the last
+// timeout (it got on). held is false when the job does not hold the run
+// at gen (its step's commit went through as it timed out, or the run was
+// taken from it): nothing is counted.
+func CountStepTimeout(ctx context.Context, q Querier, threadID, gen, jobID int64) (n int, held bool, err error) {
+	err = q.QueryRow(ctx, `UPDATE threads t SET
+		    step_timeouts = CASE WHEN t.step_timeouts_gen = $2 AND t.step_timeouts_done = d.done
+		                         THEN t.step_timeouts + 1 ELSE 1 END,
+		    step_timeouts_gen = $2, step_timeouts_done = d.done
+		FROM (SELECT count(*) AS done FROM tool_calls WHERE thread_id = $1 AND state = 'done') d
+		WHERE t.id = $1 AND t.run_gen = $2 AND t.run_lease_job = $3 AND t.status = 'running'
+		RETURNING t.step_timeouts`, threadID, gen, jobID).Scan(&n)
+	switch {
+	case err == nil:
+		return n, true, nil
+	case isNoRows(err):
+		return 0, false, nil
+	}
+	return 0, false, fmt.Errorf("count a timeout of thread %d: %w", threadID, err)
+}

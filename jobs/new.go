@@ -32,6 +32,9 @@ func New(cfg Config) (*Runtime, error) {
 		cfg.Tools = tb
 	}
 	rt := &Runtime{} // its workers hold it; its config is set below
+	if cfg.StepTimeout <= 0 {
+		cfg.StepTimeout = StepTimeout
+	}
 	if cfg.MaxWorkers <= 0 {
 		cfg.MaxWorkers = 100
 	}
@@ -105,7 +108,7 @@ func New(cfg Config) (*Runtime, error) {
 		PeriodicJobs: periodic,
 		// Our heartbeats rescue dead steps; River's rescuer is the backstop
 		// for jobs of other kinds and must wait out a whole step.
-		RescueStuckJobsAfter: StepTimeout + chainFor + 5*time.Minute,
+		RescueStuckJobsAfter: cfg.StepTimeout + chainFor + 5*time.Minute,
 		// A run's own next steps chain without River (chain, runtime.go);
 		// a step queued from outside (a start, a decision, a chain's
 		// yield) is noticed by the insert notification. River sends at

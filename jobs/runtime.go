@@ -91,6 +91,8 @@ type Config struct {
 	// HeartbeatEvery; a run whose step has not for StaleAfter is rescued.
 	HeartbeatEvery time.Duration
 	StaleAfter     time.Duration
+	// StepTimeout bounds one step (default StepTimeout); tests shorten it.
+	StepTimeout time.Duration
 
 	// MaxWorkers bounds the steps one process runs at once (default 100).
 	MaxWorkers int
@@ -450,7 +452,25 @@ type chain struct {
 	// carry: what the next step needs of the run, read by the commit
 	// that advanced it to carry.gen (modelStep); nil: step reads it.
 	carry *carried
+	// doing is what the step under way is doing, for a run that fails
+	// because it times out (timedOut).
+	doing stepDoing
 }
+
+// stepDoing is what a step is doing: kind and model as its step's record
+// has them (db.Step), and what, as the run's failure names it.
+type stepDoing struct{ kind, model, what string }
+
+// doing records what the step of ctx (when it is threadID's) is doing.
+func doing(ctx context.Context, threadID int64, d stepDoing) {
+	if ch := chainOf(ctx, threadID); ch != nil {
+		ch.doing = d
+	}
+}
+
+// maxStepTimeouts is how many times in a row a step may time out before its
+// run fails (timedOut).
+const maxStepTimeouts = 3
 
 // carried is what a model step's commit read for the tool step after it:
 // the run's thread, its open calls and the tool policy, at generation gen.
@@ -501,25 +521,82 @@ func (rt *Runtime) mayChain(ch *chain) bool {
 func (rt *Runtime) handBack(ctx context.Context, jobID, threadID int64, after time.Duration) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
+	err := db.InTx(ctx, rt.cfg.Pool, func(ctx context.Context, tx pgx.Tx) error {
+		return rt.handBackTx(ctx, tx, jobID, threadID, after)
+	})
+	if err != nil {
+		rt.cfg.Logger.Warn("hand a step back", "thread_id", threadID, "err", err)
+		return false
+	}
+	return true
+}
+
+// handBackTx is handBack in tx.
+func (rt *Runtime) handBackTx(ctx context.Context, tx pgx.Tx, jobID, threadID int64, after time.Duration) error {
 	var opts *river.InsertOpts
 	if after > 0 {
 		opts = &river.InsertOpts{ScheduledAt: time.Now().Add(after)}
 	}
-	var gen int64
+	g, held, err := db.HandBackLease(ctx, tx, threadID, jobID)
+	if err != nil || !held {
+		return err
+	}
+	_, err = rt.client.InsertTx(ctx, tx, StepArgs{ThreadID: threadID, Gen: g}, opts)
+	return err
+}
+
+// timedOut ends a step that did not finish within the step timeout: it
+// counts the timeout against the step (in the database: the count outlives
+// the process) and hands the run to a new job, as handBack does, or, at the
+// step's maxStepTimeouts-th timeout in a row, fails the run saying what the
+// step was doing, as other failures do (endRun tells its owner). A step
+// that would only time out again is not handed on for ever, each time
+// holding a worker and, for a model step, paying for a call. A shutdown is
+// no timeout (take tells them apart). It reports whether it did its part,
+// as handBack does.
+func (rt *Runtime) timedOut(ctx context.Context, jobID int64, a StepArgs, began time.Time, d stepDoing) bool {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
 	err := db.InTx(ctx, rt.cfg.Pool, func(ctx context.Context, tx pgx.Tx) error {
-		g, held, err := db.HandBackLease(ctx, tx, threadID, jobID)
-		if err != nil || !held {
+		n, held, err := db.CountStepTimeout(ctx, tx, a.ThreadID, a.Gen, jobID)
+		if err != nil {
 			return err
 		}
-		gen = g
-		_, err = rt.client.InsertTx(ctx, tx, StepArgs{ThreadID: threadID, Gen: g}, opts)
-		return err
+		if !held || n < maxStepTimeouts {
+			// Not held at a.Gen: the step's commit went through as it
+			// timed out, and the run is handed on from there.
+			return rt.handBackTx(ctx, tx, jobID, a.ThreadID, 0)
+		}
+		what := d.what
+		if what == "" {
+			what = "reading the run"
+		}
+		if d.kind == "" {
+			d.kind = "model"
+		}
+		msg := fmt.Sprintf("The step did not finish within %s three times: %s. Retry to try again.", shortDuration(rt.cfg.StepTimeout), what)
+		if err := db.InsertStep(ctx, tx, db.Step{ThreadID: a.ThreadID, Kind: d.kind, Model: d.model, Error: msg, StartedAt: began}); err != nil {
+			return err
+		}
+		return rt.endRun(ctx, tx, a.ThreadID, db.StatusFailed, msg)
 	})
 	if err != nil {
-		rt.cfg.Logger.Warn("hand a step back", "thread_id", threadID, "gen", gen, "err", err)
+		rt.cfg.Logger.Warn("end a timed-out step", "thread_id", a.ThreadID, "err", err)
 		return false
 	}
 	return true
+}
+
+// shortDuration writes d as people do: "15m", not "15m0s".
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if d >= time.Minute && strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if d >= time.Hour && strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // Reply adds the user's message to a thread whose run has ended and runs it

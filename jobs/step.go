@@ -34,9 +34,12 @@ type StepWorker struct {
 	rt *Runtime
 }
 
-// StepTimeout bounds one step: a model call with its retries, or a batch of
-// tool calls.
+// StepTimeout bounds one step by default (Config.StepTimeout): a model call
+// with its retries, or a batch of tool calls.
 const StepTimeout = 15 * time.Minute
+
+// errStepTimeout ends a step that ran for its StepTimeout.
+var errStepTimeout = errors.New("step timed out")
 
 // errLeaseLost means another job took the run over (this one was presumed
 // dead) or the user cancelled it: whatever this job computed is dropped.
@@ -58,7 +61,9 @@ func (w *providerWait) Error() string {
 
 // Timeout replaces River's one-minute default, too short for model calls;
 // a job's steps may chain for chainFor before its last one begins.
-func (w *StepWorker) Timeout(*river.Job[StepArgs]) time.Duration { return StepTimeout + chainFor }
+func (w *StepWorker) Timeout(*river.Job[StepArgs]) time.Duration {
+	return w.rt.cfg.StepTimeout + chainFor
+}
 
 // Work runs the step under a lease on the thread, kept alive by heartbeats,
 // then the run's next steps while they chain (see chain).
@@ -108,7 +113,11 @@ func (w *StepWorker) take(ctx context.Context, job *river.Job[StepArgs], a StepA
 	}
 	ch.next = false
 	ch.more = rt.mayChain(ch)
-	stepCtx := withChain(ctx, ch)
+	ch.doing = stepDoing{}
+	// Each step, chained or not, has StepTimeout of its own (River's
+	// timeout of the job, later, is the backstop).
+	stepCtx, stop := context.WithTimeoutCause(withChain(ctx, ch), rt.cfg.StepTimeout, errStepTimeout)
+	defer stop()
 
 	// jobCtx is River's: it ends at shutdown or when River cancels the job.
 	// ctx, derived, also ends when the heartbeat loses the lease, and is
@@ -127,8 +136,13 @@ func (w *StepWorker) take(ctx context.Context, job *river.Job[StepArgs], a StepA
 		queued, waitUntil = began, began.Add(providerWaitLimit)
 	}
 	err := rt.step(ctx, job.ID, a, waitUntil)
+	stepTimedOut := errors.Is(context.Cause(ctx), errStepTimeout)
 	cancel(nil)
 	<-hbDone
+	// A timeout: the step's own, or River's of the job. Not a shutdown's
+	// cancel (nor River's JobCancel), which hands the run back uncounted.
+	timedOut := (stepTimedOut || errors.Is(jobCtx.Err(), context.DeadlineExceeded)) &&
+		!errors.Is(jobCtx.Err(), context.Canceled) && !rt.stopping.Load()
 	var wait *providerWait
 	switch {
 	case err == nil:
@@ -163,7 +177,13 @@ func (w *StepWorker) take(ctx context.Context, job *river.Job[StepArgs], a StepA
 		}
 		rt.cfg.Logger.Info("model provider asked to wait", "thread_id", a.ThreadID, "wait", wait.after)
 		return false, river.JobSnooze(wait.after)
-	case jobCtx.Err() != nil:
+	case timedOut:
+		// Counted: the third timeout in a row of this step fails the run
+		// (timedOut). A tool call cut off here stays "running", as at
+		// a shutdown.
+		rt.cfg.Metrics.Step(began.Sub(queued), time.Since(began), "handed_back")
+		return false, handedBack(rt.timedOut(ctx, job.ID, a, began, ch.doing), river.JobSnooze(0))
+	case jobCtx.Err() != nil || stepTimedOut:
 		rt.cfg.Metrics.Step(began.Sub(queued), time.Since(began), "handed_back")
 		// Shutdown (or River's own cancel): hand the run to a new job at
 		// once, at the generation this job holds, which may be a later
@@ -352,6 +372,7 @@ const baseSystemPrompt = `You are Pizza Bot, a background agent. The user handed
 func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.RunView, waitUntil time.Time) error {
 	started := time.Now()
 	t := v.Thread
+	doing(ctx, t.ID, stepDoing{kind: "model", model: t.Model, what: "preparing the model call to " + t.Model})
 	system := baseSystemPrompt
 	if t.ParentThreadID != nil {
 		system = subagentSystemPrompt // see task.go
@@ -410,6 +431,7 @@ func (rt *Runtime) modelStep(ctx context.Context, jobID int64, a StepArgs, v db.
 		in.OnDelta = func(s string) { rt.cfg.OnDelta(t.ID, s, false) }
 		in.OnReset = func() { rt.cfg.OnDelta(t.ID, "", true) }
 	}
+	doing(ctx, t.ID, stepDoing{kind: "model", model: t.Model, what: "the model call to " + t.Model})
 	called := time.Now()
 	out, err := rt.stepInWindow(ctx, jobID, a, v, skill, in) // compact.go
 	var usage agent.Usage
@@ -580,6 +602,7 @@ const unknownOutcome = "The server stopped while this call was running: it may o
 func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, t db.Thread, open []db.ToolCallRow, policy string) error {
 	started := time.Now()
 	run := tools.Run{ThreadID: a.ThreadID, UserID: t.UserID}
+	doing(ctx, a.ThreadID, stepDoing{kind: "tools", what: "starting the step's sub-agents"})
 	// Sub-agents first, so that they work while the other calls run.
 	if err := rt.delegate(ctx, jobID, a, open); err != nil {
 		return err
@@ -634,6 +657,7 @@ func (rt *Runtime) toolStep(ctx context.Context, jobID int64, a StepArgs, t db.T
 		if i == last {
 			then = end
 		}
+		doing(ctx, a.ThreadID, stepDoing{kind: "tools", what: "the tool " + c.Name})
 		done, err := rt.runCall(ctx, jobID, a, run, c, tool, known, rules, then)
 		if err != nil {
 			return err
