@@ -7,3 +7,5 @@ ALTER TABLE threads
     ADD COLUMN step_timeouts      int    NOT NULL DEFAULT 0,
     ADD COLUMN step_timeouts_gen  bigint NOT NULL DEFAULT 0,
     ADD COLUMN step_timeouts_done bigint NOT NULL DEFAULT 0;
+-- The new columns are news too (0017): a timeout is rare, and says so.
+SELECT pizza_threads_news_trigger();
