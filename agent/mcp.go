@@ -627,7 +627,7 @@ func MCPServerOfTool(name string) (string, bool) {
 // characters loses the prefix). Where the tools are listed, their record
 // (tools.Tool.Server) tells, not this.
 func MCPToolOf(name, server string) bool {
-	prefix := "mcp__" + sanitizeToolName(server) + "__"
+	prefix := MCPFullName(server, "")
 	if len(name) > len(prefix) && len(name) <= MaxToolNameLen && strings.HasPrefix(name, prefix) {
 		return true
 	}

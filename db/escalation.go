@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // Reminders and escalation of waiting calls (issue 33, migration 0048;
@@ -141,26 +139,6 @@ func SetUnknownOutcomeReminders(ctx context.Context, q Querier, id int64, every 
 		return fmt.Errorf("tool call %d reminders of its unknown outcome: %w", id, err)
 	}
 	return nil
-}
-
-// AuditNames returns how the audit log names each of the users ids (as
-// AddAudit names an actor: their e-mail, else their name, else "user N"),
-// in the order of ids; an id of nobody is left out.
-func AuditNames(ctx context.Context, q Querier, ids []int64) ([]string, error) {
-	if ids == nil {
-		ids = []int64{}
-	}
-	rows, err := q.Query(ctx, `SELECT coalesce(nullif(u.email, ''), nullif(u.name, ''), 'user ' || u.id)
-		FROM unnest($1::bigint[]) WITH ORDINALITY AS x(id, n) JOIN users u ON u.id = x.id
-		ORDER BY x.n`, ids)
-	if err != nil {
-		return nil, fmt.Errorf("names of users %v: %w", ids, err)
-	}
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil, fmt.Errorf("names of users %v: %w", ids, err)
-	}
-	return names, nil
 }
 
 // EscalateCall escalates waiting call id at now: those of its escalate_to

@@ -273,13 +273,7 @@ type AuditEntry struct {
 // AddAudit records a change made by actor. detail must never hold a
 // secret.
 func AddAudit(ctx context.Context, q Querier, actor User, action, detail string) error {
-	who := actor.Email
-	if who == "" {
-		who = actor.Name
-	}
-	if who == "" {
-		who = fmt.Sprintf("user %d", actor.ID)
-	}
+	who := actor.auditName()
 	var actorID *int64
 	if actor.ID != 0 {
 		actorID = &actor.ID
@@ -289,6 +283,36 @@ func AddAudit(ctx context.Context, q Querier, actor User, action, detail string)
 		return fmt.Errorf("audit: %w", err)
 	}
 	return nil
+}
+
+// auditName is how the audit log names u: their e-mail, else their
+// name, else "user N".
+func (u User) auditName() string {
+	switch {
+	case u.Email != "":
+		return u.Email
+	case u.Name != "":
+		return u.Name
+	}
+	return fmt.Sprintf("user %d", u.ID)
+}
+
+// AuditNames returns how the audit log names each of the users ids
+// (auditName), in the order of ids; an id of nobody is left out.
+func AuditNames(ctx context.Context, q Querier, ids []int64) ([]string, error) {
+	if ids == nil {
+		ids = []int64{}
+	}
+	us, err := all[User](q.Query(ctx, `SELECT `+userColumns+` FROM users
+		WHERE id = ANY($1::bigint[]) ORDER BY array_position($1::bigint[], id)`, ids))
+	if err != nil {
+		return nil, fmt.Errorf("names of users %v: %w", ids, err)
+	}
+	names := make([]string, len(us))
+	for i, u := range us {
+		names[i] = u.auditName()
+	}
+	return names, nil
 }
 
 // ListAudit returns the newest entries of the audit log, newest first.
