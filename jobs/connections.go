@@ -56,10 +56,10 @@ type SignIns interface {
 	// Credentialed reports whether userID has what server needs (a
 	// token, their ${user:NAME} values), without reaching it.
 	Credentialed(ctx context.Context, signer mcpclient.Signer, userID int64, server string) error
-	// Status lists every MCP server in use, each user's or shared: those
-	// configured, turned on and loaded without error (Missing tells a
-	// skill's connections naming any other).
-	Status() []mcpclient.Status
+	// ServerNames lists every MCP server in use, each user's or shared:
+	// those configured, turned on and loaded without error (Missing tells
+	// a skill's connections naming any other).
+	ServerNames() []string
 }
 
 // signIns opens the sessions of userID to the servers each user signs in
@@ -331,10 +331,7 @@ func (rt *Runtime) unconfigured(s *agent.Skill, missing []string) string {
 	if len(s.Connections) == 0 {
 		return ""
 	}
-	var inUse []string
-	for _, st := range rt.cfg.SignIns.Status() {
-		inUse = append(inUse, st.Name)
-	}
+	inUse := rt.cfg.SignIns.ServerNames()
 	var names []string
 	for _, c := range s.Connections {
 		if slices.Contains(inUse, c) || slices.Contains(missing, "mcp__"+c) || slices.Contains(missing, "mcp__"+c+"__*") {

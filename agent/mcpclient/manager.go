@@ -314,6 +314,19 @@ func (m *Manager) Tools() []Tool {
 	return slices.DeleteFunc(out, func(t Tool) bool { return len(m.serversOf(t.Spec.Name)) > 1 })
 }
 
+// ServerNames lists the servers in use, as Status does, without their
+// status: a look at a map, for callers that only ask which there are.
+func (m *Manager) ServerNames() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	names := make([]string, 0, len(m.servers))
+	for name := range m.servers {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
 func (m *Manager) serverList() []*server {
 	m.mu.Lock()
 	defer m.mu.Unlock()
