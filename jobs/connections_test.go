@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -683,35 +684,7 @@ func TestSkillConnectionsNamingNoServerAreRefused(t *testing.T) {
 // without it waits for that server.
 func TestLongServerNameWildcards(t *testing.T) {
 	t.Parallel()
-	as := authtest.New()
-	t.Cleanup(as.Close)
-	long := strings.Repeat("crm-of-the-whole-company-", 3)[:60]
-	if agent.ValidMCPServerName(long) != nil {
-		t.Fatalf("%q is not a valid name", long)
-	}
-	tool := agent.MCPToolName(long, "whoami")
-	if strings.HasPrefix(tool, "mcp__"+long) {
-		t.Fatalf("%q kept its server's name: the case is not tested", tool)
-	}
-	script := scriptmodel.Script{Rules: []scriptmodel.Rule{
-		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Asked the server."}}},
-		{Match: scriptmodel.Match{LastUserContains: "who am I"}, Replies: []scriptmodel.Reply{{ToolCalls: []scriptmodel.ScriptToolCall{
-			{Name: tool, Arguments: `{}`},
-		}}}},
-	}}
-	srv := keyedNotes(t, map[string]string{"alice-key-7f3a": "alice"})
-	skill := func(name, allowed string) string {
-		return "---\nname: " + name + "\ndescription: Asks the CRM who you are.\nallowed-tools: " + allowed + "\n---\nCall whoami.\n"
-	}
-	b := setupConnectionsOpts(t, as, agent.MCPServerConfig{Type: agent.MCPHTTP, URL: srv.URL,
-		Headers: map[string]string{"X-Api-Key": "${user:API_KEY}"}}, connOptions{name: long, script: &script, skills: map[string]string{
-		"crm-all":  skill("crm-all", "mcp__"+long),
-		"crm-star": skill("crm-star", "mcp__"+long+"__*"),
-	}})
-	ctx := context.Background()
-	if err := b.svc.SetSecret(ctx, b.alice.ID, long, "API_KEY", "alice-key-7f3a"); err != nil {
-		t.Fatal(err)
-	}
+	b, long, tool := setupLongServer(t, map[string]string{"crm-all": "mcp__%s", "crm-star": "mcp__%s__*"})
 	for _, name := range []string{"crm-all", "crm-star"} {
 		s, ok := b.rt.Skills().Get(name)
 		if !ok {
@@ -748,28 +721,8 @@ func TestLongServerNameWildcards(t *testing.T) {
 // were not there. The policy matches a tool's full name too.
 func TestPolicyHoldsForLongServerNames(t *testing.T) {
 	t.Parallel()
-	as := authtest.New()
-	t.Cleanup(as.Close)
-	long := strings.Repeat("crm-of-the-whole-company-", 3)[:60]
-	tool := agent.MCPToolName(long, "whoami")
-	if strings.HasPrefix(tool, "mcp__"+long) {
-		t.Fatalf("%q kept its server's name: the case is not tested", tool)
-	}
-	script := scriptmodel.Script{Rules: []scriptmodel.Rule{
-		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Asked the server."}}},
-		{Match: scriptmodel.Match{LastUserContains: "who am I"}, Replies: []scriptmodel.Reply{{ToolCalls: []scriptmodel.ScriptToolCall{
-			{Name: tool, Arguments: `{}`},
-		}}}},
-	}}
-	srv := keyedNotes(t, map[string]string{"alice-key-7f3a": "alice"})
-	b := setupConnectionsOpts(t, as, agent.MCPServerConfig{Type: agent.MCPHTTP, URL: srv.URL,
-		Headers: map[string]string{"X-Api-Key": "${user:API_KEY}"}}, connOptions{name: long, script: &script, skills: map[string]string{
-		"crm-all": "---\nname: crm-all\ndescription: Asks the CRM who you are.\nallowed-tools: mcp__" + long + "\n---\nCall whoami.\n",
-	}})
+	b, long, _ := setupLongServer(t, map[string]string{"crm-all": "mcp__%s"})
 	ctx := context.Background()
-	if err := b.svc.SetSecret(ctx, b.alice.ID, long, "API_KEY", "alice-key-7f3a"); err != nil {
-		t.Fatal(err)
-	}
 	// Deny: the call does not run (the model called it although it was
 	// not offered).
 	setPolicy(t, b.pool, `{"permissions": {"allow": ["mcp__*"], "deny": ["mcp__`+long+`__*"]}}`)
@@ -786,4 +739,42 @@ func TestPolicyHoldsForLongServerNames(t *testing.T) {
 	if err != nil || len(cs) != 1 || cs[0].State != db.CallPending || !strings.Contains(cs[0].GateReason, "server policy: ask mcp__"+long+"__who*") {
 		t.Fatalf("under an ask of mcp__%s__who*: calls = %+v, %v", long, cs, err)
 	}
+}
+
+// setupLongServer connects a real MCP server whose name has 60 characters
+// (its tools' names are shortened with a hash and lose the
+// mcp__<server>__ prefix), taking each person's own API_KEY, which Alice
+// has entered; its skills, by name, allow the tools their entry names
+// (%s: the server's name), and the model calls whoami when asked "who am
+// I". It returns the server's name and whoami's offered name.
+func setupLongServer(t *testing.T, allowed map[string]string) (*connBundle, string, string) {
+	t.Helper()
+	as := authtest.New()
+	t.Cleanup(as.Close)
+	long := strings.Repeat("crm-of-the-whole-company-", 3)[:60]
+	if agent.ValidMCPServerName(long) != nil {
+		t.Fatalf("%q is not a valid name", long)
+	}
+	tool := agent.MCPToolName(long, "whoami")
+	if strings.HasPrefix(tool, "mcp__"+long) {
+		t.Fatalf("%q kept its server's name: the case is not tested", tool)
+	}
+	script := scriptmodel.Script{Rules: []scriptmodel.Rule{
+		{Match: scriptmodel.Match{LastRole: "tool"}, Replies: []scriptmodel.Reply{{Content: "Asked the server."}}},
+		{Match: scriptmodel.Match{LastUserContains: "who am I"}, Replies: []scriptmodel.Reply{{ToolCalls: []scriptmodel.ScriptToolCall{
+			{Name: tool, Arguments: `{}`},
+		}}}},
+	}}
+	srv := keyedNotes(t, map[string]string{"alice-key-7f3a": "alice"})
+	skills := map[string]string{}
+	for name, entry := range allowed {
+		skills[name] = "---\nname: " + name + "\ndescription: Asks the CRM who you are.\nallowed-tools: " +
+			fmt.Sprintf(entry, long) + "\n---\nCall whoami.\n"
+	}
+	b := setupConnectionsOpts(t, as, agent.MCPServerConfig{Type: agent.MCPHTTP, URL: srv.URL,
+		Headers: map[string]string{"X-Api-Key": "${user:API_KEY}"}}, connOptions{name: long, script: &script, skills: skills})
+	if err := b.svc.SetSecret(context.Background(), b.alice.ID, long, "API_KEY", "alice-key-7f3a"); err != nil {
+		t.Fatal(err)
+	}
+	return b, long, tool
 }
